@@ -1,0 +1,8 @@
+"""The knowledge base: one YAML file per known failure (DATA), a schema, and a generic matcher."""
+
+from __future__ import annotations
+
+from zerodoctor.kb.loader import load_entries, get_entry
+from zerodoctor.kb.schema import Entry
+
+__all__ = ["Entry", "get_entry", "load_entries"]

@@ -1,0 +1,126 @@
+"""The generic matcher: an entry against log lines, package versions and setup facts.
+
+One matcher serves every command: `diagnose` feeds log lines, `env`/`lint`/`check` feed versions and facts
+(the preflight reading). Verdicts are tri-state, so unknown facts never turn into false alarms or false
+all-clears.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodoctor.facts import Tri, all_of, evaluate_package, evaluate_predicate
+from zerodoctor.kb.schema import Entry, Example
+from zerodoctor.versions import describe_range, normalize_package
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    description: str
+    value: Tri
+
+
+@dataclass(frozen=True)
+class Verdict:
+    entry_id: str
+    symptoms: Tri  # UNKNOWN when no log was given
+    conditions: Tri
+    condition_results: tuple[ConditionResult, ...] = ()
+    matched_signatures: tuple[str, ...] = ()
+    evidence_lines: tuple[tuple[int, str, str], ...] = ()  # (line number, signature id, text)
+    score: float = 0.0
+
+    @property
+    def log_match(self) -> bool:
+        """Diagnose reading: the symptoms are there and no condition rules the entry out."""
+        return self.symptoms is Tri.TRUE and self.conditions is not Tri.FALSE
+
+    @property
+    def preflight_match(self) -> bool:
+        """Preflight reading: every condition is known and true."""
+        return self.conditions is Tri.TRUE
+
+
+@dataclass
+class _Compiled:
+    entry: Entry
+    patterns: list[tuple[str, re.Pattern[str], float]] = field(default_factory=list)
+
+
+def _compile(entry: Entry) -> _Compiled:
+    c = _Compiled(entry)
+    for s in entry.symptoms.signatures:
+        c.patterns.append((s.id, re.compile(s.pattern), s.weight))
+    return c
+
+
+def match_symptoms(entry: Entry, lines: Iterable[str], max_evidence: int = 20) -> tuple[Tri, tuple[str, ...], tuple[tuple[int, str, str], ...], float]:
+    """Scan lines once; return (symptoms verdict, matched signature ids, evidence lines, score)."""
+    sym = entry.symptoms
+    if not sym.signatures:
+        return Tri.UNKNOWN, (), (), 0.0
+    compiled = _compile(entry)
+    hits: dict[str, int] = {}
+    evidence: list[tuple[int, str, str]] = []
+    for lineno, line in enumerate(lines, start=1):
+        for sig_id, rx, _w in compiled.patterns:
+            if rx.search(line):
+                hits[sig_id] = hits.get(sig_id, 0) + 1
+                if len(evidence) < max_evidence:
+                    evidence.append((lineno, sig_id, line.rstrip("\n")))
+    matched = set(hits)
+    ok = (not sym.require_any or bool(matched & set(sym.require_any))) and set(sym.require_all) <= matched
+    if matched & set(sym.exclude):
+        ok = False
+    score = sum(w for sid, _rx, w in compiled.patterns if sid in matched)
+    return Tri.of(ok), tuple(sorted(matched)), tuple(evidence), score
+
+
+def evaluate_conditions(
+    entry: Entry, versions: Mapping[str, str], facts: Mapping[str, Any]
+) -> tuple[Tri, tuple[ConditionResult, ...]]:
+    results: list[ConditionResult] = []
+    norm_versions = {normalize_package(k): v for k, v in versions.items()}
+    for pc in entry.conditions.packages:
+        ranges = [(r.introduced, r.fixed, r.last_affected) for r in pc.ranges]
+        text = " or ".join(describe_range(*r) for r in ranges)
+        installed = norm_versions.get(normalize_package(pc.package))
+        shown = installed if installed else ("not installed" if installed == "" else "unknown")
+        results.append(
+            ConditionResult(f"{pc.package} {text} (have {shown})", evaluate_package(norm_versions, pc.package, ranges))
+        )
+    for pred in entry.conditions.config:
+        want = "" if pred.op in ("truthy", "falsy", "present", "absent") else f" {pred.value!r}"
+        have = facts.get(pred.key, "unknown")
+        results.append(
+            ConditionResult(f"{pred.key} {pred.op}{want} (have {have!r})", evaluate_predicate(facts, pred.key, pred.op, pred.value))
+        )
+    return all_of([r.value for r in results]), tuple(results)
+
+
+def evaluate(
+    entry: Entry,
+    *,
+    lines: Iterable[str] | None = None,
+    versions: Mapping[str, str] | None = None,
+    facts: Mapping[str, Any] | None = None,
+) -> Verdict:
+    if lines is not None:
+        sym, matched, evidence, score = match_symptoms(entry, lines)
+    else:
+        sym, matched, evidence, score = Tri.UNKNOWN, (), (), 0.0
+    cond, results = evaluate_conditions(entry, versions or {}, facts or {})
+    return Verdict(entry.id, sym, cond, results, matched, evidence, score)
+
+
+def evaluate_example(entry: Entry, example: Example) -> Verdict:
+    lines = example.log.splitlines() if example.log is not None else None
+    return evaluate(entry, lines=lines, versions=example.env, facts=example.facts)
+
+
+def example_matches(entry: Entry, example: Example) -> bool:
+    v = evaluate_example(entry, example)
+    return v.log_match if example.log is not None else v.preflight_match
