@@ -1,0 +1,151 @@
+"""HF TrainingArguments as the Trainer sees them, and how HF fills DeepSpeed's "auto" values.
+
+Mirrors transformers `integrations/deepspeed.py::HfTrainerDeepSpeedConfig` (transformers 5.23.0):
+`trainer_config_process` fills batch sizes, clipping, optimizer/scheduler params and fp16/bf16 from the
+arguments and records a mismatch for every non-"auto" value that differs; `trainer_config_finalize` fills
+the hidden-size based bucket keys and raises "Please correct the following DeepSpeed config values that
+mismatch TrainingArguments values" if any mismatch was recorded. Tested against the installed transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+# TrainingArguments defaults (transformers 5.23.0; tests/setup/test_hf_args.py checks them against the
+# installed transformers). The type drives the coercion HfArgumentParser does on YAML/CLI strings.
+HF_DEFAULTS: dict[str, tuple[type, Any]] = {
+    "per_device_train_batch_size": (int, 8),
+    "gradient_accumulation_steps": (int, 1),
+    "max_grad_norm": (float, 1.0),
+    "learning_rate": (float, 5e-05),
+    "adam_beta1": (float, 0.9),
+    "adam_beta2": (float, 0.999),
+    "adam_epsilon": (float, 1e-08),
+    "weight_decay": (float, 0.0),
+    "fp16": (bool, False),
+    "bf16": (bool, False),
+    "fp16_full_eval": (bool, False),
+    "bf16_full_eval": (bool, False),
+    "save_only_model": (bool, False),
+    "save_on_each_node": (bool, False),
+    "auto_find_batch_size": (bool, False),
+    "num_train_epochs": (float, 3.0),
+    "max_steps": (int, -1),
+    "dataloader_num_workers": (int, 0),
+    "ddp_timeout": (int, 1800),
+}
+# Arguments whose default is None / not fixed but which we still coerce when given.
+HF_TYPES: dict[str, type] = {"gradient_checkpointing": bool, "warmup_steps": float, "warmup_ratio": float,
+                             "save_steps": float, "logging_steps": float, "per_device_eval_batch_size": int,
+                             "seed": int}
+
+
+def coerce(value: Any, typ: type) -> Any:
+    """What HfArgumentParser makes of a YAML value: "1e-5" -> 1e-05, "true" -> True. Unparseable stays as is."""
+    if value is None or isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    try:
+        if typ is bool:
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("true", "yes", "1", "on"):
+                    return True
+                if low in ("false", "no", "0", "off"):
+                    return False
+                return value
+            return bool(value)
+        if typ is int:
+            f = float(value)
+            return int(f) if f == int(f) else value
+        if typ is float:
+            return float(value)
+    except (TypeError, ValueError):
+        return value
+    return value
+
+
+def effective_args(given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with defaults applied and strings coerced, as the Trainer would have them."""
+    out = {k: d for k, (_t, d) in HF_DEFAULTS.items()}
+    for k, v in given.items():
+        typ = HF_DEFAULTS[k][0] if k in HF_DEFAULTS else HF_TYPES.get(k)
+        out[k] = coerce(v, typ) if typ else v
+    return out
+
+
+@dataclass
+class AutoResolution:
+    config: dict[str, Any]
+    filled: dict[str, tuple[Any, str]] = field(default_factory=dict)  # ds key -> (value, from which argument)
+    unresolved: list[str] = field(default_factory=list)  # "auto" keys we could not fill (e.g. world size unknown)
+    mismatches: list[tuple[str, Any, str, Any]] = field(default_factory=list)  # (ds key, ds value, hf arg, hf value)
+
+
+def _node(config: dict[str, Any], dotted: str) -> tuple[dict[str, Any] | None, str]:
+    *parents, last = dotted.split(".")
+    node: Any = config
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+        if node is None:
+            return None, last
+    return (node if isinstance(node, dict) else None), last
+
+
+def _is_auto(v: Any) -> bool:
+    return isinstance(v, str) and v.strip().lower() == "auto"
+
+
+def resolve_hf_auto(
+    ds_config: dict[str, Any],
+    args: dict[str, Any],
+    *,
+    world_size: int | None,
+    hidden_size: int | None,
+    zero3: bool,
+) -> AutoResolution:
+    """Fill "auto" the way HF Trainer does; `args` must already be `effective_args(...)`.
+    Values that need unknown facts (world size, the model's hidden size) stay "auto" and are listed."""
+    cfg = copy.deepcopy(ds_config)
+    res = AutoResolution(cfg)
+
+    def fill(ds_key: str, hf_val: Any, hf_key: str, must_match: bool = True) -> None:
+        node, key = _node(cfg, ds_key)
+        if node is None or key not in node:
+            return
+        if _is_auto(node[key]):
+            if hf_val is None:
+                res.unresolved.append(ds_key)
+                return
+            node[key] = hf_val
+            res.filled[ds_key] = (hf_val, hf_key)
+            return
+        if must_match and hf_val is not None and node[key] is not None and node[key] != hf_val:
+            res.mismatches.append((ds_key, node[key], hf_key, hf_val))
+
+    mbs, gas = args["per_device_train_batch_size"], args["gradient_accumulation_steps"]
+    must = not args.get("auto_find_batch_size", False)
+    tbs = world_size * mbs * gas if world_size and isinstance(mbs, int) and isinstance(gas, int) else None
+    fill("train_micro_batch_size_per_gpu", mbs, "per_device_train_batch_size", must)
+    fill("gradient_accumulation_steps", gas, "gradient_accumulation_steps")
+    fill("train_batch_size", tbs, "train_batch_size (calculated)", must)
+    fill("gradient_clipping", args["max_grad_norm"], "max_grad_norm")
+    fill("optimizer.params.lr", args["learning_rate"], "learning_rate")
+    fill("optimizer.params.betas", [args["adam_beta1"], args["adam_beta2"]], "adam_beta1+adam_beta2")
+    fill("optimizer.params.eps", args["adam_epsilon"], "adam_epsilon")
+    fill("optimizer.params.weight_decay", args["weight_decay"], "weight_decay")
+    fill("scheduler.params.warmup_min_lr", 0, "(constant 0)", must_match=False)
+    fill("scheduler.params.warmup_max_lr", args["learning_rate"], "learning_rate")
+    fill("fp16.enabled", bool(args["fp16"] or args["fp16_full_eval"]), "fp16|fp16_full_eval")
+    fill("bf16.enabled", bool(args["bf16"] or args["bf16_full_eval"]), "bf16|bf16_full_eval")
+    h = hidden_size
+    fill("zero_optimization.reduce_bucket_size", h * h if h else None, "hidden_size*hidden_size", False)
+    if zero3:
+        fill("zero_optimization.stage3_prefetch_bucket_size", int(0.9 * h * h) if h else None,
+             "0.9*hidden_size*hidden_size", False)
+        fill("zero_optimization.stage3_param_persistence_threshold", 10 * h if h else None, "10*hidden_size", False)
+    # total_num_steps / warmup_num_steps need the dataset size: filled at train time, never a mismatch here.
+    fill("scheduler.params.total_num_steps", None, "num_training_steps", False)
+    fill("scheduler.params.warmup_num_steps", None, "warmup_steps", False)
+    return res

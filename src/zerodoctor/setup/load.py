@@ -1,0 +1,84 @@
+"""Read the files of a training setup, follow the files they name, and build one TrainingSetup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zerodoctor.errors import InputError, ZeroDoctorError
+from zerodoctor.setup.document import ConfigDocument
+from zerodoctor.setup.model import TrainingSetup, build_setup, resolve_reference
+from zerodoctor.setup.reader import read_document
+
+if TYPE_CHECKING:
+    from zerodoctor.env.model import Environment
+
+
+def _referenced_ds_config(doc: ConfigDocument) -> tuple[str, str] | None:
+    """(key, path) of the DeepSpeed JSON a file names, if it names one."""
+    if doc.kind in ("hf", "llamafactory"):
+        ref = doc.get("deepspeed")
+        if isinstance(ref, str) and ref.strip():
+            return "deepspeed", ref
+    if doc.kind == "accelerate":
+        ref = doc.get("deepspeed_config.deepspeed_config_file")
+        if isinstance(ref, str) and ref.strip() and ref.strip().lower() != "none":
+            return "deepspeed_config.deepspeed_config_file", ref
+    return None
+
+
+def model_hidden_size(model_ref: str | None) -> int | None:
+    """The model's hidden size, for HF's hidden-size based "auto" values; None if the catalog does not know it.
+    Imported lazily: the catalog is the planner's, and lint must not pay for it when no model is named."""
+    if not model_ref:
+        return None
+    try:
+        from zerodoctor.plan.models import resolve_model
+    except ImportError:
+        return None
+    try:
+        spec = resolve_model(model_ref)
+    except ZeroDoctorError:
+        return None
+    hidden = getattr(getattr(spec, "params", None), "hidden_size", None)
+    return int(hidden) if hidden else None
+
+
+def load_setup(
+    paths: Sequence[str | Path],
+    *,
+    kind: str | None = None,
+    env: Environment | None = None,
+    framework: str | None = None,
+    world_size: int | None = None,
+    num_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+) -> TrainingSetup:
+    docs: list[ConfigDocument] = [read_document(p, kind) for p in paths]
+    seen = {d.path.resolve() for d in docs}
+    missing: list[tuple[ConfigDocument, str, str]] = []
+    for doc in list(docs):
+        ref = _referenced_ds_config(doc)
+        if ref is None:
+            continue
+        key, target = ref
+        found = resolve_reference(doc.path, target)
+        if found is None:
+            missing.append((doc, key, target))
+            continue
+        if found.resolve() in seen:
+            continue
+        try:
+            docs.append(read_document(found, "deepspeed"))
+        except InputError:
+            raise
+        seen.add(found.resolve())
+    model_ref = None
+    for d in docs:
+        if d.kind in ("hf", "llamafactory") and isinstance(d.get("model_name_or_path"), str):
+            model_ref = d.get("model_name_or_path")
+    setup = build_setup(docs, env=env, framework=framework, world_size=world_size, num_nodes=num_nodes,
+                        gpus_per_node=gpus_per_node, hidden_size=model_hidden_size(model_ref))
+    setup.missing_references = missing
+    return setup

@@ -1,0 +1,358 @@
+"""TrainingSetup: every file of one training run, read together, with what the framework will do to them.
+
+A DeepSpeed JSON on its own is judged as DeepSpeed would read it; with the HF / LLaMA-Factory arguments
+that use it, "auto" values are filled the way HF Trainer fills them and mismatches HF would reject at
+launch are known; with an accelerate YAML, the DeepSpeed config accelerate builds from it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zerodoctor.findings import Evidence
+from zerodoctor.setup.deepspeed_config import (
+    ACCELERATE_TO_DS,
+    accelerate_plugin_config,
+    apply_mixed_precision,
+    canonical,
+    spelled,
+    with_defaults,
+)
+from zerodoctor.setup.document import ConfigDocument
+from zerodoctor.setup.hf_args import AutoResolution, effective_args, resolve_hf_auto
+from zerodoctor.setup.python_reader import Symbol
+
+if TYPE_CHECKING:
+    from zerodoctor.env.model import Environment
+
+FRAMEWORKS = ("hf", "llamafactory", "accelerate", "xtuner", "deepspeed")
+# Frameworks that fill DeepSpeed's "auto" placeholders before DeepSpeed sees them.
+FILLS_AUTO = {"hf", "llamafactory", "accelerate", "xtuner"}
+
+
+@dataclass
+class TrainingSetup:
+    documents: list[ConfigDocument]
+    framework: str | None = None  # None: only a DeepSpeed JSON was given, launcher unknown
+    framework_explicit: bool = False
+    ds_doc: ConfigDocument | None = None  # the file the DeepSpeed config is written in
+    ds_written: dict[str, Any] | None = None  # canonical DeepSpeed config as written (or built by accelerate)
+    ds_from_accelerate_plugin: bool = False
+    args_doc: ConfigDocument | None = None  # HF / LLaMA-Factory arguments
+    args: dict[str, Any] = field(default_factory=dict)  # effective HF arguments (defaults applied)
+    accelerate_doc: ConfigDocument | None = None
+    xtuner_doc: ConfigDocument | None = None
+    env: Environment | None = None
+    world_size: int | None = None
+    world_size_source: str | None = None
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    hidden_size: int | None = None
+    resolution: AutoResolution | None = None
+    quant: dict[str, Any] = field(default_factory=dict)
+    quant_evidence: Evidence | None = None
+    method: str | None = None
+    model_ref: str | None = None
+    device_map_evidence: Evidence | None = None
+    missing_references: list[tuple[ConfigDocument, str, str]] = field(default_factory=list)  # (doc, key, path)
+
+    # ---- the DeepSpeed config -------------------------------------------------------------------------
+    @property
+    def effective_ds(self) -> dict[str, Any] | None:
+        """The DeepSpeed config after the framework filled "auto" (where it can be known before launch)."""
+        if self.ds_written is None:
+            return None
+        return self.resolution.config if self.resolution else self.ds_written
+
+    def ds_value(self, key: str, default: Any = None) -> Any:
+        node: Any = self.effective_ds
+        for k in key.split("."):
+            if not isinstance(node, dict) or k not in node:
+                return default
+            node = node[k]
+        return node
+
+    def ds_written_value(self, key: str, default: Any = None) -> Any:
+        node: Any = self.ds_written
+        for k in key.split("."):
+            if not isinstance(node, dict) or k not in node:
+                return default
+            node = node[k]
+        return node
+
+    def ds_flat(self) -> dict[str, Any]:
+        """Effective DeepSpeed config, flattened, with DeepSpeed's code defaults for absent keys."""
+        if self.effective_ds is None:
+            return {}
+        return with_defaults(self.effective_ds, self.package_version("deepspeed"))
+
+    @property
+    def zero_stage(self) -> int | None:
+        if self.ds_written is None:
+            return None
+        stage = self.ds_flat().get("zero_optimization.stage")
+        try:
+            return int(stage)
+        except (TypeError, ValueError):
+            return None
+
+    def ds_evidence(self, key: str, text: str | None = None) -> Evidence:
+        """Where a (canonical, dotted) DeepSpeed key is written: the JSON file, or the accelerate YAML key
+        it came from. Falls back to the nearest enclosing key, then to the file."""
+        if self.ds_from_accelerate_plugin and self.accelerate_doc is not None:
+            for acc_key, ds_key in ACCELERATE_TO_DS.items():
+                if ds_key == key and self.accelerate_doc.has(("deepspeed_config", acc_key)):
+                    return self.accelerate_doc.evidence(("deepspeed_config", acc_key), text)
+            return self.accelerate_doc.evidence(("deepspeed_config",), text)
+        if self.ds_doc is None:
+            return Evidence(key=key, text=text)
+        return self.ds_doc.evidence(spelled(self.ds_doc.data, key), text)
+
+    # ---- arguments, versions ----------------------------------------------------------------------------
+    def arg_evidence(self, name: str, text: str | None = None) -> Evidence:
+        if self.args_doc is not None:
+            return self.args_doc.evidence((name,), text)
+        return Evidence(key=name, text=text)
+
+    def package_version(self, name: str) -> str | None:
+        if self.env is None:
+            return None
+        return self.env.versions().get(name)
+
+    @property
+    def uses_hf_integration(self) -> bool | None:
+        if self.framework is None:
+            return None
+        return self.framework in FILLS_AUTO
+
+    # ---- facts for the knowledge base ------------------------------------------------------------------
+    def facts(self) -> dict[str, Any]:
+        f: dict[str, Any] = {}
+        if self.ds_written is not None:
+            f.update({f"ds.{k}": v for k, v in self.ds_flat().items()})
+        if self.args_doc is not None:
+            f.update({f"hf.{k}": v for k, v in self.args.items() if not isinstance(v, dict)})
+            gck = self.args.get("gradient_checkpointing_kwargs")
+            if isinstance(gck, dict) and "use_reentrant" in gck:
+                f["hf.gradient_checkpointing_kwargs.use_reentrant"] = gck["use_reentrant"]
+        f.update({f"quant.{k}": v for k, v in self.quant.items()})
+        if self.framework:
+            f["setup.framework"] = self.framework
+            f["setup.uses_hf_integration"] = self.framework in FILLS_AUTO
+        if self.method:
+            f["setup.method"] = self.method
+        if self.world_size:
+            f["setup.world_size"] = self.world_size
+        if self.device_map_evidence is not None:
+            f["setup.device_map"] = True
+        if self.accelerate_doc is not None:
+            f["setup.zero3_init"] = self.zero3_init_flag()
+        if self.ds_written is not None:
+            f["setup.has_auto_values"] = _has_auto(self.ds_written)
+        if self.env is not None:
+            f.update(self.env.facts())
+        return f
+
+    def zero3_init_flag(self) -> bool | None:
+        """accelerate's zero3_init_flag; its default is "is the config ZeRO-3" (DeepSpeedPlugin.__post_init__)."""
+        if self.accelerate_doc is None:
+            return None
+        section = self.accelerate_doc.get("deepspeed_config") or {}
+        flag = section.get("zero3_init_flag")
+        if flag is None:
+            return self.zero_stage == 3
+        return bool(flag)
+
+
+def _has_auto(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(_has_auto(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_auto(v) for v in node)
+    return isinstance(node, str) and node.strip().lower() == "auto"
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def build_setup(
+    documents: list[ConfigDocument],
+    *,
+    env: Environment | None = None,
+    framework: str | None = None,
+    world_size: int | None = None,
+    num_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    hidden_size: int | None = None,
+) -> TrainingSetup:
+    by_kind: dict[str, list[ConfigDocument]] = {}
+    for d in documents:
+        by_kind.setdefault(d.kind, []).append(d)
+    s = TrainingSetup(documents=documents, env=env, num_nodes=num_nodes, gpus_per_node=gpus_per_node)
+    s.args_doc = (by_kind.get("llamafactory") or by_kind.get("hf") or [None])[0]
+    s.accelerate_doc = (by_kind.get("accelerate") or [None])[0]
+    s.xtuner_doc = (by_kind.get("xtuner") or [None])[0]
+    ds_docs = by_kind.get("deepspeed") or []
+    s.ds_doc = ds_docs[0] if ds_docs else None
+
+    # Framework: said explicitly, or implied by the files.
+    if framework:
+        s.framework, s.framework_explicit = framework, True
+    elif s.xtuner_doc:
+        s.framework = "xtuner"
+    elif s.args_doc is not None:
+        s.framework = "llamafactory" if s.args_doc.kind == "llamafactory" else "hf"
+    elif s.accelerate_doc:
+        s.framework = "accelerate"
+
+    # World size: explicit, or from the accelerate config (num_processes counts all machines' processes).
+    if world_size:
+        s.world_size, s.world_size_source = world_size, "--world-size"
+    elif num_nodes and gpus_per_node:
+        s.world_size, s.world_size_source = num_nodes * gpus_per_node, "--nodes x --gpus-per-node"
+    elif s.accelerate_doc is not None and _int_or_none(s.accelerate_doc.get("num_processes")):
+        s.world_size = _int_or_none(s.accelerate_doc.get("num_processes"))
+        s.world_size_source = f"{s.accelerate_doc.display}: num_processes"
+
+    # The DeepSpeed config: a JSON file, or the one accelerate builds from its YAML section.
+    if s.ds_doc is not None:
+        s.ds_written = canonical(s.ds_doc.data)
+    elif s.accelerate_doc is not None and isinstance(s.accelerate_doc.get("deepspeed_config"), dict):
+        section = s.accelerate_doc.get("deepspeed_config")
+        if not section.get("deepspeed_config_file"):
+            s.ds_written = canonical(accelerate_plugin_config(section, s.accelerate_doc.get("mixed_precision")))
+            s.ds_from_accelerate_plugin = True
+    if s.ds_written is not None and s.accelerate_doc is not None and not s.ds_from_accelerate_plugin:
+        apply_mixed_precision(s.ds_written, s.accelerate_doc.get("mixed_precision"))
+
+    # Arguments and "auto" resolution.
+    if s.args_doc is not None:
+        given = dict(s.args_doc.data)
+        s.args = effective_args(given)
+        s.model_ref = given.get("model_name_or_path")
+        _read_quantization_from_args(s, given)
+    if s.xtuner_doc is not None:
+        _read_xtuner(s)
+    s.hidden_size = hidden_size
+    if s.ds_written is not None and s.args_doc is not None:
+        s.resolution = resolve_hf_auto(s.ds_written, s.args, world_size=s.world_size, hidden_size=hidden_size,
+                                       zero3=(s.zero_stage == 3))
+    _find_device_map(s)
+    return s
+
+
+_TORCH_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+                 "half": "float16", "float32": "float32", "fp32": "float32", "uint8": "uint8"}
+
+
+def normalize_dtype(value: Any) -> str | None:
+    """"torch.bfloat16", "bf16", Symbol(torch.bfloat16) -> "bfloat16"."""
+    if value is None:
+        return None
+    text = str(value).strip().lower().removeprefix("torch.")
+    return _TORCH_DTYPES.get(text, text)
+
+
+def _compute_dtype_from_args(args: dict[str, Any]) -> str | None:
+    if args.get("bf16") is True:
+        return "bfloat16"
+    if args.get("fp16") is True:
+        return "float16"
+    return None
+
+
+def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> None:
+    doc = s.args_doc
+    assert doc is not None
+    if doc.kind == "llamafactory":
+        # LLaMA-Factory: finetuning_type defaults to "lora"; quantization_bit 4/8 with bitsandbytes.
+        # It sets bnb_4bit_quant_storage = compute dtype itself (model/model_utils/quantization.py).
+        ftype = str(given.get("finetuning_type", "lora")).lower()
+        qbit = _int_or_none(given.get("quantization_bit"))
+        qmethod = str(given.get("quantization_method", "bnb")).lower()
+        if qbit == 4 and qmethod in ("bnb", "bitsandbytes"):
+            s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": _compute_dtype_from_args(s.args),
+                       "bnb_4bit_compute_dtype": _compute_dtype_from_args(s.args),
+                       "quant_storage_set_by_framework": True}
+            s.quant_evidence = doc.evidence(("quantization_bit",))
+        elif qbit == 8:
+            s.quant = {"load_in_8bit": True}
+            s.quant_evidence = doc.evidence(("quantization_bit",))
+        s.method = ("qlora" if qbit else "lora") if ftype == "lora" else ftype
+        return
+    # HF-style arguments: a `quantization_config` block, the PEFT example scripts' arguments
+    # (use_4bit_quantization, bnb_4bit_quant_storage_dtype, ...) or TRL's ModelConfig (load_in_4bit).
+    block = given.get("quantization_config") if isinstance(given.get("quantization_config"), dict) else {}
+    load4 = block.get("load_in_4bit", given.get("load_in_4bit", given.get("use_4bit_quantization")))
+    load8 = block.get("load_in_8bit", given.get("load_in_8bit", given.get("use_8bit_quantization")))
+    storage_key = next((k for k in ("bnb_4bit_quant_storage", "bnb_4bit_quant_storage_dtype") if k in block or k in given), None)
+    storage = (block.get(storage_key) if storage_key in block else given.get(storage_key)) if storage_key else None
+    compute = block.get("bnb_4bit_compute_dtype", given.get("bnb_4bit_compute_dtype", given.get("torch_dtype", given.get("dtype"))))
+    peft = any(given.get(k) for k in ("use_peft_lora", "use_peft", "lora_r", "lora_target_modules"))
+    if _truthy(load4):
+        s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": normalize_dtype(storage),
+                   "bnb_4bit_compute_dtype": normalize_dtype(compute) or _compute_dtype_from_args(s.args)}
+        key = "quantization_config" if block else next(k for k in ("load_in_4bit", "use_4bit_quantization") if k in given)
+        s.quant_evidence = doc.evidence((key,))
+        s.method = "qlora"
+    elif _truthy(load8):
+        s.quant = {"load_in_8bit": True}
+        s.method = "lora" if peft else "full"
+    else:
+        s.method = "lora" if peft else "full"
+
+
+def _truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "yes", "1", "on")
+    return bool(v)
+
+
+def _read_xtuner(s: TrainingSetup) -> None:
+    doc = s.xtuner_doc
+    assert doc is not None
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    llm = model.get("llm") if isinstance(model.get("llm"), dict) else {}
+    s.model_ref = s.model_ref or (doc.get("pretrained_model_name_or_path") if isinstance(doc.get("pretrained_model_name_or_path"), str) else None)
+    qc = llm.get("quantization_config") if isinstance(llm.get("quantization_config"), dict) else None
+    has_lora = isinstance(model.get("lora"), dict)
+    if qc and _truthy(qc.get("load_in_4bit")):
+        s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": normalize_dtype(qc.get("bnb_4bit_quant_storage")),
+                   "bnb_4bit_compute_dtype": normalize_dtype(qc.get("bnb_4bit_compute_dtype"))}
+        s.quant_evidence = doc.evidence(("model", "llm", "quantization_config"))
+        s.method = "qlora"
+    else:
+        s.method = "lora" if has_lora else "full"
+
+
+def _find_device_map(s: TrainingSetup) -> None:
+    """A `device_map` given anywhere we can see it (TRL model_init_kwargs, XTuner llm dict, HF args)."""
+    for doc in s.documents:
+        for path in doc.positions:
+            if path and path[-1] == "device_map":
+                value = doc.get(path)
+                if value is not None and not (isinstance(value, Symbol) and value.source == "None"):
+                    s.device_map_evidence = doc.evidence(path)
+                    return
+
+
+def resolve_reference(base: Path, ref: str, search_dirs: list[Path] | None = None) -> Path | None:
+    """Find a file a config names (e.g. `deepspeed: examples/deepspeed/ds_z3_config.json`): relative to the
+    naming file's folder and its parents (LLaMA-Factory paths are relative to its repo root), then the CWD."""
+    p = Path(ref)
+    if p.is_absolute():
+        return p if p.is_file() else None
+    candidates = [d / p for d in [base.parent, *base.parent.parents][:4]]
+    candidates += [Path.cwd() / p, *((d / p) for d in (search_dirs or []))]
+    for c in candidates:
+        if c.is_file():
+            return c
+    # A bare file name next to the naming file (people move the JSON beside the YAML).
+    sibling = base.parent / p.name
+    return sibling if sibling.is_file() else None

@@ -1,0 +1,101 @@
+"""Read a user file, detect which kind of training config it is, and keep positions for every key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zerodoctor.errors import InputError
+from zerodoctor.setup.document import KINDS, ConfigDocument
+from zerodoctor.setup.json_reader import parse_json
+from zerodoctor.setup.python_reader import parse_python_config
+from zerodoctor.setup.yaml_reader import parse_yaml
+
+# Keys only a DeepSpeed config has at top level (config-json.md).
+DEEPSPEED_KEYS = {
+    "zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "fp16", "bf16", "amp",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "gradient_clipping", "steps_per_print",
+    "wall_clock_breakdown", "activation_checkpointing", "flops_profiler", "communication_data_type",
+    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "data_types", "checkpoint",
+}
+# Keys only the accelerate config file has.
+ACCELERATE_KEYS = {"compute_environment", "distributed_type", "deepspeed_config", "num_processes", "machine_rank",
+                   "main_training_function", "downcast_bf16", "num_machines", "use_cpu", "fsdp_config"}
+# Arguments that exist in LLaMA-Factory (model/data/finetuning args) but not in HF TrainingArguments.
+LLAMAFACTORY_KEYS = {"finetuning_type", "template", "cutoff_len", "lora_target", "quantization_bit",
+                     "dataset_dir", "preprocessing_num_workers", "stage", "lora_rank", "packing",
+                     "flash_attn", "quantization_method", "val_size", "plot_loss", "overwrite_cache"}
+HF_KEYS = {"output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+           "num_train_epochs", "max_steps", "save_strategy", "save_steps", "logging_steps", "bf16", "fp16",
+           "deepspeed", "gradient_checkpointing", "max_grad_norm", "lr_scheduler_type", "warmup_ratio",
+           "save_only_model", "model_name_or_path", "per_device_eval_batch_size"}
+MODEL_KEYS = {"model_type", "architectures", "hidden_size", "num_hidden_layers", "vocab_size", "text_config"}
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(str(path), "no such file", hint="check the path") from None
+    except IsADirectoryError:
+        raise InputError(str(path), "is a directory, not a config file") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror}") from None
+    if b"\x00" in raw[:8192]:
+        raise InputError(str(path), "is a binary file, not a config file")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(str(path), "is not valid UTF-8 text", line=line, hint="save the file as UTF-8") from None
+
+
+def detect_kind(path: Path, data: Any, text: str) -> str | None:
+    if path.suffix == ".py":
+        return "xtuner" if ("xtuner" in text or "mmengine" in text) else None
+    if not isinstance(data, dict):
+        return None
+    keys = set(data)
+    if keys & ACCELERATE_KEYS and ("distributed_type" in keys or "deepspeed_config" in keys or len(keys & ACCELERATE_KEYS) >= 2):
+        return "accelerate"
+    if keys & LLAMAFACTORY_KEYS:
+        return "llamafactory"
+    if keys & HF_KEYS and "zero_optimization" not in keys:
+        return "hf"
+    if keys & DEEPSPEED_KEYS:
+        return "deepspeed"
+    if keys & MODEL_KEYS and ("model_type" in keys or "architectures" in keys):
+        return "model"
+    return None
+
+
+def read_document(path: str | Path, kind: str | None = None) -> ConfigDocument:
+    """Parse `path`; raise InputError (file:line:col, what is wrong, what to do) on anything unreadable."""
+    p = Path(path)
+    text = _read_text(p)
+    symbols: dict[tuple[str, ...], str] = {}
+    duplicates: list = []
+    if p.suffix == ".py":
+        data, positions, symbols = parse_python_config(str(p), text)
+    elif p.suffix == ".json":
+        data, positions, duplicates = parse_json(str(p), text)
+    elif p.suffix in (".yaml", ".yml"):
+        data, positions, duplicates = parse_yaml(str(p), text)
+    else:
+        stripped = text.lstrip()
+        if stripped.startswith("{"):
+            data, positions, duplicates = parse_json(str(p), text)
+        else:
+            data, positions, duplicates = parse_yaml(str(p), text)
+    if kind is None:
+        kind = detect_kind(p, data, text)
+    if kind is None:
+        supported = "; ".join(f"{k}: {v}" for k, v in KINDS.items())
+        raise InputError(str(p), "cannot tell what kind of config this is",
+                         hint=f"supported kinds are {supported}; name it with --kind KIND if it is one of them")
+    if kind not in KINDS:
+        raise InputError(str(p), f"unknown kind {kind!r}", hint=f"use one of: {', '.join(KINDS)}")
+    if not isinstance(data, dict):
+        raise InputError(str(p), f"expected a mapping of settings at the top level, found {type(data).__name__}")
+    return ConfigDocument(path=p, kind=kind, data=data, positions=positions, text=text,
+                          duplicates=duplicates, symbols=symbols)
