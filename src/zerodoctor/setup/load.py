@@ -28,21 +28,17 @@ def _referenced_ds_config(doc: ConfigDocument) -> tuple[str, str] | None:
     return None
 
 
-def model_hidden_size(model_ref: str | None) -> int | None:
-    """The model's hidden size, for HF's hidden-size based "auto" values; None if the catalog does not know it.
+def resolve_model_quietly(model_ref: str | None) -> tuple[object | None, str | None]:
+    """(ModelSpec, None) if the catalog or a config.json knows the model, else (None, why not).
     Imported lazily: the catalog is the planner's, and lint must not pay for it when no model is named."""
     if not model_ref:
-        return None
+        return None, None
+    from zerodoctor.plan.models import resolve_model
+
     try:
-        from zerodoctor.plan.models import resolve_model
-    except ImportError:
-        return None
-    try:
-        spec = resolve_model(model_ref)
-    except ZeroDoctorError:
-        return None
-    hidden = getattr(getattr(spec, "params", None), "hidden_size", None)
-    return int(hidden) if hidden else None
+        return resolve_model(model_ref), None
+    except ZeroDoctorError as exc:
+        return None, str(exc)
 
 
 def load_setup(
@@ -54,6 +50,8 @@ def load_setup(
     world_size: int | None = None,
     num_nodes: int | None = None,
     gpus_per_node: int | None = None,
+    model: str | None = None,
+    dataset_samples: int | None = None,
 ) -> TrainingSetup:
     docs: list[ConfigDocument] = [read_document(p, kind) for p in paths]
     seen = {d.path.resolve() for d in docs}
@@ -74,11 +72,14 @@ def load_setup(
         except InputError:
             raise
         seen.add(found.resolve())
-    model_ref = None
-    for d in docs:
-        if d.kind in ("hf", "llamafactory") and isinstance(d.get("model_name_or_path"), str):
-            model_ref = d.get("model_name_or_path")
     setup = build_setup(docs, env=env, framework=framework, world_size=world_size, num_nodes=num_nodes,
-                        gpus_per_node=gpus_per_node, hidden_size=model_hidden_size(model_ref))
+                        gpus_per_node=gpus_per_node)
     setup.missing_references = missing
+    setup.dataset_samples = dataset_samples
+    if model:
+        setup.model_ref = model
+    spec, note = resolve_model_quietly(setup.model_ref)
+    if spec is not None:
+        setup.attach_model(spec)
+    setup.model_note = note
     return setup

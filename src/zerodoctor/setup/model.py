@@ -57,6 +57,21 @@ class TrainingSetup:
     model_ref: str | None = None
     device_map_evidence: Evidence | None = None
     missing_references: list[tuple[ConfigDocument, str, str]] = field(default_factory=list)  # (doc, key, path)
+    dataset_samples: int | None = None  # --samples: training examples per epoch, for step-count checks
+    model_spec: Any = None  # zerodoctor.plan.models.ModelSpec when the model is known (catalog or config.json)
+    model_note: str | None = None  # why the model is not known, when a model was named
+
+    def attach_model(self, spec: Any) -> None:
+        """Know the model: its size for memory rules and its hidden size for HF's bucket "auto" values."""
+        self.model_spec = spec
+        self.hidden_size = int(spec.params.hidden_size) if spec is not None else self.hidden_size
+        if self.ds_written is not None and self.args_doc is not None:
+            self.resolution = resolve_hf_auto(self.ds_written, self.args, world_size=self.world_size,
+                                              hidden_size=self.hidden_size, zero3=(self.zero_stage == 3))
+
+    @property
+    def total_params(self) -> int | None:
+        return int(self.model_spec.params.total) if self.model_spec is not None else None
 
     # ---- the DeepSpeed config -------------------------------------------------------------------------
     @property
@@ -151,6 +166,11 @@ class TrainingSetup:
             f["setup.zero3_init"] = self.zero3_init_flag()
         if self.ds_written is not None:
             f["setup.has_auto_values"] = _has_auto(self.ds_written)
+        if self.model_spec is not None:
+            p = self.model_spec.params
+            f["setup.model_type"] = self.model_spec.model_type
+            f["setup.is_moe"] = bool(p.is_moe)
+            f["setup.is_multimodal"] = bool(p.is_multimodal)
         if self.env is not None:
             f.update(self.env.facts())
         return f
@@ -243,6 +263,8 @@ def build_setup(
     if s.ds_written is not None and s.args_doc is not None:
         s.resolution = resolve_hf_auto(s.ds_written, s.args, world_size=s.world_size, hidden_size=hidden_size,
                                        zero3=(s.zero_stage == 3))
+    elif s.ds_written is not None and s.xtuner_doc is not None:
+        _resolve_xtuner_auto(s)
     _find_device_map(s)
     return s
 
@@ -312,6 +334,35 @@ def _truthy(v: Any) -> bool:
     if isinstance(v, str):
         return v.strip().lower() in ("true", "yes", "1", "on")
     return bool(v)
+
+
+# What `xtuner train` writes into the DeepSpeed config before deepspeed.initialize (xtuner/tools/train.py;
+# docs/framework-facts.md d.2): only these "auto" keys are filled, MMEngine's values win over concrete ones.
+XTUNER_FILLS = {"gradient_accumulation_steps": ("optim_wrapper", "accumulative_counts"),
+                "train_micro_batch_size_per_gpu": ("train_dataloader", "batch_size"),
+                "gradient_clipping": ("optim_wrapper", "clip_grad", "max_norm")}
+
+
+def _resolve_xtuner_auto(s: TrainingSetup) -> None:
+    doc = s.xtuner_doc
+    assert doc is not None and s.ds_written is not None
+    import copy
+
+    cfg = copy.deepcopy(s.ds_written)
+    res = AutoResolution(cfg)
+    for ds_key, path in XTUNER_FILLS.items():
+        value = doc.get(path)
+        if ds_key == "gradient_clipping" and value is None:
+            value = 1.0 if doc.get(("optim_wrapper", "clip_grad")) is not None else None
+        if isinstance(value, Symbol):
+            value = None
+        if value is None:
+            if isinstance(cfg.get(ds_key), str) and cfg[ds_key].strip().lower() == "auto":
+                res.unresolved.append(ds_key)
+            continue
+        cfg[ds_key] = value  # MMEngine wins, "auto" or not
+        res.filled[ds_key] = (value, ".".join(path))
+    s.resolution = res
 
 
 def _read_xtuner(s: TrainingSetup) -> None:

@@ -21,14 +21,16 @@ DEEPSPEED_KEYS = {
 # Keys only the accelerate config file has.
 ACCELERATE_KEYS = {"compute_environment", "distributed_type", "deepspeed_config", "num_processes", "machine_rank",
                    "main_training_function", "downcast_bf16", "num_machines", "use_cpu", "fsdp_config"}
-# Arguments that exist in LLaMA-Factory (model/data/finetuning args) but not in HF TrainingArguments.
+# Arguments only LLaMA-Factory has (its model/data/finetuning args). Generic names that TRL or the HF example
+# scripts also use (packing, preprocessing_num_workers, overwrite_cache, lora_r...) do not count.
 LLAMAFACTORY_KEYS = {"finetuning_type", "template", "cutoff_len", "lora_target", "quantization_bit",
-                     "dataset_dir", "preprocessing_num_workers", "stage", "lora_rank", "packing",
-                     "flash_attn", "quantization_method", "val_size", "plot_loss", "overwrite_cache"}
-HF_KEYS = {"output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
-           "num_train_epochs", "max_steps", "save_strategy", "save_steps", "logging_steps", "bf16", "fp16",
-           "deepspeed", "gradient_checkpointing", "max_grad_norm", "lr_scheduler_type", "warmup_ratio",
-           "save_only_model", "model_name_or_path", "per_device_eval_batch_size"}
+                     "dataset_dir", "quantization_method", "plot_loss"}
+LLAMAFACTORY_STAGES = {"pt", "sft", "rm", "ppo", "dpo", "kto"}
+# TrainingArguments names a DeepSpeed config never has (gradient_accumulation_steps, fp16 and bf16 exist in
+# both, so they do not decide).
+HF_KEYS = {"output_dir", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps",
+           "save_strategy", "save_steps", "logging_steps", "deepspeed", "gradient_checkpointing", "max_grad_norm",
+           "lr_scheduler_type", "warmup_ratio", "save_only_model", "model_name_or_path", "per_device_eval_batch_size"}
 MODEL_KEYS = {"model_type", "architectures", "hidden_size", "num_hidden_layers", "vocab_size", "text_config"}
 
 
@@ -58,12 +60,13 @@ def detect_kind(path: Path, data: Any, text: str) -> str | None:
     keys = set(data)
     if keys & ACCELERATE_KEYS and ("distributed_type" in keys or "deepspeed_config" in keys or len(keys & ACCELERATE_KEYS) >= 2):
         return "accelerate"
-    if keys & LLAMAFACTORY_KEYS:
+    if keys & LLAMAFACTORY_KEYS or (str(data.get("stage", "")).lower() in LLAMAFACTORY_STAGES and "finetuning_type" in keys):
         return "llamafactory"
-    if keys & HF_KEYS and "zero_optimization" not in keys:
-        return "hf"
-    if keys & DEEPSPEED_KEYS:
+    ds_blocks = any(isinstance(data.get(k), dict) for k in ("fp16", "bf16", "bfloat16"))
+    if (keys & DEEPSPEED_KEYS - {"fp16", "bf16"}) or ds_blocks:
         return "deepspeed"
+    if keys & HF_KEYS:
+        return "hf"
     if keys & MODEL_KEYS and ("model_type" in keys or "architectures" in keys):
         return "model"
     return None

@@ -1,0 +1,63 @@
+"""Run the rules over a TrainingSetup. Rules are independent; a rule that crashes is a zerodoctor bug and is
+reported as such (an internal-error finding), never silently skipped and never taking the other rules down."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable
+
+from zerodoctor.findings import Evidence, Finding, Severity, sort_findings
+from zerodoctor.lint.rule import Rule
+from zerodoctor.lint.rules import RULES
+from zerodoctor.setup.model import TrainingSetup
+
+
+class RuleCrash(Exception):
+    """A rule raised: a bug in zerodoctor. Carries the rule code and the traceback text."""
+
+
+def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
+    wanted = {s.upper() for s in select} if select else None
+    skip = {s.upper() for s in ignore or ()}
+    out = []
+    for code, module in RULES.items():
+        rule: Rule = module.RULE
+        names = {code.upper(), rule.name.upper()}
+        if wanted is not None and not (names & wanted or any(code.startswith(w) for w in wanted)):
+            continue
+        if names & skip or any(code.startswith(s) for s in skip):
+            continue
+        out.append(rule)
+    return out
+
+
+def lint_setup(setup: TrainingSetup, rules: list[Rule] | None = None) -> list[Finding]:
+    findings: list[Finding] = []
+    for rule in rules if rules is not None else select_rules():
+        try:
+            findings.extend(rule.check(setup))
+        except Exception as exc:  # a rule bug must be visible, not fatal to the other rules
+            raise RuleCrash(f"rule {rule.code} crashed: {exc!r}\n{traceback.format_exc()}") from exc
+    return sort_findings(findings)
+
+
+def setup_notes(setup: TrainingSetup) -> list[Finding]:
+    """What zerodoctor could not follow (a DeepSpeed JSON that a config names but that is not on disk)."""
+    notes = []
+    for doc, key, target in setup.missing_references:
+        notes.append(
+            Finding(
+                id="ZD001",
+                name="setup.missing-reference",
+                severity=Severity.WARNING,
+                title="A file the config names was not found",
+                message=(
+                    f"{key} names {target!r}, which is not next to {doc.display}, in its parent folders or in "
+                    "the current folder, so the DeepSpeed config it points at was not checked. Pass the "
+                    "DeepSpeed JSON as another argument to lint it with these settings."
+                ),
+                evidence=(doc.evidence(tuple(key.split("."))),),
+                source="lint",
+            )
+        )
+    return notes

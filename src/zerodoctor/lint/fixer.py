@@ -1,0 +1,191 @@
+"""`lint --fix`: apply the rules' patches to a corrected copy of each file (or in place, after a backup).
+
+Only the keys a fix names change; every other key, the key order, number spellings such as `5e8` (JSON)
+and comments (YAML, through ruamel.yaml's round-trip mode) are kept. A fix is applied only when its rule
+marks it safe, or with `--unsafe-fixes`. Python (XTuner) configs are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zerodoctor.errors import InputError
+from zerodoctor.findings import Finding
+from zerodoctor.lint.rules import RULES
+from zerodoctor.setup.deepspeed_config import ACCELERATE_TO_DS, spelled
+from zerodoctor.setup.document import ConfigDocument
+from zerodoctor.setup.model import TrainingSetup
+
+_REMOVE = object()
+
+
+@dataclass(frozen=True)
+class Change:
+    file: str
+    key: str
+    old: Any
+    new: Any  # None: the key is removed
+    rule: str
+    removed: bool = False
+
+    def describe(self) -> str:
+        if self.removed:
+            return f"{self.file}: {self.rule}: removed {self.key} (was {json.dumps(self.old, default=str)})"
+        return f"{self.file}: {self.rule}: {self.key}: {json.dumps(self.old, default=str)} -> {json.dumps(self.new, default=str)}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rule: str
+    reason: str
+
+
+def _target_doc(setup: TrainingSetup, target: str | None, key: str) -> tuple[ConfigDocument | None, str | None]:
+    if target == "deepspeed":
+        if setup.ds_doc is not None:
+            return setup.ds_doc, spelled(setup.ds_doc.data, key)
+        if setup.ds_from_accelerate_plugin and setup.accelerate_doc is not None:
+            for acc, ds in ACCELERATE_TO_DS.items():
+                if ds == key:
+                    return setup.accelerate_doc, f"deepspeed_config.{acc}"
+        return None, None
+    if target in ("hf", "llamafactory"):
+        return setup.args_doc, key
+    if target == "accelerate":
+        return setup.accelerate_doc, key
+    return None, None
+
+
+def plan_fixes(setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = False) -> tuple[list[Change], list[Skipped]]:
+    changes: list[Change] = []
+    skipped: list[Skipped] = []
+    taken: dict[tuple[str, str], Any] = {}
+    for f in findings:
+        module = RULES.get(f.id)
+        safety = module.RULE.fix_safety if module else None
+        patch_fix = next((fx for fx in f.fixes if fx.patch), None)
+        if patch_fix is None or safety is None:
+            continue
+        if safety == "unsafe" and not unsafe:
+            skipped.append(Skipped(f.id, "its fix changes training behaviour; pass --unsafe-fixes to apply it"))
+            continue
+        for key, value in (patch_fix.patch or {}).items():
+            doc, file_key = _target_doc(setup, patch_fix.target, key)
+            if doc is None or file_key is None:
+                skipped.append(Skipped(f.id, f"no file to change for {key}"))
+                continue
+            if doc.kind == "xtuner":
+                skipped.append(Skipped(f.id, f"{doc.display} is a Python config; edit {file_key} by hand"))
+                continue
+            slot = (str(doc.path), file_key)
+            if slot in taken:
+                if taken[slot] != value:
+                    skipped.append(Skipped(f.id, f"{file_key} is already changed by another fix"))
+                continue
+            taken[slot] = value
+            old = doc.get(tuple(file_key.split(".")))
+            if old == value and value is not None:
+                continue
+            if value is None and not doc.has(tuple(file_key.split("."))):
+                continue
+            changes.append(Change(doc.display, file_key, old, value, f.id, removed=value is None))
+    return changes, skipped
+
+
+# ---- JSON that keeps number spellings ------------------------------------------------------------------
+
+class _Num(str):
+    """A JSON number kept as the user wrote it (5e8 stays 5e8)."""
+
+
+def _dump_json(value: Any, indent: int, level: int = 0) -> str:
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump_json(v, indent, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        if all(not isinstance(v, dict | list) for v in value):
+            return "[" + ", ".join(_dump_json(v, indent, level + 1) for v in value) + "]"
+        return "[\n" + ",\n".join(inner + _dump_json(v, indent, level + 1) for v in value) + f"\n{pad}]"
+    if isinstance(value, _Num):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _set(node: dict[str, Any], keys: list[str], value: Any, make: Any = dict) -> None:
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = make()
+        node = node[k]
+    if value is _REMOVE:
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
+
+
+def _fix_json(doc: ConfigDocument, changes: list[Change]) -> str:
+    data = json.loads(doc.text, parse_float=_Num, parse_int=_Num)
+    for c in changes:
+        _set(data, c.key.split("."), _REMOVE if c.removed else c.new)
+    m = re.search(r"\n([ \t]+)\S", doc.text)
+    indent = len(m.group(1).replace("\t", "    ")) if m else 2
+    return _dump_json(data, indent) + "\n"
+
+
+def _fix_yaml(doc: ConfigDocument, changes: list[Change]) -> str:
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()  # round-trip: comments, order and quoting are kept
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    data = yaml.load(doc.text)
+    for c in changes:
+        _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=CommentedMap)
+    buf = io.StringIO()
+    yaml.dump(data, buf)
+    return buf.getvalue()
+
+
+def _free_path(path: Path) -> Path:
+    if not path.exists():
+        return path
+    for i in range(2, 1000):
+        candidate = path.with_name(f"{path.stem}.{i}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise InputError(str(path), "too many earlier copies next to this file", hint="remove old .fixed/.bak copies")
+
+
+def write_fixes(setup: TrainingSetup, changes: list[Change], *, in_place: bool = False) -> list[tuple[Path, Path | None]]:
+    """Write each changed file; returns (written path, backup path or None). Never overwrites a user file
+    without a backup, never overwrites an earlier copy."""
+    by_file: dict[str, list[Change]] = {}
+    for c in changes:
+        by_file.setdefault(c.file, []).append(c)
+    written: list[tuple[Path, Path | None]] = []
+    for doc in setup.documents:
+        todo = by_file.get(doc.display)
+        if not todo:
+            continue
+        text = _fix_json(doc, todo) if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{") else _fix_yaml(doc, todo)
+        if in_place:
+            backup = _free_path(doc.path.with_name(doc.path.name + ".bak"))
+            backup.write_bytes(doc.path.read_bytes())
+            doc.path.write_text(text, encoding="utf-8")
+            written.append((doc.path, backup))
+        else:
+            target = _free_path(doc.path.with_name(f"{doc.path.stem}.fixed{doc.path.suffix}"))
+            target.write_text(text, encoding="utf-8")
+            written.append((target, None))
+    return written

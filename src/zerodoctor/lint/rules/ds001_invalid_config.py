@@ -1,0 +1,235 @@
+"""DS001 deepspeed.invalid-config: keys and values DeepSpeed rejects, or silently ignores.
+
+Why it matters: DeepSpeed validates `zero_optimization` and its offload blocks with pydantic models that
+forbid unknown keys, so a misspelt key (`stage3_gather_16bit_weight_on_model_save`) stops the job at
+`deepspeed.initialize`, after the model has loaded on every rank. Unknown *top-level* keys are ignored
+silently: `"zero_optimisation": {...}` trains with ZeRO disabled. Duplicate keys are rejected
+(`dict_raise_error_on_duplicate_keys`). Bucket sizes must be integers: pydantic v2 accepts `5e8` (an exact
+float) but not `14745599.999` (what `0.9 * hidden**2` gives; accelerate PR #2814) nor the string `"5e8"`.
+`"auto"` is only a placeholder that HF Trainer / accelerate fill for a fixed set of keys; anywhere else it
+reaches DeepSpeed unchanged.
+
+Example (fails):
+
+    {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 14745599.999}}
+
+Use instead:
+
+    {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 14745600}}
+
+Without DeepSpeed installed, zerodoctor checks the keys and types that decide memory and correctness
+(the lists below are DeepSpeed 0.19.8's models); with `--deepspeed-validate`, DeepSpeed's own config
+models judge the whole file. Fix: not automatic (a typo's intended key is a guess).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from typing import Any
+
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.lint.rule import Rule
+from zerodoctor.lint.rules._common import HF_FILLABLE_AUTO, fillable_auto_keys, is_auto
+from zerodoctor.setup.deepspeed_config import ZERO_ALIASES
+from zerodoctor.setup.model import TrainingSetup
+
+# DeepSpeedZeroConfig fields and aliases (DeepSpeed 0.19.8, runtime/zero/config.py; extra="forbid").
+ZERO_KEYS = {
+    "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "compute_grad_norm",
+    "contiguous_gradients", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory",
+    "elastic_checkpoint", "enable_sanity_checks", "gather_16bit_weights_on_model_save",
+    "ignore_unused_parameters", "leaf_module", "legacy_stage1", "load_from_fp32_weights",
+    "log_trace_cache_warnings", "max_live_parameters", "max_reuse_distance", "memory_efficient_linear",
+    "model_persistence_threshold", "module_granularity_threshold", "offload_optimizer", "offload_param",
+    "overlap_comm", "override_module_apply", "param_persistence_threshold", "parameter_alignment",
+    "pipeline_loading_checkpoint", "prefetch_bucket_size", "reduce_bucket_size", "reduce_scatter",
+    "round_robin_gradients", "save_muon_momentum_buffer_in_memory", "stage", "stage3_allgather_sequential",
+    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+    "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_model_persistence_threshold",
+    "stage3_module_granularity_threshold", "stage3_param_persistence_threshold", "stage3_prefetch_bucket_size",
+    "stage3_use_all_reduce_for_fetch_params", "sub_group_size", "use_all_reduce_for_fetch_params",
+    "use_multi_rank_bucket_allreduce", "zenflow", "zero_hpz_partition_size", "zero_quantized_gradients",
+    "zero_quantized_nontrainable_weights", "zero_quantized_weights",
+}
+OFFLOAD_OPTIMIZER_KEYS = {"buffer_count", "cpuadam_cores_perc", "device", "fast_init", "nvme_path", "pin_memory",
+                          "pipeline_read", "pipeline_write", "ratio", "super_offload", "pipeline"}
+OFFLOAD_PARAM_KEYS = {"buffer_count", "buffer_size", "device", "max_in_cpu", "nvme_path", "pin_memory"}
+# Top-level keys DeepSpeed reads (docs/_pages/config-json.md and runtime/constants.py). Others are ignored,
+# so only near-misses of these are reported (an unrelated extra key is harmless).
+TOP_KEYS = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "fp16", "bf16", "bfloat16", "amp", "gradient_clipping", "zero_optimization",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "steps_per_print", "wall_clock_breakdown",
+    "dump_state", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
+    "comms_logger", "aio", "checkpoint", "data_types", "elasticity", "autotuning", "compression_training",
+    "data_efficiency", "curriculum_learning", "sparse_attention", "pipeline", "memory_breakdown",
+    "torch_autocast", "compile", "timers", "tensor_parallel", "sequence_parallel_size", "hybrid_engine",
+    "weight_quantization", "nebula", "dataloader_drop_last", "disable_allgather", "seq_parallel_communication_data_type",
+    "gradient_allreduce_op", "eigenvalue", "quantize_training", "progressive_layer_drop", "fp8",
+}
+INT_KEYS = {
+    "zero_optimization.stage", "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
+    "zero_optimization.sub_group_size", "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_max_live_parameters",
+    "zero_optimization.stage3_max_reuse_distance", "zero_optimization.stage3_model_persistence_threshold",
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size",
+    "zero_optimization.offload_param.max_in_cpu", "zero_optimization.offload_optimizer.buffer_count",
+}
+BOOL_KEYS = {
+    "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.reduce_scatter",
+    "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+}
+DEVICES = ("none", "cpu", "nvme")
+
+REFS = ("deepspeedai/DeepSpeed#1270", "huggingface/accelerate#2814")
+
+
+# What pydantic v2 (lax mode) accepts for a bool field, so we flag exactly what DeepSpeed rejects.
+_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+
+
+def _pydantic_bool(value: Any) -> bool:
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return value in (0, 1)
+    if isinstance(value, float):
+        return value in (0.0, 1.0)
+    return isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS
+
+
+def _close(name: str, options: set[str]) -> str | None:
+    match = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.8)
+    return match[0] if match else None
+
+
+def _walk(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            yield key, v
+            yield from _walk(v, key + ".")
+
+
+def _canonical_key(dotted: str) -> str:
+    parts = dotted.split(".")
+    if parts[0] == "bfloat16":
+        parts[0] = "bf16"
+    if parts[0] == "zero_optimization" and len(parts) > 1:
+        parts[1] = ZERO_ALIASES.get(parts[1], parts[1])
+    return ".".join(parts)
+
+
+def check(setup: TrainingSetup) -> Iterator[Finding]:
+    doc = setup.ds_doc
+    if doc is None:
+        return
+    data = doc.data
+    for path, pos in doc.duplicates:
+        yield RULE.finding(
+            f"`{'.'.join(path)}` appears twice; DeepSpeed refuses configs with duplicate keys "
+            "(ValueError from dict_raise_error_on_duplicate_keys). Keep one of them.",
+            evidence=[Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path))],
+        )
+    for key in data:
+        if key not in TOP_KEYS:
+            near = _close(key, TOP_KEYS)
+            if near:
+                yield RULE.finding(
+                    f"Top-level key `{key}` is not a DeepSpeed setting, and DeepSpeed ignores unknown top-level "
+                    f"keys silently: did you mean `{near}`? As written, `{near}` keeps its default.",
+                    evidence=[doc.evidence((key,))], severity=Severity.WARNING,
+                    fixes=[Fix(f"Rename `{key}` to `{near}`.")],
+                )
+    zero = data.get("zero_optimization")
+    if zero is not None and not isinstance(zero, dict):
+        yield RULE.finding("`zero_optimization` must be an object.", evidence=[doc.evidence(("zero_optimization",))])
+        zero = None
+    for block, allowed, label in (
+        (zero, ZERO_KEYS, "zero_optimization"),
+        ((zero or {}).get("offload_optimizer"), OFFLOAD_OPTIMIZER_KEYS, "zero_optimization.offload_optimizer"),
+        ((zero or {}).get("offload_param"), OFFLOAD_PARAM_KEYS, "zero_optimization.offload_param"),
+    ):
+        if not isinstance(block, dict):
+            continue
+        for key in block:
+            if key not in allowed:
+                near = _close(key, allowed)
+                hint = f" Did you mean `{near}`?" if near else ""
+                yield RULE.finding(
+                    f"`{label}` has no setting `{key}`; DeepSpeed's config model forbids unknown keys here, so "
+                    f"`deepspeed.initialize` fails with a pydantic 'Extra inputs are not permitted' error.{hint}",
+                    evidence=[doc.evidence((*label.split("."), key))],
+                    fixes=[Fix(f"Rename `{key}` to `{near}`." if near else f"Remove `{key}`.")],
+                )
+    fillable = fillable_auto_keys(setup.framework)
+    for dotted, value in _walk(data):
+        canon = _canonical_key(dotted)
+        path = tuple(dotted.split("."))
+        if is_auto(value):
+            # "auto" in a key nobody fills reaches DeepSpeed as a string. (Whether "auto" is acceptable at all
+            # without HF integration is DS004's question.)
+            # (Without any framework that fills "auto", DS004 reports every "auto" at once.)
+            if fillable is None and canon not in HF_FILLABLE_AUTO or fillable and canon not in fillable:
+                who = "xtuner train only fills" if setup.framework == "xtuner" else "HF Trainer and accelerate only fill"
+                yield RULE.finding(
+                    f"`{dotted}` is \"auto\", but {who} \"auto\" for "
+                    + ("gradient accumulation, micro batch size, clipping and fp16/bf16"
+                       if setup.framework == "xtuner" else
+                       "batch sizes, clipping, fp16/bf16, optimizer/scheduler params and the three hidden-size based "
+                       "ZeRO keys")
+                    + "; here DeepSpeed receives the string and rejects it.",
+                    evidence=[doc.evidence(path)], fixes=[Fix(f"Give `{dotted}` a concrete value.")],
+                )
+            continue
+        if canon in INT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
+                what = f"the string {value!r}" if isinstance(value, str) else repr(value)
+                exact = ""
+                if isinstance(value, float):
+                    exact = f" Use {int(round(value))}."
+                elif isinstance(value, str):
+                    try:
+                        f = float(value)
+                        exact = f" Write it as a number: {int(f)}." if f.is_integer() else ""
+                    except ValueError:
+                        pass
+                yield RULE.finding(
+                    f"`{dotted}` must be an integer, got {what}; DeepSpeed's pydantic model rejects it.{exact}",
+                    evidence=[doc.evidence(path)],
+                )
+        elif canon in BOOL_KEYS and not _pydantic_bool(value):
+            yield RULE.finding(
+                f"`{dotted}` must be true or false, got {value!r}; DeepSpeed's pydantic model rejects it.",
+                evidence=[doc.evidence(path)],
+                fixes=[Fix(f"Write `{dotted}` as a JSON boolean (true / false).")],
+            )
+    if isinstance(zero, dict):
+        stage = zero.get("stage", 0)
+        if not is_auto(stage) and isinstance(stage, int | float) and not isinstance(stage, bool) and stage not in (0, 1, 2, 3):
+            yield RULE.finding(f"`zero_optimization.stage` is {stage!r}; ZeRO stages are 0, 1, 2 and 3.",
+                               evidence=[doc.evidence(("zero_optimization", "stage"))])
+        for part in ("offload_optimizer", "offload_param"):
+            block = zero.get(part)
+            if isinstance(block, dict) and "device" in block:
+                dev = block["device"]
+                if not (isinstance(dev, str) and dev.strip().lower() in DEVICES) and dev is not None:
+                    yield RULE.finding(
+                        f"`zero_optimization.{part}.device` is {dev!r}; DeepSpeed accepts \"none\", \"cpu\" or \"nvme\".",
+                        evidence=[doc.evidence(("zero_optimization", part, "device"))],
+                    )
+
+
+RULE = Rule(
+    code="DS001",
+    name="deepspeed.invalid-config",
+    title="DeepSpeed config key or value that DeepSpeed rejects or ignores",
+    severity=Severity.ERROR,
+    references=REFS,
+    check=check,
+)

@@ -1,0 +1,60 @@
+"""DS007 deepspeed.z3-save-without-16bit-gather: ZeRO-3 saves that do not produce usable weights.
+
+Why it matters: under ZeRO-3 every rank holds only a shard of each parameter. With
+`stage3_gather_16bit_weights_on_model_save: false` (DeepSpeed's default; accelerate `zero3_save_16bit_model:
+false`), HF Trainer's `save_model` cannot build a state dict and saves a full DeepSpeed checkpoint instead
+("stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead, use zero_to_fp32.py to
+recover weights"): the output folder has no `model.safetensors`, and `from_pretrained` fails or loads
+`torch.Size([0])` tensors until you run `zero_to_fp32.py` (host RAM about 4 bytes per parameter, one process).
+It also means `save_only_model` does not skip optimizer states (see HF002).
+
+Example (weights not loadable after training):
+
+    {"zero_optimization": {"stage": 3}}
+
+Use instead: `"stage3_gather_16bit_weights_on_model_save": true` (the fix, safe for correctness; for very large
+models weigh rank-0 host RAM, DS008), or keep it off on purpose and plan the zero_to_fp32 conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from zerodoctor.findings import Finding, Fix, Severity
+from zerodoctor.lint.rule import Rule
+from zerodoctor.lint.rules._common import truthy
+from zerodoctor.setup.model import TrainingSetup
+
+KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+
+
+def check(setup: TrainingSetup) -> Iterator[Finding]:
+    if setup.ds_written is None or setup.zero_stage != 3:
+        return
+    gather = truthy(setup.ds_flat().get(KEY))
+    if gather is not False:
+        return
+    explicit = setup.ds_written_value(KEY) is not None
+    where = setup.ds_evidence(KEY) if explicit else setup.ds_evidence("zero_optimization")
+    how = "is false" if explicit else "is not set (DeepSpeed's default is false)"
+    yield RULE.finding(
+        f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded DeepSpeed "
+        "checkpoint instead of model weights, so the result cannot be loaded with from_pretrained until "
+        "zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter).",
+        evidence=[where],
+        fixes=[Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
+               Fix("Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>")],
+        severity=Severity.WARNING,
+    )
+
+
+RULE = Rule(
+    code="DS007",
+    name="deepspeed.z3-save-without-16bit-gather",
+    title="ZeRO-3 save without 16-bit gather: weights need zero_to_fp32",
+    severity=Severity.WARNING,
+    references=("huggingface/transformers#20082", "deepspeedai/DeepSpeed#2413", "hiyouga/LlamaFactory#253",
+                "huggingface/peft#453"),
+    check=check,
+    fix_safety="safe",
+)

@@ -1,0 +1,65 @@
+"""DS008 deepspeed.z3-16bit-gather-host-ram: the 16-bit gather at save lands the whole model on rank 0's host.
+
+Why it matters: with `stage3_gather_16bit_weights_on_model_save: true`, HF Trainer's save calls
+`_zero3_consolidated_16bit_state_dict()`, which gathers the model module by module and copies every tensor
+to rank 0's CPU (DeepSpeed PR #893's design), without excluding frozen parameters, so LoRA runs gather the
+whole base model too. Rank 0's host therefore grows by about 2 bytes per parameter at every save, on top of
+everything the node already holds (offloaded optimizer states, the other ranks): DeepSeek-Coder-V2 236B needs
+about 472 GB extra on node 0 (failures.md A5; transformers#21482: "they have to consolidate it first on cpu
+and that's where there might not be enough of memory").
+
+Fixes: save adapters only for LoRA, keep gather off and convert offline with `zero_to_fp32.py`, or give node 0
+the RAM. Reported as information when the model is large and the host size unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.lint.rule import Rule
+from zerodoctor.lint.rules._common import gib, truthy
+from zerodoctor.setup.model import TrainingSetup
+
+KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+BYTES_16BIT = 2
+LARGE_GATHER = 100 * 2**30  # above this a rank-0 spike is worth knowing about even without host facts
+
+
+def check(setup: TrainingSetup) -> Iterator[Finding]:
+    if setup.ds_written is None or setup.zero_stage != 3 or setup.total_params is None:
+        return
+    if truthy(setup.ds_flat().get(KEY)) is not True:
+        return
+    spike = setup.total_params * BYTES_16BIT
+    ram = setup.facts().get("env.host_ram_bytes")
+    fixes = [Fix("Turn the gather off and convert offline: python zero_to_fp32.py <ckpt> <out>", target="deepspeed",
+                 patch={KEY: False})]
+    if setup.method in ("lora", "qlora"):
+        fixes.insert(0, Fix("Save only the adapters (the base model is unchanged)"))
+    ev = [setup.ds_evidence(KEY)]
+    if ram and spike > 0.5 * ram:
+        ev.append(Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram)))
+        yield RULE.finding(
+            f"Each save gathers the 16-bit model onto rank 0's host: about {gib(spike)} for "
+            f"{setup.total_params / 1e9:,.1f}B parameters, on a node with {gib(ram)} that also holds the running job. "
+            "Expect a host OOM kill (exitcode -9) or a stall at the first save.",
+            evidence=ev, fixes=fixes, severity=Severity.ERROR if spike > ram else Severity.WARNING,
+        )
+    elif spike >= LARGE_GATHER:
+        yield RULE.finding(
+            f"Each save gathers the 16-bit model onto rank 0's host: about {gib(spike)} for "
+            f"{setup.total_params / 1e9:,.1f}B parameters, on top of the node's training state. Check node 0's RAM "
+            "(give --env from a node to compare).",
+            evidence=ev, fixes=fixes, severity=Severity.INFO,
+        )
+
+
+RULE = Rule(
+    code="DS008",
+    name="deepspeed.z3-16bit-gather-host-ram",
+    title="ZeRO-3 16-bit gather at save vs rank-0 host RAM",
+    severity=Severity.WARNING,
+    references=("huggingface/transformers#21482", "hiyouga/LlamaFactory#7532", "deepspeedai/DeepSpeed#893"),
+    check=check,
+)

@@ -1,0 +1,61 @@
+"""DS009 deepspeed.offload-client-optimizer: ZeRO-Offload with an optimizer DeepSpeed did not build.
+
+Why it matters: since DeepSpeed 0.8.3 (PR #2971), `deepspeed.initialize` raises "ZeRORuntimeException: You are
+using ZeRO-Offload with a client provided optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases
+will yield poor performance..." when `offload_optimizer` is on, the config has no `optimizer` block, the
+script passes its own optimizer, and `zero_force_ds_cpu_optimizer` is true (the default).
+
+What frameworks do for you: HF Trainer and LLaMA-Factory go through accelerate, which swaps a torch optimizer
+for `DeepSpeedCPUAdam` when optimizer offload is on (accelerate `accelerator.py` prepare_deepspeed), so they
+are not reported. XTuner/mmengine pass the config's torch AdamW straight to `deepspeed.initialize`; XTuner's own
+offload JSON sets `"zero_force_ds_cpu_optimizer": false` for that reason (it then runs torch AdamW on CPU
+tensors). A plain DeepSpeed script with its own optimizer hits the exception.
+
+Fix (safe): an `"optimizer": {"type": "AdamW", ...}` block, so DeepSpeed builds DeepSpeedCPUAdam; or
+`"zero_force_ds_cpu_optimizer": false` (slow CPU step with a GPU optimizer class; bnb 8-bit optimizers will
+not work with offload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from zerodoctor.findings import Finding, Fix, Severity
+from zerodoctor.lint.rule import Rule
+from zerodoctor.lint.rules._common import offload_device, truthy
+from zerodoctor.setup.model import TrainingSetup
+
+
+def check(setup: TrainingSetup) -> Iterator[Finding]:
+    if setup.ds_written is None or offload_device(setup, "optimizer") == "none":
+        return
+    if setup.framework not in ("deepspeed", "xtuner"):
+        return  # accelerate converts the optimizer; unknown launcher: no verdict
+    if isinstance(setup.ds_written.get("optimizer"), dict):
+        return
+    if truthy(setup.ds_flat().get("zero_force_ds_cpu_optimizer")) is False:
+        return
+    who = "XTuner passes the config's optimizer (torch AdamW)" if setup.framework == "xtuner" else \
+        "the training script must pass its own optimizer"
+    yield RULE.finding(
+        f"Optimizer offload is on and the DeepSpeed config has no optimizer block, so {who} to deepspeed.initialize, "
+        "which raises 'ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer' "
+        "(zero_force_ds_cpu_optimizer defaults to true).",
+        evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device")],
+        fixes=[Fix("Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam", target="deepspeed",
+                   patch={"optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.0}}}),
+               Fix("Or allow the client optimizer (slow CPU step)", target="deepspeed",
+                   patch={"zero_force_ds_cpu_optimizer": False})],
+        severity=Severity.ERROR if setup.framework == "xtuner" else Severity.WARNING,
+    )
+
+
+RULE = Rule(
+    code="DS009",
+    name="deepspeed.offload-client-optimizer",
+    title="ZeRO-Offload with a client optimizer",
+    severity=Severity.ERROR,
+    references=("bitsandbytes-foundation/bitsandbytes#596", "OpenMOSS/MOSS#272", "OptimalScale/LMFlow#693"),
+    check=check,
+    fix_safety="safe",
+)

@@ -1,0 +1,1053 @@
+"""Model shapes for the memory planner: resolve `--model` and count parameters exactly, offline.
+
+`--model` is either a path to a Hugging Face `config.json` (or a directory holding one), a slug of the
+bundled catalog (`llama-3.1-8b`), or a hub id (`meta-llama/Llama-3.1-8B-Instruct`, case-insensitive; a
+local path such as `/models/Yi-34B-200K` that does not exist here is matched by its basename). The catalog
+is data: one real `config.json` per model under `catalog/`, plus a `_zerodoctor` key with the hub ids,
+display name and where the numbers were checked.
+
+Why count analytically instead of building the model:
+
+* The planner must start in well under a second, so this module never imports torch or transformers
+  (checked by a test). Building Llama-3.1-405B on the meta device costs about 3 s per process
+  (memory.md §17).
+* Architectures that need remote code (MiniCPM-V) can only be counted analytically: zerodoctor never
+  sets `trust_remote_code` and never touches the network.
+
+The analytic counts reproduce what transformers 5.23 builds, module by module. `tests/plan/test_models.py`
+holds them equal to the meta-device build (`from_config` under `torch.device("meta")`) for every catalog
+entry whose architecture transformers knows, so the arithmetic cannot drift silently.
+
+Two traps that these counts avoid (memory.md §2.1, §17):
+
+* Tied embeddings are one tensor. A model built on the meta device (`init_empty_weights` + `from_config`)
+  can have its input and output embeddings untied -- counted twice -- until `tie_weights()` runs (seen with
+  Gemma-2, whose `tie_word_embeddings` is true). Deduplicating by `data_ptr()` does not help either: on
+  the meta device every pointer is 0. Here a tied `lm_head` contributes 0 to the total but still counts
+  as a module of V x h for the largest-module figure, exactly like DeepSpeed's `largest_layer_params`.
+* "Largest layer" means DeepSpeed's definition (largest single module's own parameters,
+  `recurse=False`), which sizes ZeRO-3's gathered-parameter term, not accelerate's "largest decoder
+  block". Transformers 5 stores all experts of a MoE layer as one fused module (`MixtralExperts`,
+  `DeepseekV2Experts`: 3-D `gate_up_proj` and `down_proj` tensors), so for Mixtral and DeepSeek-V2 the
+  largest module is a layer's experts block, not `lm_head`. With transformers 4.x (one `nn.Linear` per
+  expert) it was `lm_head`/`embed_tokens`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from zerodoctor.errors import PlanError
+
+CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+"""Bundled `config.json` copies, one `<slug>.json` per model (listed in pyproject package-data)."""
+
+CATALOG_META_KEY = "_zerodoctor"
+"""Top-level key of a catalog file that holds zerodoctor's own metadata, not part of the HF config."""
+
+LORA_ALL_LINEAR = "all-linear"
+"""PEFT's shorthand: every `nn.Linear` except the output layer (`lm_head`)."""
+
+# Component names used in `ModuleShape.component`.
+TEXT = "text"
+VISION = "vision"
+PROJECTOR = "projector"
+
+# Module kinds. Only LINEAR modules are `nn.Linear` (what PEFT's LoRA can wrap by name).
+LINEAR = "linear"
+EMBEDDING = "embedding"
+NORM = "norm"
+CONV = "conv"
+EXPERTS = "experts"  # transformers 5 fused experts: 3-D gate_up_proj + down_proj parameters
+ROUTER = "router"  # MoE router weight (not an nn.Linear in transformers 5)
+PARAMS = "params"  # a module's own loose nn.Parameters (image_newline, class_embedding, resampler query)
+
+
+# --------------------------------------------------------------------------------------------------
+# Result types
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleShape:
+    """One kind of module as transformers builds it, repeated `count` times.
+
+    `numel` is the module's own parameters (`recurse=False`). `path` is a template of its qualified name
+    in the transformers model (`{i}` stands for the layer index). `tied_to` names the module whose tensor
+    this one shares (a tied `lm_head`): it counts 0 towards the total but keeps its size for the
+    largest-module figure, as DeepSpeed's `largest_layer_params` sees it.
+    """
+
+    path: str
+    kind: str
+    numel: int
+    count: int = 1
+    component: str = TEXT
+    in_features: int = 0
+    out_features: int = 0
+    bias: bool = False
+    tied_to: str | None = None
+
+    @property
+    def name(self) -> str:
+        """Last component of the qualified name: what PEFT `target_modules` entries match."""
+        return self.path.rsplit(".", 1)[-1]
+
+    @property
+    def total(self) -> int:
+        """Parameters this entry adds to the model total (0 for a tied module)."""
+        return 0 if self.tied_to else self.numel * self.count
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Exact parameter counts and the shape facts the planner needs.
+
+    All counts are integers (elements, not bytes). Per-layer figures are for one decoder layer of that
+    type; `total == embedding + lm_head + dense_layer * num_dense_layers + moe_layer * num_moe_layers +
+    final_norm + vision_tower + projector` always holds. Shape fields describe the language model
+    (`text_config` for LLaVA). MoE: `active_per_token` is the total minus the routed experts a token
+    does not use (all embeddings, attention, shared experts and routers count as active).
+    """
+
+    total: int
+    trainable: int
+    embedding: int
+    lm_head: int
+    dense_layer: int
+    moe_layer: int
+    num_dense_layers: int
+    num_moe_layers: int
+    final_norm: int
+    vision_tower: int
+    projector: int
+    largest_module_numel: int
+    largest_module_name: str
+    largest_linear_in: int
+    largest_linear_out: int
+    largest_linear_name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    tied_embeddings: bool
+    is_moe: bool
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
+    active_per_token: int
+    is_multimodal: bool
+    vision_num_layers: int
+    vision_hidden_size: int
+
+    @property
+    def decoder_layers(self) -> int:
+        """All decoder layers together."""
+        return self.dense_layer * self.num_dense_layers + self.moe_layer * self.num_moe_layers
+
+    @property
+    def largest_linear(self) -> tuple[int, int]:
+        """(in_features, out_features) of the largest `nn.Linear`."""
+        return (self.largest_linear_in, self.largest_linear_out)
+
+
+@dataclass(frozen=True)
+class LinearModule:
+    """One kind of `nn.Linear`, repeated `count` times: what LoRA can adapt."""
+
+    name: str
+    path: str
+    in_features: int
+    out_features: int
+    bias: bool
+    count: int
+    component: str
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A resolved model: its config, where it came from, and its exact parameter counts.
+
+    `config` is the parsed `config.json` without zerodoctor's `_zerodoctor` key (read-only view).
+    `source` is the file the config was read from (a bundled catalog file or the user's path).
+    `count_method` says how `params` was obtained: "analytic (equal to the transformers meta-device
+    build, tested)" or "analytic only (remote code; ...)".
+    """
+
+    name: str
+    display_name: str
+    model_type: str
+    config: Mapping[str, Any]
+    source: Path
+    params: ParamCounts
+    modules: tuple[ModuleShape, ...]
+    hub_ids: tuple[str, ...] = ()
+    catalog_slug: str | None = None
+    count_method: str = ""
+    notes: str = ""
+
+    def linear_modules(self, *, components: Iterable[str] | None = None) -> tuple[LinearModule, ...]:
+        """Every kind of `nn.Linear` in the model, with in/out features and how many there are.
+
+        `components` restricts to e.g. `("text",)`; the default is all (PEFT matches names anywhere in
+        the model, so `q_proj` also hits a CLIP vision tower's `q_proj`). Fused MoE experts are not
+        `nn.Linear` in transformers 5 and are not listed.
+        """
+        wanted = None if components is None else set(components)
+        return tuple(
+            LinearModule(m.name, m.path, m.in_features, m.out_features, m.bias, m.count, m.component)
+            for m in self.modules
+            if m.kind == LINEAR and (wanted is None or m.component in wanted)
+        )
+
+    def lora_params(
+        self,
+        rank: int,
+        target_modules: str | Sequence[str] = LORA_ALL_LINEAR,
+        *,
+        components: Iterable[str] | None = None,
+    ) -> int:
+        """Trainable LoRA parameters: rank x (in + out) for every targeted `nn.Linear`.
+
+        `target_modules` follows PEFT: `"all-linear"` is every `nn.Linear` except the output layer
+        (`lm_head`); a list matches module names exactly or as a dotted suffix of the path. LoRA biases
+        are not counted (PEFT's default `bias="none"`).
+        """
+        if rank <= 0:
+            raise PlanError(f"LoRA rank must be positive, got {rank}")
+        linears = self.linear_modules(components=components)
+        if isinstance(target_modules, str) and target_modules == LORA_ALL_LINEAR:
+            chosen = [lin for lin in linears if not lin.path.endswith("lm_head")]
+        else:
+            names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+            chosen = [lin for lin in linears if any(_matches(lin.path, n) for n in names)]
+            if not chosen:
+                known = sorted({lin.name for lin in linears})
+                raise PlanError(
+                    f"LoRA target_modules {names} match no nn.Linear of {self.name}",
+                    hint=f"its linear modules are: {', '.join(known)}; or use '{LORA_ALL_LINEAR}'",
+                )
+        return sum(rank * (lin.in_features + lin.out_features) * lin.count for lin in chosen)
+
+
+def _matches(path: str, target: str) -> bool:
+    path_no_index = path.replace(".{i}", "")
+    return path.rsplit(".", 1)[-1] == target or path_no_index.endswith("." + target) or path == target
+
+
+# --------------------------------------------------------------------------------------------------
+# Catalog and resolution
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """A bundled model: slug (file stem), display name, hub ids."""
+
+    slug: str
+    display_name: str
+    hub_ids: tuple[str, ...]
+    path: Path = field(compare=False)
+
+
+@lru_cache(maxsize=1)
+def catalog() -> tuple[CatalogEntry, ...]:
+    """All bundled models, sorted by slug. Reads only the small JSON files."""
+    entries = []
+    for path in sorted(CATALOG_DIR.glob("*.json")):
+        raw = _read_json(path)
+        meta = raw.get(CATALOG_META_KEY, {})
+        entries.append(
+            CatalogEntry(
+                slug=path.stem,
+                display_name=str(meta.get("display_name", path.stem)),
+                hub_ids=tuple(str(h) for h in meta.get("hub_ids", ())),
+                path=path,
+            )
+        )
+    return tuple(entries)
+
+
+@lru_cache(maxsize=1)
+def _name_index() -> dict[str, str]:
+    """Lower-cased slug, hub id and hub-id basename -> slug."""
+    index: dict[str, str] = {}
+    for entry in catalog():
+        index[entry.slug.lower()] = entry.slug
+        for hub_id in entry.hub_ids:
+            index[hub_id.lower()] = entry.slug
+    # Basenames last, so that they never shadow a slug or a full hub id.
+    for entry in catalog():
+        for hub_id in entry.hub_ids:
+            index.setdefault(hub_id.rsplit("/", 1)[-1].lower(), entry.slug)
+    return index
+
+
+def _lookup(name: str) -> str | None:
+    index = _name_index()
+    key = name.strip().rstrip("/").lower()
+    if key in index:
+        return index[key]
+    # `/models/Yi-34B-200K`, `~/ckpt/Llama-3.1-8B-Instruct`, `hf://meta-llama/...`: match the basename,
+    # then the last two components as an owner/name hub id.
+    parts = [p for p in key.replace("\\", "/").split("/") if p]
+    if len(parts) >= 2 and "/".join(parts[-2:]) in index:
+        return index["/".join(parts[-2:])]
+    if parts and parts[-1] in index:
+        return index[parts[-1]]
+    return None
+
+
+def close_matches(name: str, n: int = 5) -> list[str]:
+    """Catalog slugs and hub ids that look like `name` (difflib), best first."""
+    spelled = {e.slug.lower(): e.slug for e in catalog()}
+    for e in catalog():
+        for h in e.hub_ids:
+            spelled[h.lower()] = h
+            spelled.setdefault(h.rsplit("/", 1)[-1].lower(), h)
+    key = name.strip().rstrip("/").lower()
+    base = key.rsplit("/", 1)[-1]
+    found: list[str] = []
+    for probe in (key, base):
+        for hit in difflib.get_close_matches(probe, list(spelled), n=n, cutoff=0.5):
+            if spelled[hit] not in found:
+                found.append(spelled[hit])
+    return found[:n]
+
+
+def resolve_model(name_or_path: str) -> ModelSpec:
+    """Resolve `--model` to a `ModelSpec`; raises `PlanError` with close matches when it cannot.
+
+    Order: an existing file or directory on disk wins; then catalog slug / hub id (case-insensitive);
+    then the basename of a path-like name. Never imports torch, never uses the network.
+    """
+    text = str(name_or_path).strip()
+    if not text:
+        raise PlanError(
+            "--model is empty", hint="pass a catalog name such as llama-3.1-8b or a config.json path"
+        )
+    path = Path(text).expanduser()
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            slug = _lookup(text)  # e.g. an empty /models/Llama-3.1-8B mount point: use the catalog
+            if slug is not None:
+                return model_from_config_file(next(e for e in catalog() if e.slug == slug).path)
+            raise PlanError(
+                f"{path}: directory has no config.json",
+                hint="pass the model directory that holds config.json, or a catalog name",
+            )
+        return model_from_config_file(config_path)
+    if path.is_file():
+        return model_from_config_file(path)
+
+    slug = _lookup(text)
+    if slug is None:
+        matches = close_matches(text)
+        similar = f"; close matches: {', '.join(matches)}" if matches else ""
+        raise PlanError(
+            f"unknown model '{text}': not a file here and not in the bundled catalog{similar}",
+            hint="pass the path to the model's config.json (or its directory), or a bundled name such as "
+            f"llama-3.1-8b ({len(catalog())} bundled: see zerodoctor.plan.models.catalog())",
+        )
+    entry = next(e for e in catalog() if e.slug == slug)
+    return model_from_config_file(entry.path)
+
+
+def model_from_config_file(path: Path) -> ModelSpec:
+    """Read a `config.json` (json only: no transformers, no remote code) and count its parameters."""
+    raw = _read_json(path)
+    meta = raw.get(CATALOG_META_KEY, {})
+    is_catalog = path.resolve().parent == CATALOG_DIR
+    if is_catalog:
+        name = path.stem
+    elif path.name == "config.json" and path.parent.name:
+        name = path.parent.name
+    else:
+        name = path.stem
+    return model_from_config(
+        {k: v for k, v in raw.items() if k != CATALOG_META_KEY},
+        name=name,
+        source=path,
+        display_name=str(meta.get("display_name", name)),
+        hub_ids=tuple(str(h) for h in meta.get("hub_ids", ())),
+        catalog_slug=path.stem if is_catalog else None,
+        notes=str(meta.get("notes", "")),
+    )
+
+
+def model_from_config(
+    config: Mapping[str, Any],
+    *,
+    name: str,
+    source: Path,
+    display_name: str | None = None,
+    hub_ids: tuple[str, ...] = (),
+    catalog_slug: str | None = None,
+    notes: str = "",
+) -> ModelSpec:
+    """Count the parameters of a parsed config dict (see `resolve_model` for the usual entry point)."""
+    cfg = _Cfg(config, source)
+    model_type = cfg.str_("model_type")
+    builder = _BUILDERS.get(model_type)
+    if builder is None:
+        raise PlanError(
+            f"{source}: model_type '{model_type}' is not supported by the parameter counter",
+            hint=f"supported model types: {', '.join(sorted(_BUILDERS))}",
+        )
+    modules, shape = builder(cfg)
+    params = _summarise(modules, shape)
+    return ModelSpec(
+        name=name,
+        display_name=display_name or name,
+        model_type=model_type,
+        config=MappingProxyType(dict(config)),
+        source=source,
+        params=params,
+        modules=tuple(modules),
+        hub_ids=hub_ids,
+        catalog_slug=catalog_slug,
+        count_method=_ANALYTIC_ONLY.get(model_type, _TESTED_AGAINST_META),
+        notes=notes,
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read model config: {err.strerror or err}") from err
+    except json.JSONDecodeError as err:
+        raise PlanError(
+            f"{path}:{err.lineno}:{err.colno}: not valid JSON: {err.msg}",
+            hint="pass a Hugging Face config.json",
+        ) from err
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a config.json must be a JSON object, found {type(data).__name__}")
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
+# Config access with errors that name the file and the field
+# --------------------------------------------------------------------------------------------------
+
+
+class _Cfg:
+    """Typed access to a config dict; a missing or ill-typed field raises PlanError naming file+field."""
+
+    def __init__(self, data: Mapping[str, Any], source: Path, prefix: str = "") -> None:
+        self.data = data
+        self.source = source
+        self.prefix = prefix
+
+    def _where(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def sub(self, key: str, defaults: Mapping[str, Any] | None = None) -> _Cfg:
+        value = self.data.get(key)
+        if value is None and defaults is not None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise self._missing(key, "an object")
+        merged = {**(defaults or {}), **value}
+        return _Cfg(merged, self.source, prefix=f"{self.prefix}{key}.")
+
+    def _missing(self, key: str, what: str) -> PlanError:
+        model_type = self.data.get("model_type", "?")
+        if key in self.data and self.data[key] is not None:
+            return PlanError(
+                f"{self.source}: field '{self._where(key)}' must be {what}, found {self.data[key]!r}",
+                hint="fix the config.json or pass a catalog name",
+            )
+        return PlanError(
+            f"{self.source}: config has no '{self._where(key)}' (needed to count the parameters of a "
+            f"{model_type} model)",
+            hint="pass the model's full config.json as published with its weights, or a catalog name",
+        )
+
+    def int_(self, key: str, default: int | None = None) -> int:
+        value = self.data.get(key)
+        if value is None:
+            if default is not None:
+                return default
+            raise self._missing(key, "an integer")
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise self._missing(key, "an integer")
+        return value
+
+    def opt_int(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.int_(key)
+
+    def bool_(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._missing(key, "true or false")
+        return value
+
+    def str_(self, key: str) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str) or not value:
+            raise self._missing(key, "a string")
+        return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Analytic counting, per architecture family
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Shape facts collected by a builder (everything except the counts)."""
+
+    num_layers: int
+    num_dense_layers: int
+    num_moe_layers: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    per_expert: int = 0  # parameters of one routed expert (for active params)
+    vision_num_layers: int = 0
+    vision_hidden_size: int = 0
+    prefix: str = "model."  # where the language model's layers live
+
+
+def _linear(
+    path: str, n_in: int, n_out: int, *, bias: bool = False, count: int = 1, component: str = TEXT
+) -> ModuleShape:
+    return ModuleShape(
+        path, LINEAR, n_in * n_out + (n_out if bias else 0), count, component, n_in, n_out, bias
+    )
+
+
+def _norm(path: str, dim: int, *, count: int = 1, component: str = TEXT, bias: bool = False) -> ModuleShape:
+    return ModuleShape(path, NORM, dim * (2 if bias else 1), count, component)
+
+
+def _dense_decoder(cfg: _Cfg, prefix: str = "model.") -> tuple[list[ModuleShape], _Shape]:
+    """Llama, Mistral, Qwen2, Yi (converted to Llama), Gemma-2.
+
+    Differences that matter for the count:
+    * Qwen2: biases on q/k/v (not o), hard-coded in `Qwen2Attention`.
+    * Llama: `attention_bias` puts biases on q/k/v/o, `mlp_bias` on gate/up/down.
+    * Gemma-2: four RMSNorms per layer (input, post_attention, pre_feedforward, post_feedforward),
+      `head_dim` defaults to 256 and is not hidden/heads; embeddings tied by default.
+    """
+    model_type = cfg.str_("model_type")
+    hidden = cfg.int_("hidden_size")
+    layers = cfg.int_("num_hidden_layers")
+    heads = cfg.int_("num_attention_heads")
+    inter = cfg.int_("intermediate_size")
+    vocab = cfg.int_("vocab_size")
+    kv = cfg.int_("num_key_value_heads", heads)
+    if model_type == "gemma2":
+        head_dim = cfg.int_("head_dim", 256)
+        tied = cfg.bool_("tie_word_embeddings", True)
+    else:
+        # transformers: `getattr(config, "head_dim", None) or hidden_size // num_attention_heads`
+        head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+        tied = cfg.bool_("tie_word_embeddings", False)
+
+    if model_type == "qwen2":
+        qkv_bias, o_bias, mlp_bias = True, False, False
+    elif model_type == "llama":
+        qkv_bias = o_bias = cfg.bool_("attention_bias", False)
+        mlp_bias = cfg.bool_("mlp_bias", False)
+    elif model_type == "gemma2":
+        qkv_bias = o_bias = cfg.bool_("attention_bias", False)
+        mlp_bias = False
+    else:  # mistral
+        qkv_bias = o_bias = mlp_bias = False
+
+    lp = f"{prefix}layers.{{i}}."
+    mods = [ModuleShape(f"{prefix}embed_tokens", EMBEDDING, vocab * hidden)]
+    mods += _attention_gqa(lp, hidden, heads, kv, head_dim, qkv_bias, o_bias, layers)
+    mods += _mlp(lp + "mlp.", hidden, inter, mlp_bias, layers)
+    norms = ["input_layernorm", "post_attention_layernorm"]
+    if model_type == "gemma2":
+        norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+    mods += [_norm(lp + n, hidden, count=layers) for n in norms]
+    mods.append(_norm(f"{prefix}norm", hidden))
+    mods.append(_lm_head(hidden, vocab, tied, prefix))
+    shape = _Shape(layers, layers, 0, hidden, inter, vocab, heads, kv, head_dim, tied, prefix=prefix)
+    return mods, shape
+
+
+def _attention_gqa(
+    lp: str, hidden: int, heads: int, kv: int, head_dim: int, qkv_bias: bool, o_bias: bool, count: int
+) -> list[ModuleShape]:
+    return [
+        _linear(lp + "self_attn.q_proj", hidden, heads * head_dim, bias=qkv_bias, count=count),
+        _linear(lp + "self_attn.k_proj", hidden, kv * head_dim, bias=qkv_bias, count=count),
+        _linear(lp + "self_attn.v_proj", hidden, kv * head_dim, bias=qkv_bias, count=count),
+        _linear(lp + "self_attn.o_proj", heads * head_dim, hidden, bias=o_bias, count=count),
+    ]
+
+
+def _mlp(mp: str, hidden: int, inter: int, bias: bool, count: int) -> list[ModuleShape]:
+    return [
+        _linear(mp + "gate_proj", hidden, inter, bias=bias, count=count),
+        _linear(mp + "up_proj", hidden, inter, bias=bias, count=count),
+        _linear(mp + "down_proj", inter, hidden, bias=bias, count=count),
+    ]
+
+
+def _lm_head(hidden: int, vocab: int, tied: bool, prefix: str) -> ModuleShape:
+    return ModuleShape(
+        "lm_head",
+        LINEAR,
+        vocab * hidden,
+        1,
+        TEXT,
+        hidden,
+        vocab,
+        False,
+        tied_to=f"{prefix}embed_tokens" if tied else None,
+    )
+
+
+def _experts(path: str, num: int, hidden: int, inter: int, count: int) -> ModuleShape:
+    # transformers 5: gate_up_proj (E, 2*I, H) + down_proj (E, H, I) on one module.
+    return ModuleShape(path, EXPERTS, num * 3 * hidden * inter, count, TEXT)
+
+
+def _mixtral(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """Mixtral: Mistral attention + per layer a router (E x h, no bias) and E SwiGLU experts."""
+    hidden = cfg.int_("hidden_size")
+    layers = cfg.int_("num_hidden_layers")
+    heads = cfg.int_("num_attention_heads")
+    inter = cfg.int_("intermediate_size")
+    vocab = cfg.int_("vocab_size")
+    kv = cfg.int_("num_key_value_heads", heads)
+    head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+    experts = cfg.int_("num_local_experts")
+    top_k = cfg.int_("num_experts_per_tok")
+    tied = cfg.bool_("tie_word_embeddings", False)
+    lp = "model.layers.{i}."
+    mods = [ModuleShape("model.embed_tokens", EMBEDDING, vocab * hidden)]
+    mods += _attention_gqa(lp, hidden, heads, kv, head_dim, False, False, layers)
+    mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * hidden, layers))
+    mods.append(_experts(lp + "mlp.experts", experts, hidden, inter, layers))
+    mods += [_norm(lp + n, hidden, count=layers) for n in ("input_layernorm", "post_attention_layernorm")]
+    mods.append(_norm("model.norm", hidden))
+    mods.append(_lm_head(hidden, vocab, tied, "model."))
+    shape = _Shape(
+        layers,
+        0,
+        layers,
+        hidden,
+        inter,
+        vocab,
+        heads,
+        kv,
+        head_dim,
+        tied,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_intermediate_size=inter,
+        per_expert=3 * hidden * inter,
+    )
+    return mods, shape
+
+
+def _deepseek_v2(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """DeepSeek-V2 / Coder-V2: multi-head latent attention (MLA) + fine-grained MoE with shared experts.
+
+    MLA per layer: either `q_proj` (h -> heads*(nope+rope)) when `q_lora_rank` is null (V2-Lite), or
+    `q_a_proj` (h -> q_lora) + `q_a_layernorm` + `q_b_proj` (q_lora -> heads*(nope+rope)); then
+    `kv_a_proj_with_mqa` (h -> kv_lora + rope) + `kv_a_layernorm` (kv_lora) + `kv_b_proj`
+    (kv_lora -> heads*(nope+v)) and `o_proj` (heads*v -> h). `attention_bias` adds biases to q_a, kv_a
+    and o (as in transformers and the original remote code).
+    The first `first_k_dense_replace` layers have a dense SwiGLU MLP of `intermediate_size`; the rest
+    (every `moe_layer_freq`-th, 1 in all published configs) have a router (E x h), E routed experts of
+    `moe_intermediate_size` and one shared SwiGLU MLP of `n_shared_experts * moe_intermediate_size`.
+    """
+    hidden = cfg.int_("hidden_size")
+    layers = cfg.int_("num_hidden_layers")
+    heads = cfg.int_("num_attention_heads")
+    inter = cfg.int_("intermediate_size")
+    vocab = cfg.int_("vocab_size")
+    q_lora = cfg.opt_int("q_lora_rank")
+    kv_lora = cfg.int_("kv_lora_rank")
+    nope = cfg.int_("qk_nope_head_dim")
+    rope = cfg.int_("qk_rope_head_dim")
+    v_dim = cfg.int_("v_head_dim")
+    experts = cfg.int_("n_routed_experts")
+    shared = cfg.int_("n_shared_experts", 0)
+    moe_inter = cfg.int_("moe_intermediate_size")
+    top_k = cfg.int_("num_experts_per_tok")
+    first_dense = cfg.int_("first_k_dense_replace", 0)
+    freq = cfg.int_("moe_layer_freq", 1)
+    attn_bias = cfg.bool_("attention_bias", False)
+    mlp_bias = cfg.bool_("mlp_bias", False)
+    tied = cfg.bool_("tie_word_embeddings", False)
+    kv_heads = cfg.int_("num_key_value_heads", heads)
+
+    moe_layers = sum(1 for i in range(layers) if i >= first_dense and i % freq == 0)
+    dense_layers = layers - moe_layers
+    qk = nope + rope
+    lp = "model.layers.{i}."
+    mods = [ModuleShape("model.embed_tokens", EMBEDDING, vocab * hidden)]
+    if q_lora is None:
+        mods.append(_linear(lp + "self_attn.q_proj", hidden, heads * qk, count=layers))
+    else:
+        mods.append(_linear(lp + "self_attn.q_a_proj", hidden, q_lora, bias=attn_bias, count=layers))
+        mods.append(_norm(lp + "self_attn.q_a_layernorm", q_lora, count=layers))
+        mods.append(_linear(lp + "self_attn.q_b_proj", q_lora, heads * qk, count=layers))
+    mods.append(
+        _linear(lp + "self_attn.kv_a_proj_with_mqa", hidden, kv_lora + rope, bias=attn_bias, count=layers)
+    )
+    mods.append(_norm(lp + "self_attn.kv_a_layernorm", kv_lora, count=layers))
+    mods.append(_linear(lp + "self_attn.kv_b_proj", kv_lora, heads * (nope + v_dim), count=layers))
+    mods.append(_linear(lp + "self_attn.o_proj", heads * v_dim, hidden, bias=attn_bias, count=layers))
+    if dense_layers:
+        mods += _mlp(lp + "mlp.", hidden, inter, mlp_bias, dense_layers)
+    if moe_layers:
+        mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * hidden, moe_layers))
+        mods.append(_experts(lp + "mlp.experts", experts, hidden, moe_inter, moe_layers))
+        if shared:
+            mods += _mlp(lp + "mlp.shared_experts.", hidden, moe_inter * shared, mlp_bias, moe_layers)
+    mods += [_norm(lp + n, hidden, count=layers) for n in ("input_layernorm", "post_attention_layernorm")]
+    mods.append(_norm("model.norm", hidden))
+    mods.append(_lm_head(hidden, vocab, tied, "model."))
+    shape = _Shape(
+        layers,
+        dense_layers,
+        moe_layers,
+        hidden,
+        inter,
+        vocab,
+        heads,
+        kv_heads,
+        qk,
+        tied,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_intermediate_size=moe_inter,
+        per_expert=3 * hidden * moe_inter,
+    )
+    return mods, shape
+
+
+def _vit_layers(lp: str, hidden: int, inter: int, layers: int) -> list[ModuleShape]:
+    """One CLIP / SigLIP encoder layer: q/k/v/out_proj and fc1/fc2 with biases, two LayerNorms."""
+    mods = [
+        _linear(lp + f"self_attn.{n}", hidden, hidden, bias=True, count=layers, component=VISION)
+        for n in ("k_proj", "v_proj", "q_proj", "out_proj")
+    ]
+    mods += [
+        _norm(lp + "layer_norm1", hidden, count=layers, component=VISION, bias=True),
+        _linear(lp + "mlp.fc1", hidden, inter, bias=True, count=layers, component=VISION),
+        _linear(lp + "mlp.fc2", inter, hidden, bias=True, count=layers, component=VISION),
+        _norm(lp + "layer_norm2", hidden, count=layers, component=VISION, bias=True),
+    ]
+    return mods
+
+
+# transformers' LlavaNextConfig fills a missing vision_config with CLIP ViT-L/14-336 and a missing
+# text_config with LlamaConfig defaults; sub-config fields left out fall back to the class defaults.
+_CLIP_VISION_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "image_size": 224,
+    "patch_size": 32,
+    "num_channels": 3,
+}
+_LLAVA_NEXT_VISION_DEFAULTS: dict[str, Any] = {
+    "model_type": "clip_vision_model",
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "image_size": 336,
+    "patch_size": 14,
+    "num_channels": 3,
+}
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 32000,
+    },
+    "mistral": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+    },
+    "qwen2": {
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 151936,
+    },
+}
+
+
+def _llava_next(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """LLaVA-NeXT (LLaVA-1.6) as `LlavaNextForConditionalGeneration` builds it in transformers 5.
+
+    = text model (`model.language_model.*` + `lm_head`) + CLIP vision tower (`CLIPVisionModel`: class
+    embedding, bias-free patch conv, (image/patch)^2+1 position embeddings, pre- and post-LayerNorm,
+    *all* `num_hidden_layers` layers even though `vision_feature_layer=-2` reads the second-to-last)
+    + projector (`linear_1`: vision_hidden*len(feature layers) -> text_hidden, GELU, `linear_2`, both
+    with bias) + `image_newline` (text_hidden), a loose parameter on `model`.
+    """
+    text_raw = cfg.data.get("text_config") or {}
+    text_type = text_raw.get("model_type", "llama") if isinstance(text_raw, Mapping) else "llama"
+    text = cfg.sub("text_config", {"model_type": "llama", **_TEXT_DEFAULTS.get(text_type, {})})
+    if text.str_("model_type") not in ("llama", "mistral", "qwen2", "gemma2"):
+        raise PlanError(
+            f"{cfg.source}: llava_next with text model_type '{text.str_('model_type')}' is not supported",
+            hint="supported text models: llama, mistral, qwen2, gemma2",
+        )
+    vis_raw = cfg.data.get("vision_config") or {}
+    vis_type = vis_raw.get("model_type", "clip_vision_model") if isinstance(vis_raw, Mapping) else ""
+    if vis_type != "clip_vision_model":
+        raise PlanError(
+            f"{cfg.source}: llava_next with vision model_type '{vis_type}' is not supported",
+            hint="supported vision towers: clip_vision_model",
+        )
+    vis = cfg.sub("vision_config", _LLAVA_NEXT_VISION_DEFAULTS)
+    # The top-level tie flag governs LlavaNextForConditionalGeneration's lm_head.
+    text_data = dict(text.data)
+    text_data["tie_word_embeddings"] = cfg.bool_("tie_word_embeddings", False)
+    text = _Cfg(text_data, cfg.source, prefix="text_config.")
+    mods, shape = _dense_decoder(text, prefix="model.language_model.")
+
+    v_hidden = vis.int_("hidden_size")
+    v_inter = vis.int_("intermediate_size")
+    v_layers = vis.int_("num_hidden_layers")
+    patch = vis.int_("patch_size")
+    image = vis.int_("image_size")
+    channels = vis.int_("num_channels", 3)
+    positions = (image // patch) ** 2 + 1
+    vp = "model.vision_tower."
+    mods += [
+        ModuleShape(vp + "embeddings", PARAMS, v_hidden, 1, VISION),  # class_embedding
+        ModuleShape(vp + "embeddings.patch_embedding", CONV, channels * patch * patch * v_hidden, 1, VISION),
+        ModuleShape(vp + "embeddings.position_embedding", EMBEDDING, positions * v_hidden, 1, VISION),
+        _norm(vp + "pre_layrnorm", v_hidden, component=VISION, bias=True),
+    ]
+    mods += _vit_layers(vp + "encoder.layers.{i}.", v_hidden, v_inter, v_layers)
+    mods.append(_norm(vp + "post_layernorm", v_hidden, component=VISION, bias=True))
+
+    feature_layer = cfg.data.get("vision_feature_layer", -2)
+    n_feature = len(feature_layer) if isinstance(feature_layer, list) else 1
+    proj_bias = cfg.bool_("multimodal_projector_bias", True)
+    t_hidden = shape.hidden_size
+    mods += [
+        _linear(
+            "model.multi_modal_projector.linear_1",
+            v_hidden * n_feature,
+            t_hidden,
+            bias=proj_bias,
+            component=PROJECTOR,
+        ),
+        _linear(
+            "model.multi_modal_projector.linear_2", t_hidden, t_hidden, bias=proj_bias, component=PROJECTOR
+        ),
+        ModuleShape("model", PARAMS, t_hidden, 1, PROJECTOR),  # image_newline
+    ]
+    shape = _Shape(**{**shape.__dict__, "vision_num_layers": v_layers, "vision_hidden_size": v_hidden})
+    return mods, shape
+
+
+def _minicpmv(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """MiniCPM-Llama3-V 2.5 (`model_type: minicpmv`): ANALYTIC ONLY, the model is remote code.
+
+    Assumptions, from the repo's `modeling_minicpmv.py` and `resampler.py` (version 2.5):
+    * `llm = LlamaForCausalLM(config)`: the top-level fields are a Llama-3-8B config.
+    * `vpm = Idefics2VisionTransformer(vision_config)` (SigLIP-so400m): patch conv *with* bias,
+      (image_size/patch)^2 position embeddings (no class token; 980/14 -> 4900), layers with biased
+      q/k/v/out_proj and fc1/fc2, post_layernorm; `drop_vision_last_layer` removes one layer.
+    * `resampler = Resampler(num_queries=query_num, embed_dim=hidden, num_heads=hidden//128,
+      kv_dim=vision hidden)`: `query` (Q x E) and `proj` (E x E) loose parameters, `kv_proj`
+      (kv_dim -> E, no bias, only when kv_dim != E), `nn.MultiheadAttention` (in_proj 3E x E + 3E,
+      out_proj E x E + E), LayerNorms `ln_q`, `ln_kv`, `ln_post`. The 2-D sin-cos position table is a
+      non-persistent buffer, not a parameter.
+    Module paths follow the remote code (`llm.model.*`, `vpm.*`, `resampler.*`). Other MiniCPM-V
+    versions (2.0 uses SigLIP-400M + MiniCPM-2B, 2.6 uses Qwen2-7B) are not covered by this formula.
+    """
+    version = str(cfg.data.get("version", "2.5"))
+    if version not in ("2.5",):
+        raise PlanError(
+            f"{cfg.source}: MiniCPM-V version {version} is not supported by the analytic counter (only 2.5)",
+            hint="use the catalog entry minicpm-llama3-v-2.5, or a model whose architecture transformers knows",
+        )
+    llm_data = dict(cfg.data)
+    llm_data["model_type"] = "llama"
+    mods, shape = _dense_decoder(_Cfg(llm_data, cfg.source), prefix="llm.model.")
+    mods = [
+        ModuleShape(
+            "llm.lm_head",
+            m.kind,
+            m.numel,
+            m.count,
+            m.component,
+            m.in_features,
+            m.out_features,
+            m.bias,
+            m.tied_to,
+        )
+        if m.path == "lm_head"
+        else m
+        for m in mods
+    ]
+    vis = cfg.sub("vision_config")
+    v_hidden = vis.int_("hidden_size")
+    v_inter = vis.int_("intermediate_size")
+    v_layers = vis.int_("num_hidden_layers") - (1 if cfg.bool_("drop_vision_last_layer", False) else 0)
+    patch = vis.int_("patch_size")
+    image = vis.int_("image_size")
+    channels = vis.int_("num_channels", 3)
+    mods += [
+        ModuleShape(
+            "vpm.embeddings.patch_embedding", CONV, channels * patch * patch * v_hidden + v_hidden, 1, VISION
+        ),
+        ModuleShape(
+            "vpm.embeddings.position_embedding", EMBEDDING, (image // patch) ** 2 * v_hidden, 1, VISION
+        ),
+    ]
+    mods += _vit_layers("vpm.encoder.layers.{i}.", v_hidden, v_inter, v_layers)
+    mods.append(_norm("vpm.post_layernorm", v_hidden, component=VISION, bias=True))
+
+    embed = shape.hidden_size
+    queries = cfg.int_("query_num")
+    mods.append(
+        ModuleShape("resampler", PARAMS, queries * embed + embed * embed, 1, PROJECTOR)
+    )  # query, proj
+    if v_hidden != embed:
+        mods.append(_linear("resampler.kv_proj", v_hidden, embed, component=PROJECTOR))
+    mods += [
+        ModuleShape("resampler.attn", PARAMS, 3 * embed * embed + 3 * embed, 1, PROJECTOR),  # in_proj
+        _linear("resampler.attn.out_proj", embed, embed, bias=True, component=PROJECTOR),
+    ]
+    mods += [
+        _norm(f"resampler.{n}", embed, component=PROJECTOR, bias=True) for n in ("ln_q", "ln_kv", "ln_post")
+    ]
+    shape = _Shape(**{**shape.__dict__, "vision_num_layers": v_layers, "vision_hidden_size": v_hidden})
+    return mods, shape
+
+
+_BUILDERS = {
+    "llama": _dense_decoder,
+    "mistral": _dense_decoder,
+    "qwen2": _dense_decoder,
+    "gemma2": _dense_decoder,
+    "mixtral": _mixtral,
+    "deepseek_v2": _deepseek_v2,
+    "llava_next": _llava_next,
+    "minicpmv": _minicpmv,
+}
+
+_TESTED_AGAINST_META = "analytic (equal to the transformers 5.23 meta-device build, tested)"
+
+_ANALYTIC_ONLY = {
+    "minicpmv": "analytic only (remote code, never run: Llama LLM + Idefics2/SigLIP vision checked against "
+    "transformers on the meta device, resampler from the published resampler.py)",
+}
+
+
+def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
+    """Fold module shapes into ParamCounts (the invariant total == sum of parts is tested)."""
+    total = sum(m.total for m in mods)
+    text_mods = [m for m in mods if m.component == TEXT]
+    embedding = sum(m.total for m in text_mods if m.path.endswith("embed_tokens"))
+    lm_head = sum(m.total for m in text_mods if m.path.endswith("lm_head"))
+    final_norm = sum(m.total for m in text_mods if m.path.endswith(".norm") and "{i}" not in m.path)
+    layer_total = sum(m.total for m in text_mods if "{i}" in m.path)
+    vision = sum(m.total for m in mods if m.component == VISION)
+    projector = sum(m.total for m in mods if m.component == PROJECTOR)
+
+    def is_moe_mlp(path: str) -> bool:
+        return path.endswith((".mlp.gate", ".mlp.experts")) or ".mlp.shared_experts." in path
+
+    def is_dense_mlp(path: str) -> bool:
+        return path.endswith((".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj")) and not is_moe_mlp(path)
+
+    if shape.num_moe_layers and shape.num_dense_layers:
+        # Attention and norms are in every layer; dense MLPs only in the dense ones.
+        per_layer = [m for m in text_mods if "{i}" in m.path]
+        common = sum(m.numel for m in per_layer if not is_moe_mlp(m.path) and not is_dense_mlp(m.path))
+        dense_mlp = sum(m.numel for m in per_layer if is_dense_mlp(m.path))
+        moe_mlp = sum(m.numel for m in per_layer if is_moe_mlp(m.path))
+        dense_layer, moe_layer = common + dense_mlp, common + moe_mlp
+    elif shape.num_moe_layers:
+        dense_layer, moe_layer = 0, layer_total // shape.num_moe_layers
+    else:
+        dense_layer, moe_layer = layer_total // shape.num_dense_layers, 0
+    if dense_layer * shape.num_dense_layers + moe_layer * shape.num_moe_layers != layer_total:
+        raise AssertionError("per-layer counts do not add up")  # a bug in a builder, not user input
+
+    biggest = max(mods, key=lambda m: m.numel)
+    linears = [m for m in mods if m.kind == LINEAR]
+    biggest_linear = max(linears, key=lambda m: m.in_features * m.out_features)
+    unused_experts = (
+        shape.num_moe_layers * max(shape.num_experts - shape.experts_per_token, 0) * shape.per_expert
+    )
+    return ParamCounts(
+        total=total,
+        trainable=total,
+        embedding=embedding,
+        lm_head=lm_head,
+        dense_layer=dense_layer,
+        moe_layer=moe_layer,
+        num_dense_layers=shape.num_dense_layers,
+        num_moe_layers=shape.num_moe_layers,
+        final_norm=final_norm,
+        vision_tower=vision,
+        projector=projector,
+        largest_module_numel=biggest.numel,
+        largest_module_name=biggest.path,
+        largest_linear_in=biggest_linear.in_features,
+        largest_linear_out=biggest_linear.out_features,
+        largest_linear_name=biggest_linear.path,
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        vocab_size=shape.vocab_size,
+        num_heads=shape.num_heads,
+        kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        tied_embeddings=shape.tied,
+        is_moe=shape.num_moe_layers > 0,
+        num_experts=shape.num_experts,
+        experts_per_token=shape.experts_per_token,
+        moe_intermediate_size=shape.moe_intermediate_size,
+        active_per_token=total - unused_experts,
+        is_multimodal=vision > 0,
+        vision_num_layers=shape.vision_num_layers,
+        vision_hidden_size=shape.vision_hidden_size,
+    )

@@ -1,0 +1,118 @@
+"""Text, Markdown and JSON renderings of findings. Text goes through rich so terminals get colour; piped
+output is plain and stable (the golden tests read it)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from zerodoctor import __version__
+from zerodoctor.findings import Finding, Severity
+
+JSON_SCHEMA_VERSION = 1
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+
+
+def summary(findings: Sequence[Finding]) -> dict[str, int]:
+    return {s.label: sum(1 for f in findings if f.severity is s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
+
+
+def envelope(command: str, findings: Sequence[Finding], **extra: Any) -> dict[str, Any]:
+    """The versioned JSON document every command prints with --format json."""
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "tool": "zerodoctor",
+        "version": __version__,
+        "command": command,
+        **extra,
+        "findings": [f.to_dict() for f in findings],
+        "summary": summary(findings),
+    }
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, default=str, ensure_ascii=False) + "\n"
+
+
+def finding_text(f: Finding) -> Text:
+    t = Text()
+    where = f.evidence[0].location() if f.evidence else ""
+    if where:
+        t.append(f"{where}: ", style="bold")
+    t.append(f"{f.severity.label} ", style=_STYLE[f.severity])
+    t.append(f"{f.id}", style="bold")
+    if f.name and f.name != f.id:
+        t.append(f" [{f.name}]", style="dim")
+    t.append(f" {f.title}\n")
+    t.append(f"  {f.message}\n")
+    for ev in f.evidence[1:] if where else f.evidence:
+        loc = ev.location()
+        t.append(f"  at {loc}" if loc else "  ", style="dim")
+        if ev.text and ev.text != loc:
+            t.append(f": {ev.text}" if loc else ev.text, style="dim")
+        t.append("\n")
+    for i, fix in enumerate(f.fixes, 1):
+        t.append(f"  fix {i}: ", style="green")
+        t.append(fix.text)
+        if fix.command:
+            t.append(f"  $ {fix.command}", style="green")
+        if fix.patch:
+            t.append("  (" + ", ".join(f"{k} = {json.dumps(v, default=str)}" for k, v in fix.patch.items()) + ")",
+                     style="dim")
+        t.append("\n")
+    if f.references:
+        t.append("  see: " + ", ".join(f.references) + "\n", style="dim")
+    return t
+
+
+def render_text(findings: Sequence[Finding], *, header: Text | str | None = None, width: int = 100,
+                color: bool = False, clean_message: str = "No problems found.") -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False,
+                      emoji=False, soft_wrap=True)
+    if header:
+        console.print(header)
+    for f in findings:
+        console.print(finding_text(f))
+    counts = summary(findings)
+    if findings:
+        console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    else:
+        console.print(clean_message)
+    return buf.getvalue()
+
+
+def render_markdown(findings: Sequence[Finding], *, title: str) -> str:
+    lines = [f"# {title}", ""]
+    if not findings:
+        lines += ["No problems found.", ""]
+    for f in findings:
+        where = f.evidence[0].location() if f.evidence else ""
+        lines.append(f"## {f.severity.label.upper()} {f.id}: {f.title}")
+        lines.append("")
+        if where:
+            lines.append(f"`{where}`")
+            lines.append("")
+        lines.append(f.message)
+        lines.append("")
+        for ev in f.evidence[1:]:
+            lines.append(f"- at `{ev.location()}`" + (f": {ev.text}" if ev.text else ""))
+        if f.fixes:
+            lines.append("")
+            lines.append("**Fixes**")
+            lines.append("")
+            for i, fix in enumerate(f.fixes, 1):
+                cmd = f" `{fix.command}`" if fix.command else ""
+                lines.append(f"{i}. {fix.text}{cmd}")
+        if f.references:
+            lines.append("")
+            lines.append("Sources: " + ", ".join(f.references))
+        lines.append("")
+    counts = summary(findings)
+    lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    return "\n".join(lines) + "\n"
