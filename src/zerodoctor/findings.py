@@ -112,8 +112,8 @@ def worst(findings: list[Finding] | tuple[Finding, ...]) -> Severity | None:
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Most severe first, then by file and line so output is stable."""
 
-    def key(f: Finding) -> tuple[int, str, int, str]:
+    def key(f: Finding) -> tuple[int, str, int, int, str]:
         ev = f.evidence[0] if f.evidence else Evidence()
-        return (-int(f.severity), ev.file or "", ev.line or 0, f.id)
+        return (-int(f.severity), ev.file or "", ev.line or 0, ev.column or 0, f.id)
 
     return sorted(findings, key=key)

@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(setup.model_note)
     findings = setup_notes(setup) + lint_setup(setup, select_rules(args.select, args.ignore))
     if args.deepspeed_validate:
-        from zerodoctor.lint.deepspeed_validate import validate_with_deepspeed
+        from zerodoctor.lint.deepspeed_validate import merge_with_builtin, validate_with_deepspeed
 
-        findings += validate_with_deepspeed(setup)
+        findings += merge_with_builtin(findings, validate_with_deepspeed(setup))
     extra: dict[str, object] = {"files": [{"path": d.display, "kind": d.kind} for d in setup.documents],
                                 "framework": setup.framework}
     if args.fix:

@@ -23,6 +23,7 @@ from zerodoctor.setup.deepspeed_config import (
 from zerodoctor.setup.document import ConfigDocument
 from zerodoctor.setup.hf_args import AutoResolution, effective_args, resolve_hf_auto
 from zerodoctor.setup.python_reader import Symbol
+from zerodoctor.versions import parse_version
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
@@ -149,9 +150,12 @@ class TrainingSetup:
             f.update({f"ds.{k}": v for k, v in self.ds_flat().items()})
         if self.args_doc is not None:
             f.update({f"hf.{k}": v for k, v in self.args.items() if not isinstance(v, dict)})
-            gck = self.args.get("gradient_checkpointing_kwargs")
-            if isinstance(gck, dict) and "use_reentrant" in gck:
-                f["hf.gradient_checkpointing_kwargs.use_reentrant"] = gck["use_reentrant"]
+            reentrant = self.use_reentrant()
+            if reentrant is not None:
+                f["hf.gradient_checkpointing_kwargs.use_reentrant"] = reentrant
+        client = self.client_optimizer()
+        if client is not None:
+            f["setup.client_optimizer"] = client
         f.update({f"quant.{k}": v for k, v in self.quant.items()})
         if self.framework:
             f["setup.framework"] = self.framework
@@ -174,6 +178,38 @@ class TrainingSetup:
         if self.env is not None:
             f.update(self.env.facts())
         return f
+
+    def use_reentrant(self) -> bool | None:
+        """Activation checkpointing's `use_reentrant`: as given (gradient_checkpointing_kwargs, or the PEFT example
+        scripts' `use_reentrant` argument), else the installed transformers' default: False in 5.23
+        (modeling_utils `_activation_checkpointing_enable`); for other versions we do not know it."""
+        gck = self.args.get("gradient_checkpointing_kwargs")
+        if isinstance(gck, dict) and "use_reentrant" in gck:
+            return bool(gck["use_reentrant"])
+        if "use_reentrant" in self.args:
+            from zerodoctor.setup.hf_args import coerce
+
+            value = coerce(self.args["use_reentrant"], bool)
+            return value if isinstance(value, bool) else None
+        tf = parse_version(self.package_version("transformers"))
+        if tf is not None and tf >= parse_version("5.23.0"):  # type: ignore[operator]
+            return False
+        return None
+
+    def client_optimizer(self) -> bool | None:
+        """Does deepspeed.initialize get an optimizer built outside DeepSpeed (and not converted)?
+        An `optimizer` block means DeepSpeed builds it. HF Trainer / LLaMA-Factory / accelerate: accelerate swaps
+        a torch optimizer for DeepSpeedCPUAdam when offloading (accelerator.py prepare_deepspeed), so no.
+        XTuner: mmengine hands the config's torch optimizer over as is (docs/framework-facts.md d.4), so yes."""
+        if self.ds_written is None:
+            return None
+        if isinstance(self.ds_written.get("optimizer"), dict):
+            return False
+        if self.framework in ("hf", "llamafactory", "accelerate"):
+            return False
+        if self.framework == "xtuner":
+            return True
+        return None
 
     def zero3_init_flag(self) -> bool | None:
         """accelerate's zero3_init_flag; its default is "is the config ZeRO-3" (DeepSpeedPlugin.__post_init__)."""

@@ -28,6 +28,9 @@ from zerodoctor.setup.model import TrainingSetup
 def _where(setup: TrainingSetup, fact_key: str, text: str) -> Evidence:
     namespace, _, key = fact_key.partition(".")
     if namespace == "ds" and setup.ds_written is not None:
+        if setup.resolution and key in setup.resolution.filled:
+            value, source = setup.resolution.filled[key]
+            text = f"{text}; \"auto\" filled from {source} = {value!r}"
         return setup.ds_evidence(key, text)
     if namespace == "hf" and setup.args_doc is not None:
         return setup.arg_evidence(key, text)
@@ -47,6 +50,8 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 evidence.append(_where(setup, key, ev.text or key))
             else:
                 evidence.append(Evidence(file=setup.env.source, key=key, text=ev.text))
+        # Point at the config lines first (what CI annotates), then the installed versions.
+        evidence.sort(key=lambda e: e.line is None)
         yield replace(f, id=RULE.code, name=f"{RULE.name}:{f.id}", evidence=tuple(evidence), source="lint",
                       data={**f.data, "kb_id": f.id})
 
