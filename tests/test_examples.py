@@ -29,5 +29,8 @@ def test_example(folder, run_cli, monkeypatch):
     for want in exp["must_include"]:
         assert want in labels, (want, sorted(labels))
     for banned in exp["must_not_include"]:
-        assert not any(label == banned or label.startswith(banned + ":") for label in labels), (banned, sorted(labels))
+        assert not any(label == banned or label.startswith(banned + ":") for label in labels), (
+            banned,
+            sorted(labels),
+        )
     assert os.getcwd() == str(folder)

@@ -16,7 +16,9 @@ def parse_version(text: str | None) -> Version | None:
         return None
 
 
-def in_range(version: Version, introduced: str = "0", fixed: str | None = None, last_affected: str | None = None) -> bool:
+def in_range(
+    version: Version, introduced: str = "0", fixed: str | None = None, last_affected: str | None = None
+) -> bool:
     """True if `introduced <= version < fixed` (or `<= last_affected`). Local labels (`+cpu`) are ignored and a
     dev/pre-release of X counts as X's line (0.14.3.dev0 is before 0.14.3, so still affected by a bug fixed in it)."""
     v = Version(version.base_version) if version.local else version

@@ -25,7 +25,12 @@ def _golden(name: str, text: str) -> None:
 def test_help_documents_exit_codes(run_cli):
     code, out, _ = run_cli("--help")
     assert code == 0
-    for line in ("0  clean", "1  findings at or above --fail-on", "2  usage or input error", "3  internal error"):
+    for line in (
+        "0  clean",
+        "1  findings at or above --fail-on",
+        "2  usage or input error",
+        "3  internal error",
+    ):
         assert line in out
 
 
@@ -99,7 +104,13 @@ def test_kb_list_and_show(run_cli):
     assert {"id", "title", "severity"} <= set(doc["entries"][0])
     code, out, _ = run_cli("kb", "ds-z3-offload-clipgrad-device-mismatch")
     assert code == 0
-    for part in ("Why it happens:", "How to fix it:", "Sources:", "deepspeedai/DeepSpeed#5461", ">=0.14.1, <0.14.3"):
+    for part in (
+        "Why it happens:",
+        "How to fix it:",
+        "Sources:",
+        "deepspeedai/DeepSpeed#5461",
+        ">=0.14.1, <0.14.3",
+    ):
         assert part in out
     code, out, _ = run_cli("kb", "deepspeed.batch-size-mismatch")
     assert code == 0 and "DS002" in out and "Use instead" in out
@@ -174,7 +185,9 @@ def test_fix_writes_a_copy_and_keeps_everything_else(run_cli, tmp_path):
     run_cli("lint", str(src), "--framework", "deepspeed", "--world-size", "1", "--fix")
     assert (tmp_path / "ds.fixed.2.json").exists()
     # the corrected copy lints clean of what was fixed
-    code, out, _ = run_cli("lint", str(fixed), "--framework", "deepspeed", "--world-size", "1", "--format", "json")
+    code, out, _ = run_cli(
+        "lint", str(fixed), "--framework", "deepspeed", "--world-size", "1", "--format", "json"
+    )
     ids = {f["id"] for f in json.loads(out)["findings"]}
     assert "DS002" not in ids and "DS007" not in ids
 
@@ -183,13 +196,17 @@ def test_fix_in_place_keeps_a_backup_and_yaml_comments(run_cli, tmp_path):
     shutil.copytree(ROOT / "examples" / "peft-qlora-zero3-missing-quant-storage", tmp_path / "ex")
     args = tmp_path / "ex" / "train_args.yaml"
     before = args.read_text()
-    code, out, _ = run_cli("lint", str(args), str(tmp_path / "ex" / "deepspeed_config_z3_qlora.yaml"), "--fix", "--in-place")
+    code, out, _ = run_cli(
+        "lint", str(args), str(tmp_path / "ex" / "deepspeed_config_z3_qlora.yaml"), "--fix", "--in-place"
+    )
     after = args.read_text()
     assert (tmp_path / "ex" / "train_args.yaml.bak").read_text() == before
     assert "bnb_4bit_quant_storage_dtype: bfloat16" in after
     assert "# VARIANT (seed 003)" in after  # comments survive
     assert len(after.splitlines()) == len(before.splitlines()) + 1
-    code, out, _ = run_cli("lint", str(args), str(tmp_path / "ex" / "deepspeed_config_z3_qlora.yaml"), "--format", "json")
+    code, out, _ = run_cli(
+        "lint", str(args), str(tmp_path / "ex" / "deepspeed_config_z3_qlora.yaml"), "--format", "json"
+    )
     assert "QL001" not in {f["id"] for f in json.loads(out)["findings"]}
 
 

@@ -60,7 +60,9 @@ def run_case(code: str, case: dict, tmp_path: Path):
 @pytest.mark.parametrize(("code", "case"), CASES, ids=[f"{c}::{case['name']}" for c, case in CASES])
 def test_rule_case(code, case, tmp_path):
     findings = run_case(code, case, tmp_path)
-    got = [f"{f.severity.label} {f.evidence[0].location() if f.evidence else ''}: {f.message}" for f in findings]
+    got = [
+        f"{f.severity.label} {f.evidence[0].location() if f.evidence else ''}: {f.message}" for f in findings
+    ]
     assert len(findings) == len(case["expect"]), "\n".join(got) or "no findings"
     for f, want in zip(findings, case["expect"], strict=True):
         assert f.id == code

@@ -19,16 +19,27 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def add_output_options(p: argparse.ArgumentParser, *, fail_on: bool = True) -> None:
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                   help="output format (json is versioned: schema_version)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default="text",
+        help="output format (json is versioned: schema_version)",
+    )
     if fail_on:
-        p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
-                       help="exit 1 when a finding is at or above this severity (default: error)")
+        p.add_argument(
+            "--fail-on",
+            choices=("error", "warning", "info", "never"),
+            default="error",
+            help="exit 1 when a finding is at or above this severity (default: error)",
+        )
 
 
 def add_env_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", metavar="FILE", help="environment snapshot: `zerodoctor env --format json` output, "
-                                                 "or a `pip freeze` listing")
+    p.add_argument(
+        "--env",
+        metavar="FILE",
+        help="environment snapshot: `zerodoctor env --format json` output, or a `pip freeze` listing",
+    )
 
 
 def load_env_option(path: str | None) -> Environment | None:
@@ -46,8 +57,16 @@ def exit_code(findings: Sequence[Finding], fail_on: str) -> int:
     return EXIT_FINDINGS if any(f.severity >= threshold for f in findings) else EXIT_CLEAN
 
 
-def emit(args: argparse.Namespace, command: str, findings: Sequence[Finding], *, title: str,
-         header: str | None = None, extra: dict[str, Any] | None = None, clean_message: str = "No problems found.") -> None:
+def emit(
+    args: argparse.Namespace,
+    command: str,
+    findings: Sequence[Finding],
+    *,
+    title: str,
+    header: str | None = None,
+    extra: dict[str, Any] | None = None,
+    clean_message: str = "No problems found.",
+) -> None:
     out = sys.stdout
     if args.format == "json":
         out.write(to_json(envelope(command, findings, **(extra or {}))))

@@ -15,21 +15,39 @@ if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
 
 # The packages `env` reports by name (others are in the JSON snapshot).
-SHOWN_PACKAGES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "bitsandbytes", "trl",
-                  "llamafactory", "xtuner", "mmengine", "flash-attn")
+SHOWN_PACKAGES = (
+    "torch",
+    "deepspeed",
+    "transformers",
+    "accelerate",
+    "peft",
+    "bitsandbytes",
+    "trl",
+    "llamafactory",
+    "xtuner",
+    "mmengine",
+    "flash-attn",
+)
 SHOWN_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion", "fused_adam", "async_io", "transformer_inference")
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("env", help="probe the stack and machine, match against known-bad versions",
-                       description="Probe Python packages, DeepSpeed ops, GPUs, host RAM, /dev/shm, memlock, CUDA "
-                                   "toolkit and environment variables, and judge them. `--format json > env.json` "
-                                   "writes a snapshot every other command accepts with --env.",
-                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "env",
+        help="probe the stack and machine, match against known-bad versions",
+        description="Probe Python packages, DeepSpeed ops, GPUs, host RAM, /dev/shm, memlock, CUDA "
+        "toolkit and environment variables, and judge them. `--format json > env.json` "
+        "writes a snapshot every other command accepts with --env.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_output_options(p)
     add_env_option(p)
-    p.add_argument("--no-deep", action="store_true",
-                   help="skip the DeepSpeed op-compatibility probe (a subprocess that imports deepspeed, a few s)")
+    p.add_argument(
+        "--no-deep",
+        action="store_true",
+        help="skip the DeepSpeed op-compatibility probe (a subprocess that imports deepspeed, a few s)",
+    )
     p.set_defaults(run=run)
 
 
@@ -49,8 +67,15 @@ def environment_table(env: Environment) -> str:
         v = versions.get(name)
         t.add_row(name, v if v else ("not installed" if v == "" else "?"))
     if env.torch is not None:
-        build = "CPU build" if env.torch.build_known and not env.torch.cuda and not env.torch.hip else \
-            (f"CUDA {env.torch.cuda}" if env.torch.cuda else (f"HIP {env.torch.hip}" if env.torch.hip else "build unknown"))
+        build = (
+            "CPU build"
+            if env.torch.build_known and not env.torch.cuda and not env.torch.hip
+            else (
+                f"CUDA {env.torch.cuda}"
+                if env.torch.cuda
+                else (f"HIP {env.torch.hip}" if env.torch.hip else "build unknown")
+            )
+        )
         t.add_row("torch build", build + (f", cuDNN {env.torch.cudnn}" if env.torch.cudnn else ""))
     ds = env.deepspeed
     if ds is not None and ds.version:
@@ -58,7 +83,9 @@ def environment_table(env: Environment) -> str:
         for op in SHOWN_OPS:
             pre = "prebuilt" if ds.op_prebuilt(op) else "jit"
             comp = ds.op_compatible(op)
-            ops.append(f"{op}: {pre}/{'compatible' if comp else ('NOT compatible' if comp is False else '?')}")
+            ops.append(
+                f"{op}: {pre}/{'compatible' if comp else ('NOT compatible' if comp is False else '?')}"
+            )
         t.add_row("deepspeed ops", "; ".join(ops))
         if ds.accelerator:
             t.add_row("deepspeed accelerator", ds.accelerator)
@@ -67,17 +94,26 @@ def environment_table(env: Environment) -> str:
     if env.gpus_probed:
         if env.gpus:
             for g in env.gpus:
-                t.add_row(f"gpu {g.index}", f"{g.name}, {_gib(g.memory_total_bytes)}, driver {g.driver_version}, "
-                                            f"CUDA driver {g.cuda_driver_version}")
+                t.add_row(
+                    f"gpu {g.index}",
+                    f"{g.name}, {_gib(g.memory_total_bytes)}, driver {g.driver_version}, "
+                    f"CUDA driver {g.cuda_driver_version}",
+                )
         else:
             t.add_row("gpus", "none" + (f" ({env.gpu_probe_note})" if env.gpu_probe_note else ""))
     if env.host is not None:
         h = env.host
-        t.add_row("host RAM", f"{_gib(h.ram_total_bytes)} total, {_gib(h.ram_available_bytes)} available, "
-                              f"swap {_gib(h.swap_total_bytes)}")
+        t.add_row(
+            "host RAM",
+            f"{_gib(h.ram_total_bytes)} total, {_gib(h.ram_available_bytes)} available, "
+            f"swap {_gib(h.swap_total_bytes)}",
+        )
         t.add_row("/dev/shm", _gib(h.shm_total_bytes))
         if h.memlock_known:
-            t.add_row("ulimit -l", "unlimited" if h.memlock_soft_bytes is None else f"{h.memlock_soft_bytes / 2**20:,.0f} MiB")
+            t.add_row(
+                "ulimit -l",
+                "unlimited" if h.memlock_soft_bytes is None else f"{h.memlock_soft_bytes / 2**20:,.0f} MiB",
+            )
     if env.cuda_home or env.nvcc_version:
         t.add_row("CUDA_HOME / nvcc", f"{env.cuda_home or '?'} / {env.nvcc_version or 'not found'}")
     for k, v in sorted(env.env_vars.items()):
@@ -98,8 +134,15 @@ def run(args: argparse.Namespace) -> int:
         env = collect(deep=not args.no_deep)
     findings = judge_environment(env)
     header = environment_table(env) if args.format == "text" else None
-    emit(args, "env", findings, title="zerodoctor env", header=header,
-         extra={"environment": env.to_dict()}, clean_message="No known problem with this stack.")
+    emit(
+        args,
+        "env",
+        findings,
+        title="zerodoctor env",
+        header=header,
+        extra={"environment": env.to_dict()},
+        clean_message="No known problem with this stack.",
+    )
     if args.format == "text":
         sys.stdout.flush()
     return exit_code(findings, args.fail_on)

@@ -18,11 +18,15 @@ from zerodoctor.versions import describe_range
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("kb", help="browse known failures and lint rules",
-                       description="Without ID: list knowledge-base entries and lint rules. With an entry id "
-                                   "(ds-z3-offload-clipgrad-device-mismatch) or a rule code/name (DS002, "
-                                   "deepspeed.batch-size-mismatch): show it in full.",
-                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "kb",
+        help="browse known failures and lint rules",
+        description="Without ID: list knowledge-base entries and lint rules. With an entry id "
+        "(ds-z3-offload-clipgrad-device-mismatch) or a rule code/name (DS002, "
+        "deepspeed.batch-size-mismatch): show it in full.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("id", nargs="?", help="entry id or rule code")
     add_output_options(p, fail_on=False)
     p.set_defaults(run=run)
@@ -31,13 +35,27 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
 def _rule_dict(code: str) -> dict[str, Any]:
     module = RULES[code]
     r = module.RULE
-    return {"code": r.code, "name": r.name, "title": r.title, "severity": r.severity.label,
-            "fix_safety": r.fix_safety, "references": list(r.references), "doc": rule_doc(module)}
+    return {
+        "code": r.code,
+        "name": r.name,
+        "title": r.title,
+        "severity": r.severity.label,
+        "fix_safety": r.fix_safety,
+        "references": list(r.references),
+        "doc": rule_doc(module),
+    }
 
 
 def _entry_summary(e: Entry) -> dict[str, Any]:
-    return {"id": e.id, "title": e.title, "severity": e.severity, "phase": e.phase, "status": e.status,
-            "summary": e.summary, "seed_cases": e.seed_cases}
+    return {
+        "id": e.id,
+        "title": e.title,
+        "severity": e.severity,
+        "phase": e.phase,
+        "status": e.status,
+        "summary": e.summary,
+        "seed_cases": e.seed_cases,
+    }
 
 
 def _find_rule(key: str) -> str | None:
@@ -48,7 +66,13 @@ def _find_rule(key: str) -> str | None:
 
 
 def _entry_text(e: Entry) -> str:
-    lines = [f"{e.id}: {e.title}", f"severity {e.severity}, phase {e.phase}, status {e.status}", "", e.summary, ""]
+    lines = [
+        f"{e.id}: {e.title}",
+        f"severity {e.severity}, phase {e.phase}, status {e.status}",
+        "",
+        e.summary,
+        "",
+    ]
     if e.conditions.packages or e.conditions.config:
         lines.append("When it happens:")
         for pc in e.conditions.packages:
@@ -65,7 +89,12 @@ def _entry_text(e: Entry) -> str:
         for s in e.symptoms.signatures:
             lines.append(f"  - [{s.kind}] {s.pattern}")
         lines.append("")
-    lines += ["Why it happens:", *("  " + ln for ln in e.root_cause.strip().splitlines()), "", "How to fix it:"]
+    lines += [
+        "Why it happens:",
+        *("  " + ln for ln in e.root_cause.strip().splitlines()),
+        "",
+        "How to fix it:",
+    ]
     for i, f in enumerate(e.fixes, 1):
         lines.append(f"  {i}. {f.text}" + (f"  $ {f.command}" if f.command else ""))
         if f.patch:
@@ -76,7 +105,11 @@ def _entry_text(e: Entry) -> str:
         lines += ["", "Not confirmed:", *(f"  - {u}" for u in e.unconfirmed)]
     if e.related:
         lines += ["", "Look-alikes: " + ", ".join(e.related)]
-    lines += ["", "Sources:", *(f"  - {r.ref} ({r.kind})" + (f": {r.note}" if r.note else "") for r in e.references)]
+    lines += [
+        "",
+        "Sources:",
+        *(f"  - {r.ref} ({r.kind})" + (f": {r.note}" if r.note else "") for r in e.references),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -92,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 sep = "#" if args.format == "markdown" else ""
                 head = f"{sep} {d['code']} {d['name']}: {d['title']}".strip()
-                out.write(f"{head}\n\ndefault severity: {d['severity']}; automatic fix: {d['fix_safety'] or 'none'}\n\n"
-                          f"{d['doc']}\n\nSources: {', '.join(d['references'])}\n")
+                out.write(
+                    f"{head}\n\ndefault severity: {d['severity']}; automatic fix: {d['fix_safety'] or 'none'}\n\n"
+                    f"{d['doc']}\n\nSources: {', '.join(d['references'])}\n"
+                )
             return EXIT_CLEAN
         match = [e for e in entries if e.id == args.id]
         if not match:
@@ -101,12 +136,20 @@ def run(args: argparse.Namespace) -> int:
 
             names = [e.id for e in entries] + list(RULES) + [m.RULE.name for m in RULES.values()]
             near = difflib.get_close_matches(args.id, names, n=3, cutoff=0.5)
-            raise KnowledgeBaseError(f"no knowledge-base entry or rule {args.id!r}",
-                                     hint=(f"did you mean {', '.join(near)}? " if near else "") + "`zerodoctor kb` lists them")
+            raise KnowledgeBaseError(
+                f"no knowledge-base entry or rule {args.id!r}",
+                hint=(f"did you mean {', '.join(near)}? " if near else "") + "`zerodoctor kb` lists them",
+            )
         e = match[0]
         if args.format == "json":
-            out.write(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "entry": e.model_dump(mode="json")},
-                                 indent=2, ensure_ascii=False) + "\n")
+            out.write(
+                json.dumps(
+                    {"schema_version": JSON_SCHEMA_VERSION, "entry": e.model_dump(mode="json")},
+                    indent=2,
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
         elif args.format == "markdown":
             body = _entry_text(e).split("\n", 1)[1]
             out.write(f"# {e.id}: {e.title}\n{body}")
@@ -114,8 +157,11 @@ def run(args: argparse.Namespace) -> int:
             out.write(_entry_text(e))
         return EXIT_CLEAN
     if args.format == "json":
-        doc = {"schema_version": JSON_SCHEMA_VERSION, "entries": [_entry_summary(e) for e in entries],
-               "rules": [_rule_dict(c) for c in RULES]}
+        doc = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "entries": [_entry_summary(e) for e in entries],
+            "rules": [_rule_dict(c) for c in RULES],
+        }
         out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         return EXIT_CLEAN
     bullet = "- " if args.format == "markdown" else "  "

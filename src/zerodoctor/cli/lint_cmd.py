@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zerodoctor.cli.common import add_env_option, add_output_options, emit, exit_code, load_env_option, positive_int
+from zerodoctor.cli.common import (
+    add_env_option,
+    add_output_options,
+    emit,
+    exit_code,
+    load_env_option,
+    positive_int,
+)
 from zerodoctor.errors import UsageError
 from zerodoctor.setup.document import KINDS
 from zerodoctor.setup.model import FRAMEWORKS
@@ -13,30 +20,51 @@ from zerodoctor.setup.model import FRAMEWORKS
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "lint", help="lint training configs (DeepSpeed JSON, HF/LLaMA-Factory/accelerate YAML, XTuner .py)",
+        "lint",
+        help="lint training configs (DeepSpeed JSON, HF/LLaMA-Factory/accelerate YAML, XTuner .py)",
         description="Lint the files of one training setup together: a DeepSpeed JSON is judged with the HF / "
-                    "LLaMA-Factory arguments or accelerate config that use it (HF fills \"auto\" values, HF "
-                    "rejects mismatches). Files a config names (deepspeed: ds.json) are read too. "
-                    "Kinds: " + "; ".join(f"{k} = {v}" for k, v in KINDS.items()),
-        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+        'LLaMA-Factory arguments or accelerate config that use it (HF fills "auto" values, HF '
+        "rejects mismatches). Files a config names (deepspeed: ds.json) are read too. "
+        "Kinds: " + "; ".join(f"{k} = {v}" for k, v in KINDS.items()),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("files", nargs="+", metavar="FILE")
     add_output_options(p)
     add_env_option(p)
     p.add_argument("--kind", choices=sorted(KINDS), help="read every FILE as this kind (default: detect)")
-    p.add_argument("--framework", choices=FRAMEWORKS,
-                   help="how the job is launched, when the files do not say (deepspeed = plain deepspeed.initialize)")
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        help="how the job is launched, when the files do not say (deepspeed = plain deepspeed.initialize)",
+    )
     p.add_argument("--world-size", type=positive_int, help="total number of GPUs (ranks) of the job")
     p.add_argument("--nodes", type=positive_int, help="number of nodes")
     p.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node")
-    p.add_argument("--model", help="model (catalog name, hub id or config.json path) when the configs do not name it")
+    p.add_argument(
+        "--model", help="model (catalog name, hub id or config.json path) when the configs do not name it"
+    )
     p.add_argument("--samples", type=positive_int, help="training samples per epoch (expected step counts)")
-    p.add_argument("--select", action="append", metavar="CODE", help="only these rules (code, prefix or name)")
+    p.add_argument(
+        "--select", action="append", metavar="CODE", help="only these rules (code, prefix or name)"
+    )
     p.add_argument("--ignore", action="append", metavar="CODE", help="skip these rules")
-    p.add_argument("--deepspeed-validate", action="store_true",
-                   help="also validate with DeepSpeed's own config models (imports DeepSpeed in a subprocess, ~3 s)")
-    p.add_argument("--fix", action="store_true", help="write a corrected copy next to each changed file (NAME.fixed.EXT)")
-    p.add_argument("--in-place", action="store_true", help="with --fix: change the files themselves, after a .bak backup")
-    p.add_argument("--unsafe-fixes", action="store_true", help="with --fix: also apply fixes that change training behaviour")
+    p.add_argument(
+        "--deepspeed-validate",
+        action="store_true",
+        help="also validate with DeepSpeed's own config models (imports DeepSpeed in a subprocess, ~3 s)",
+    )
+    p.add_argument(
+        "--fix", action="store_true", help="write a corrected copy next to each changed file (NAME.fixed.EXT)"
+    )
+    p.add_argument(
+        "--in-place", action="store_true", help="with --fix: change the files themselves, after a .bak backup"
+    )
+    p.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="with --fix: also apply fixes that change training behaviour",
+    )
     p.set_defaults(run=run)
 
 
@@ -47,9 +75,17 @@ def run(args: argparse.Namespace) -> int:
     if (args.in_place or args.unsafe_fixes) and not args.fix:
         raise UsageError("--in-place and --unsafe-fixes only make sense with --fix")
     env = load_env_option(args.env)
-    setup = load_setup(args.files, kind=args.kind, env=env, framework=args.framework, world_size=args.world_size,
-                       num_nodes=args.nodes, gpus_per_node=args.gpus_per_node, model=args.model,
-                       dataset_samples=args.samples)
+    setup = load_setup(
+        args.files,
+        kind=args.kind,
+        env=env,
+        framework=args.framework,
+        world_size=args.world_size,
+        num_nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        model=args.model,
+        dataset_samples=args.samples,
+    )
     if args.model and setup.model_spec is None and setup.model_note:
         raise UsageError(setup.model_note)
     findings = setup_notes(setup) + lint_setup(setup, select_rules(args.select, args.ignore))
@@ -57,16 +93,20 @@ def run(args: argparse.Namespace) -> int:
         from zerodoctor.lint.deepspeed_validate import merge_with_builtin, validate_with_deepspeed
 
         findings += merge_with_builtin(findings, validate_with_deepspeed(setup))
-    extra: dict[str, object] = {"files": [{"path": d.display, "kind": d.kind} for d in setup.documents],
-                                "framework": setup.framework}
+    extra: dict[str, object] = {
+        "files": [{"path": d.display, "kind": d.kind} for d in setup.documents],
+        "framework": setup.framework,
+    }
     if args.fix:
         from zerodoctor.lint.fixer import plan_fixes, write_fixes
 
         changes, skipped = plan_fixes(setup, findings, unsafe=args.unsafe_fixes)
         written = write_fixes(setup, changes, in_place=args.in_place)
-        extra["fixes"] = {"changes": [c.describe() for c in changes],
-                          "written": [{"path": str(p), "backup": str(b) if b else None} for p, b in written],
-                          "skipped": [f"{s.rule}: {s.reason}" for s in skipped]}
+        extra["fixes"] = {
+            "changes": [c.describe() for c in changes],
+            "written": [{"path": str(p), "backup": str(b) if b else None} for p, b in written],
+            "skipped": [f"{s.rule}: {s.reason}" for s in skipped],
+        }
     emit(args, "lint", findings, title="zerodoctor lint", extra=extra)
     if args.fix and args.format == "text":
         fx = extra["fixes"]
@@ -74,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         for line in fx["changes"]:
             sys.stdout.write(f"fixed: {line}\n")
         for w in fx["written"]:
-            sys.stdout.write(f"wrote {w['path']}" + (f" (backup {w['backup']})" if w["backup"] else "") + "\n")
+            sys.stdout.write(
+                f"wrote {w['path']}" + (f" (backup {w['backup']})" if w["backup"] else "") + "\n"
+            )
         for s in fx["skipped"]:
             sys.stdout.write(f"not fixed: {s}\n")
         if not fx["changes"]:

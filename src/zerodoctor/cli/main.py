@@ -7,6 +7,7 @@ import argparse
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from zerodoctor import __version__
 from zerodoctor.cli import env_cmd, kb_cmd, lint_cmd
@@ -26,7 +27,7 @@ EPILOG = """exit codes:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on its own; keep our one-line style
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on its own; keep our one-line style
         self.print_usage(sys.stderr)
         sys.stderr.write(f"zerodoctor: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
@@ -66,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception:  # the one place a bug becomes an exit code
-        sys.stderr.write("zerodoctor: internal error (a bug in zerodoctor; please report it with this output)\n")
+        sys.stderr.write(
+            "zerodoctor: internal error (a bug in zerodoctor; please report it with this output)\n"
+        )
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
 

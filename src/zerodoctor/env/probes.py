@@ -382,7 +382,7 @@ def probe_gpus() -> tuple[list[GpuInfo], bool, str | None]:
     """(GPUs, probed, note) via nvidia-ml-py. A machine without an NVIDIA driver is a normal answer:
     no GPUs, probed=True, and a note that says why."""
     try:
-        import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py: a thin ctypes binding, cheap to import
+        import pynvml  # nvidia-ml-py: a thin ctypes binding, cheap to import
     except ImportError:
         return [], False, "could not check GPUs, because nvidia-ml-py (pynvml) is not installed"
     try:

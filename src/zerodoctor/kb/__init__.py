@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zerodoctor.kb.loader import load_entries, get_entry
+from zerodoctor.kb.loader import get_entry, load_entries
 from zerodoctor.kb.schema import Entry
 
 __all__ = ["Entry", "get_entry", "load_entries"]

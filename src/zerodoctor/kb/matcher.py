@@ -57,7 +57,9 @@ def _compile(entry: Entry) -> _Compiled:
     return c
 
 
-def match_symptoms(entry: Entry, lines: Iterable[str], max_evidence: int = 20) -> tuple[Tri, tuple[str, ...], tuple[tuple[int, str, str], ...], float]:
+def match_symptoms(
+    entry: Entry, lines: Iterable[str], max_evidence: int = 20
+) -> tuple[Tri, tuple[str, ...], tuple[tuple[int, str, str], ...], float]:
     """Scan lines once; return (symptoms verdict, matched signature ids, evidence lines, score)."""
     sym = entry.symptoms
     if not sym.signatures:
@@ -90,13 +92,18 @@ def evaluate_conditions(
         installed = norm_versions.get(normalize_package(pc.package))
         shown = installed if installed else ("not installed" if installed == "" else "unknown")
         results.append(
-            ConditionResult(f"{pc.package} {text} (have {shown})", evaluate_package(norm_versions, pc.package, ranges))
+            ConditionResult(
+                f"{pc.package} {text} (have {shown})", evaluate_package(norm_versions, pc.package, ranges)
+            )
         )
     for pred in entry.conditions.config:
         want = "" if pred.op in ("truthy", "falsy", "present", "absent") else f" {pred.value!r}"
         have = facts.get(pred.key, "unknown")
         results.append(
-            ConditionResult(f"{pred.key} {pred.op}{want} (have {have!r})", evaluate_predicate(facts, pred.key, pred.op, pred.value))
+            ConditionResult(
+                f"{pred.key} {pred.op}{want} (have {have!r})",
+                evaluate_predicate(facts, pred.key, pred.op, pred.value),
+            )
         )
     return all_of([r.value for r in results]), tuple(results)
 

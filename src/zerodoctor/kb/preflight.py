@@ -59,7 +59,11 @@ def known_failures(versions: Mapping[str, str], facts: Mapping[str, Any]) -> lis
                 title=entry.title,
                 message=message,
                 fixes=entry_fixes(entry),
-                evidence=tuple(Evidence(key=r.description.split(" ")[0], text=r.description) for r in verdict.condition_results if r.value is Tri.TRUE),
+                evidence=tuple(
+                    Evidence(key=r.description.split(" ")[0], text=r.description)
+                    for r in verdict.condition_results
+                    if r.value is Tri.TRUE
+                ),
                 references=entry_references(entry),
                 source="kb",
                 data={"unknown_conditions": unknown} if unknown else {},

@@ -27,8 +27,18 @@ REFERENCE = r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(#\d+|@[0-9a-f]{7,40}|:[^\s]+)|ht
 _FORBIDDEN_REGEX = re.compile(r"\(\?[=!<]|\\[1-9]")
 
 Phase = Literal[
-    "config", "install", "load", "init", "forward", "backward", "optimizer_step", "checkpoint_save",
-    "resume", "eval", "data", "any",
+    "config",
+    "install",
+    "load",
+    "init",
+    "forward",
+    "backward",
+    "optimizer_step",
+    "checkpoint_save",
+    "resume",
+    "eval",
+    "data",
+    "any",
 ]
 Op = Literal["eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "truthy", "falsy", "present", "absent"]
 
@@ -163,5 +173,7 @@ class Entry(_Strict):
         if not self.symptoms.signatures and not (self.conditions.packages or self.conditions.config):
             raise ValueError("an entry needs log signatures or conditions, or nothing can ever match it")
         if self.status != "verified" and not self.unconfirmed:
-            raise ValueError(f"status {self.status!r} needs an `unconfirmed` list saying what is not confirmed")
+            raise ValueError(
+                f"status {self.status!r} needs an `unconfirmed` list saying what is not confirmed"
+            )
         return self

@@ -57,10 +57,13 @@ print("ZD-RESULT " + json.dumps(out))
 
 
 # pydantic model title -> where its fields live in the config (pydantic reports locations per model).
-_MODEL_PREFIX = {"DeepSpeedZeroConfig": "zero_optimization.",
-                 "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer.",
-                 "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param.",
-                 "DeepSpeedFP16Config": "fp16.", "DeepSpeedBF16Config": "bf16."}
+_MODEL_PREFIX = {
+    "DeepSpeedZeroConfig": "zero_optimization.",
+    "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer.",
+    "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param.",
+    "DeepSpeedFP16Config": "fp16.",
+    "DeepSpeedBF16Config": "bf16.",
+}
 
 
 def _config_for_deepspeed(setup: TrainingSetup) -> dict[str, Any]:
@@ -106,29 +109,50 @@ def validate_many(setups: list[TrainingSetup], python: str | None = None) -> lis
 
     requests = [_request(s) for s in todo]
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _PROBE], input=json.dumps(requests), text=True,
-                              capture_output=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _PROBE],
+            input=json.dumps(requests),
+            text=True,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
-        return for_all(f"DeepSpeed's own validation did not finish in {TIMEOUT_S} s; only the built-in checks ran.")
+        return for_all(
+            f"DeepSpeed's own validation did not finish in {TIMEOUT_S} s; only the built-in checks ran."
+        )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ZD-RESULT ")), None)
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return for_all(f"DeepSpeed's own validation could not run ({tail}); only the built-in checks ran.")
-    result = json.loads(line[len("ZD-RESULT "):])
+    result = json.loads(line[len("ZD-RESULT ") :])
     if result.get("import_error"):
-        return for_all(f"DeepSpeed is not importable here ({result['import_error']}); only the built-in checks ran. "
-                       "`zerodoctor env` says more.")
+        return for_all(
+            f"DeepSpeed is not importable here ({result['import_error']}); only the built-in checks ran. "
+            "`zerodoctor env` says more."
+        )
     for setup, errors in zip(todo, result["results"], strict=True):
         for err in errors:
             loc = err["loc"]
             key = f"{_MODEL_PREFIX.get(err.get('model', ''), '')}{loc}".rstrip(".")
-            ev = setup.ds_evidence(key) if key else Evidence(file=setup.ds_doc.display if setup.ds_doc else None)
-            answers[id(setup)].append(Finding(
-                id="DS001", name="deepspeed.invalid-config:deepspeed", severity=Severity.ERROR,
-                title=f"DeepSpeed {result['version']} rejects this config",
-                message=f"DeepSpeed's own config parser ({err['type']}): " + (f"{loc}: " if loc else "") + err["msg"],
-                evidence=(ev,), references=rule.references, source="deepspeed",
-            ))
+            ev = (
+                setup.ds_evidence(key)
+                if key
+                else Evidence(file=setup.ds_doc.display if setup.ds_doc else None)
+            )
+            answers[id(setup)].append(
+                Finding(
+                    id="DS001",
+                    name="deepspeed.invalid-config:deepspeed",
+                    severity=Severity.ERROR,
+                    title=f"DeepSpeed {result['version']} rejects this config",
+                    message=f"DeepSpeed's own config parser ({err['type']}): "
+                    + (f"{loc}: " if loc else "")
+                    + err["msg"],
+                    evidence=(ev,),
+                    references=rule.references,
+                    source="deepspeed",
+                )
+            )
     return [answers[id(s)] for s in setups]
 
 
@@ -137,8 +161,12 @@ def validate_with_deepspeed(setup: TrainingSetup, python: str | None = None) -> 
 
 
 # DeepSpeed messages that a built-in rule already reports with more context (file:line and the fix).
-_COVERED_BY = {"train_batch_size is not equal": "DS002", "has to be greater than 0": "DS002",
-               "cannot be simultaneously enabled": "DS003", "Partial offloading": "DS005"}
+_COVERED_BY = {
+    "train_batch_size is not equal": "DS002",
+    "has to be greater than 0": "DS002",
+    "cannot be simultaneously enabled": "DS003",
+    "Partial offloading": "DS005",
+}
 
 
 def merge_with_builtin(builtin: list[Finding], from_deepspeed: list[Finding]) -> list[Finding]:

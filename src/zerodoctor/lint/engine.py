@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterable
 
-from zerodoctor.findings import Evidence, Finding, Severity, sort_findings
+from zerodoctor.findings import Finding, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
 from zerodoctor.setup.model import TrainingSetup

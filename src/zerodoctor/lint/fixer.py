@@ -44,7 +44,9 @@ class Skipped:
     reason: str
 
 
-def _target_doc(setup: TrainingSetup, target: str | None, key: str) -> tuple[ConfigDocument | None, str | None]:
+def _target_doc(
+    setup: TrainingSetup, target: str | None, key: str
+) -> tuple[ConfigDocument | None, str | None]:
     if target == "deepspeed":
         if setup.ds_doc is not None:
             return setup.ds_doc, spelled(setup.ds_doc.data, key)
@@ -60,7 +62,9 @@ def _target_doc(setup: TrainingSetup, target: str | None, key: str) -> tuple[Con
     return None, None
 
 
-def plan_fixes(setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = False) -> tuple[list[Change], list[Skipped]]:
+def plan_fixes(
+    setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = False
+) -> tuple[list[Change], list[Skipped]]:
     changes: list[Change] = []
     skipped: list[Skipped] = []
     taken: dict[tuple[str, str], Any] = {}
@@ -71,7 +75,9 @@ def plan_fixes(setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = 
         if patch_fix is None or safety is None:
             continue
         if safety == "unsafe" and not unsafe:
-            skipped.append(Skipped(f.id, "its fix changes training behaviour; pass --unsafe-fixes to apply it"))
+            skipped.append(
+                Skipped(f.id, "its fix changes training behaviour; pass --unsafe-fixes to apply it")
+            )
             continue
         for key, value in (patch_fix.patch or {}).items():
             doc, file_key = _target_doc(setup, patch_fix.target, key)
@@ -98,6 +104,7 @@ def plan_fixes(setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = 
 
 # ---- JSON that keeps number spellings ------------------------------------------------------------------
 
+
 class _Num(str):
     """A JSON number kept as the user wrote it (5e8 stays 5e8)."""
 
@@ -107,7 +114,10 @@ def _dump_json(value: Any, indent: int, level: int = 0) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump_json(v, indent, level + 1)}" for k, v in value.items()]
+        items = [
+            f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump_json(v, indent, level + 1)}"
+            for k, v in value.items()
+        ]
         return "{\n" + ",\n".join(items) + f"\n{pad}}}"
     if isinstance(value, list):
         if not value:
@@ -164,10 +174,14 @@ def _free_path(path: Path) -> Path:
         candidate = path.with_name(f"{path.stem}.{i}{path.suffix}")
         if not candidate.exists():
             return candidate
-    raise InputError(str(path), "too many earlier copies next to this file", hint="remove old .fixed/.bak copies")
+    raise InputError(
+        str(path), "too many earlier copies next to this file", hint="remove old .fixed/.bak copies"
+    )
 
 
-def write_fixes(setup: TrainingSetup, changes: list[Change], *, in_place: bool = False) -> list[tuple[Path, Path | None]]:
+def write_fixes(
+    setup: TrainingSetup, changes: list[Change], *, in_place: bool = False
+) -> list[tuple[Path, Path | None]]:
     """Write each changed file; returns (written path, backup path or None). Never overwrites a user file
     without a backup, never overwrites an earlier copy."""
     by_file: dict[str, list[Change]] = {}
@@ -178,7 +192,11 @@ def write_fixes(setup: TrainingSetup, changes: list[Change], *, in_place: bool =
         todo = by_file.get(doc.display)
         if not todo:
             continue
-        text = _fix_json(doc, todo) if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{") else _fix_yaml(doc, todo)
+        text = (
+            _fix_json(doc, todo)
+            if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{")
+            else _fix_yaml(doc, todo)
+        )
         if in_place:
             backup = _free_path(doc.path.with_name(doc.path.name + ".bak"))
             backup.write_bytes(doc.path.read_bytes())

@@ -19,7 +19,10 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.
 
 
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
-    return {s.label: sum(1 for f in findings if f.severity is s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
+    return {
+        s.label: sum(1 for f in findings if f.severity is s)
+        for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)
+    }
 
 
 def envelope(command: str, findings: Sequence[Finding], **extra: Any) -> dict[str, Any]:
@@ -62,19 +65,34 @@ def finding_text(f: Finding) -> Text:
         if fix.command:
             t.append(f"  $ {fix.command}", style="green")
         if fix.patch:
-            t.append("  (" + ", ".join(f"{k} = {json.dumps(v, default=str)}" for k, v in fix.patch.items()) + ")",
-                     style="dim")
+            t.append(
+                "  (" + ", ".join(f"{k} = {json.dumps(v, default=str)}" for k, v in fix.patch.items()) + ")",
+                style="dim",
+            )
         t.append("\n")
     if f.references:
         t.append("  see: " + ", ".join(f.references) + "\n", style="dim")
     return t
 
 
-def render_text(findings: Sequence[Finding], *, header: Text | str | None = None, width: int = 100,
-                color: bool = False, clean_message: str = "No problems found.") -> str:
+def render_text(
+    findings: Sequence[Finding],
+    *,
+    header: Text | str | None = None,
+    width: int = 100,
+    color: bool = False,
+    clean_message: str = "No problems found.",
+) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False,
-                      emoji=False, soft_wrap=True)
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
     if header:
         console.print(header)
     for f in findings:

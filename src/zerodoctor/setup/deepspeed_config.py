@@ -67,21 +67,28 @@ def canonical(config: dict[str, Any]) -> dict[str, Any]:
     zero = out.get("zero_optimization")
     if isinstance(zero, dict):
         z: dict[str, Any] = {}
-        for k, v in zero.items():
-            z[ZERO_ALIASES.get(k, k)] = v
-        # Legacy ZeRO-Offload switch: "cpu_offload": true means offload_optimizer to cpu.
+        for zk, v in zero.items():
+            z[ZERO_ALIASES.get(str(zk), str(zk))] = v
+        # Legacy ZeRO-Offload switches (DeepSpeedZeroConfig validators): "cpu_offload": true means
+        # offload_optimizer to cpu, "cpu_offload_param": true means offload_param to cpu.
         if z.get("cpu_offload") is True and "offload_optimizer" not in z:
             z["offload_optimizer"] = {"device": "cpu"}
+        if z.get("cpu_offload_param") is True and "offload_param" not in z:
+            z["offload_param"] = {"device": "cpu"}
         out["zero_optimization"] = z
     return out
 
 
 def spelled(config: dict[str, Any], canonical_key: str) -> str:
     """The dotted key as the user spelled it, so findings point at the key in their file."""
-    parts = canonical_key.split(".")
+    parts: list[str] = canonical_key.split(".")
     if parts[0] == "bf16" and "bf16" not in config and "bfloat16" in config:
         parts[0] = "bfloat16"
-    if parts[0] == "zero_optimization" and len(parts) > 1 and isinstance(config.get("zero_optimization"), dict):
+    if (
+        parts[0] == "zero_optimization"
+        and len(parts) > 1
+        and isinstance(config.get("zero_optimization"), dict)
+    ):
         zero = config["zero_optimization"]
         if parts[1] not in zero:
             for alias, canon in ZERO_ALIASES.items():
@@ -146,6 +153,11 @@ def accelerate_plugin_config(section: dict[str, Any], mixed_precision: str | Non
             "stage3_gather_16bit_weights_on_model_save": bool(section.get("zero3_save_16bit_model", False)),
         },
     }
+    # accelerate sets nvme_path only for an nvme device
+    for part in ("optimizer", "param"):
+        block = cfg["zero_optimization"][f"offload_{part}"]
+        if block["device"] == "nvme" and section.get(f"offload_{part}_nvme_path"):
+            block["nvme_path"] = section[f"offload_{part}_nvme_path"]
     if clip:
         cfg["gradient_clipping"] = clip
     apply_mixed_precision(cfg, mixed_precision)
@@ -162,5 +174,9 @@ def apply_mixed_precision(cfg: dict[str, Any], mixed_precision: str | None) -> N
         cfg["bf16"] = {"enabled": True}
     for dtype, on in (("fp16", mp == "fp16"), ("bf16", mp in ("bf16", "fp8"))):
         block = cfg.get(dtype)
-        if isinstance(block, dict) and isinstance(block.get("enabled"), str) and block["enabled"].lower() == "auto":
+        if (
+            isinstance(block, dict)
+            and isinstance(block.get("enabled"), str)
+            and block["enabled"].lower() == "auto"
+        ):
             block["enabled"] = on

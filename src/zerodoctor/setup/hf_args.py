@@ -37,9 +37,15 @@ HF_DEFAULTS: dict[str, tuple[type, Any]] = {
     "ddp_timeout": (int, 1800),
 }
 # Arguments whose default is None / not fixed but which we still coerce when given.
-HF_TYPES: dict[str, type] = {"gradient_checkpointing": bool, "warmup_steps": float, "warmup_ratio": float,
-                             "save_steps": float, "logging_steps": float, "per_device_eval_batch_size": int,
-                             "seed": int}
+HF_TYPES: dict[str, type] = {
+    "gradient_checkpointing": bool,
+    "warmup_steps": float,
+    "warmup_ratio": float,
+    "save_steps": float,
+    "logging_steps": float,
+    "per_device_eval_batch_size": int,
+    "seed": int,
+}
 
 
 def coerce(value: Any, typ: type) -> Any:
@@ -79,8 +85,12 @@ def effective_args(given: dict[str, Any]) -> dict[str, Any]:
 class AutoResolution:
     config: dict[str, Any]
     filled: dict[str, tuple[Any, str]] = field(default_factory=dict)  # ds key -> (value, from which argument)
-    unresolved: list[str] = field(default_factory=list)  # "auto" keys we could not fill (e.g. world size unknown)
-    mismatches: list[tuple[str, Any, str, Any]] = field(default_factory=list)  # (ds key, ds value, hf arg, hf value)
+    unresolved: list[str] = field(
+        default_factory=list
+    )  # "auto" keys we could not fill (e.g. world size unknown)
+    mismatches: list[tuple[str, Any, str, Any]] = field(
+        default_factory=list
+    )  # (ds key, ds value, hf arg, hf value)
 
 
 def _node(config: dict[str, Any], dotted: str) -> tuple[dict[str, Any] | None, str]:
@@ -142,10 +152,25 @@ def resolve_hf_auto(
     h = hidden_size
     fill("zero_optimization.reduce_bucket_size", h * h if h else None, "hidden_size*hidden_size", False)
     if zero3:
-        fill("zero_optimization.stage3_prefetch_bucket_size", int(0.9 * h * h) if h else None,
-             "0.9*hidden_size*hidden_size", False)
-        fill("zero_optimization.stage3_param_persistence_threshold", 10 * h if h else None, "10*hidden_size", False)
-    # total_num_steps / warmup_num_steps need the dataset size: filled at train time, never a mismatch here.
+        fill(
+            "zero_optimization.stage3_prefetch_bucket_size",
+            int(0.9 * h * h) if h else None,
+            "0.9*hidden_size*hidden_size",
+            False,
+        )
+        fill(
+            "zero_optimization.stage3_param_persistence_threshold",
+            10 * h if h else None,
+            "10*hidden_size",
+            False,
+        )
+    # total_num_steps needs the dataset size: filled at train time, never a mismatch here. warmup_num_steps is
+    # max(1, args.get_warmup_steps(N)) (transformers 5.23), known before launch when warmup_steps >= 1 (that
+    # value) or 0 (then 1); a fractional warmup_steps is a ratio of N and stays unknown.
     fill("scheduler.params.total_num_steps", None, "num_training_steps", False)
-    fill("scheduler.params.warmup_num_steps", None, "warmup_steps", False)
+    ws_arg = coerce(args.get("warmup_steps", 0), float)
+    warmup = None
+    if isinstance(ws_arg, float | int) and not args.get("warmup_ratio"):
+        warmup = max(1, int(ws_arg)) if ws_arg >= 1 or ws_arg == 0 else None
+    fill("scheduler.params.warmup_num_steps", warmup, "warmup_steps", warmup is not None)
     return res

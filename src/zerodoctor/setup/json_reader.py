@@ -30,8 +30,13 @@ def parse_json(path: str, text: str) -> tuple[Any, dict[KeyPath, Position], list
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(path, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno,
-                         hint="fix the syntax (JSON allows no comments and no trailing commas)") from None
+        raise InputError(
+            path,
+            f"invalid JSON: {exc.msg}",
+            line=exc.lineno,
+            column=exc.colno,
+            hint="fix the syntax (JSON allows no comments and no trailing commas)",
+        ) from None
     positions: dict[KeyPath, Position] = {}
     duplicates: list[tuple[KeyPath, Position]] = []
     line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
@@ -42,8 +47,13 @@ def parse_json(path: str, text: str) -> tuple[Any, dict[KeyPath, Position], list
 class _Scanner:
     """Walks text already validated by `json.loads`, so it can assume well-formed input."""
 
-    def __init__(self, text: str, line_starts: list[int], positions: dict[KeyPath, Position],
-                 duplicates: list[tuple[KeyPath, Position]]) -> None:
+    def __init__(
+        self,
+        text: str,
+        line_starts: list[int],
+        positions: dict[KeyPath, Position],
+        duplicates: list[tuple[KeyPath, Position]],
+    ) -> None:
         self.text = text
         self.line_starts = line_starts
         self.positions = positions

@@ -72,8 +72,14 @@ def load_setup(
         except InputError:
             raise
         seen.add(found.resolve())
-    setup = build_setup(docs, env=env, framework=framework, world_size=world_size, num_nodes=num_nodes,
-                        gpus_per_node=gpus_per_node)
+    setup = build_setup(
+        docs,
+        env=env,
+        framework=framework,
+        world_size=world_size,
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+    )
     setup.missing_references = missing
     setup.dataset_samples = dataset_samples
     if model:

@@ -57,9 +57,13 @@ class TrainingSetup:
     method: str | None = None
     model_ref: str | None = None
     device_map_evidence: Evidence | None = None
-    missing_references: list[tuple[ConfigDocument, str, str]] = field(default_factory=list)  # (doc, key, path)
+    missing_references: list[tuple[ConfigDocument, str, str]] = field(
+        default_factory=list
+    )  # (doc, key, path)
     dataset_samples: int | None = None  # --samples: training examples per epoch, for step-count checks
-    model_spec: Any = None  # zerodoctor.plan.models.ModelSpec when the model is known (catalog or config.json)
+    model_spec: Any = (
+        None  # zerodoctor.plan.models.ModelSpec when the model is known (catalog or config.json)
+    )
     model_note: str | None = None  # why the model is not known, when a model was named
 
     def attach_model(self, spec: Any) -> None:
@@ -67,8 +71,13 @@ class TrainingSetup:
         self.model_spec = spec
         self.hidden_size = int(spec.params.hidden_size) if spec is not None else self.hidden_size
         if self.ds_written is not None and self.args_doc is not None:
-            self.resolution = resolve_hf_auto(self.ds_written, self.args, world_size=self.world_size,
-                                              hidden_size=self.hidden_size, zero3=(self.zero_stage == 3))
+            self.resolution = resolve_hf_auto(
+                self.ds_written,
+                self.args,
+                world_size=self.world_size,
+                hidden_size=self.hidden_size,
+                zero3=(self.zero_stage == 3),
+            )
 
     @property
     def total_params(self) -> int | None:
@@ -108,11 +117,7 @@ class TrainingSetup:
     def zero_stage(self) -> int | None:
         if self.ds_written is None:
             return None
-        stage = self.ds_flat().get("zero_optimization.stage")
-        try:
-            return int(stage)
-        except (TypeError, ValueError):
-            return None
+        return _int_or_none(self.ds_flat().get("zero_optimization.stage"))
 
     def ds_evidence(self, key: str, text: str | None = None) -> Evidence:
         """Where a (canonical, dotted) DeepSpeed key is written: the JSON file, or the accelerate YAML key
@@ -251,11 +256,14 @@ def build_setup(
     for d in documents:
         by_kind.setdefault(d.kind, []).append(d)
     s = TrainingSetup(documents=documents, env=env, num_nodes=num_nodes, gpus_per_node=gpus_per_node)
-    s.args_doc = (by_kind.get("llamafactory") or by_kind.get("hf") or [None])[0]
-    s.accelerate_doc = (by_kind.get("accelerate") or [None])[0]
-    s.xtuner_doc = (by_kind.get("xtuner") or [None])[0]
-    ds_docs = by_kind.get("deepspeed") or []
-    s.ds_doc = ds_docs[0] if ds_docs else None
+
+    def first(*kinds: str) -> ConfigDocument | None:
+        return next((by_kind[k][0] for k in kinds if by_kind.get(k)), None)
+
+    s.args_doc = first("llamafactory", "hf")
+    s.accelerate_doc = first("accelerate")
+    s.xtuner_doc = first("xtuner")
+    s.ds_doc = first("deepspeed")
 
     # Framework: said explicitly, or implied by the files.
     if framework:
@@ -276,16 +284,26 @@ def build_setup(
         s.world_size = _int_or_none(s.accelerate_doc.get("num_processes"))
         s.world_size_source = f"{s.accelerate_doc.display}: num_processes"
 
+    # Mixed precision accelerate applies: HF TrainingArguments' fp16/bf16 win over the launcher's YAML
+    # (transformers 5.23 TrainingArguments.__post_init__ sets mixed_precision from them and the Trainer builds
+    # its Accelerator with it); without them the YAML's `mixed_precision` applies.
+    mixed = s.accelerate_doc.get("mixed_precision") if s.accelerate_doc is not None else None
+    if s.args_doc is not None:
+        hf_args = effective_args(dict(s.args_doc.data))
+        if hf_args.get("bf16") is True:
+            mixed = "bf16"
+        elif hf_args.get("fp16") is True:
+            mixed = "fp16"
     # The DeepSpeed config: a JSON file, or the one accelerate builds from its YAML section.
     if s.ds_doc is not None:
         s.ds_written = canonical(s.ds_doc.data)
     elif s.accelerate_doc is not None and isinstance(s.accelerate_doc.get("deepspeed_config"), dict):
         section = s.accelerate_doc.get("deepspeed_config")
         if not section.get("deepspeed_config_file"):
-            s.ds_written = canonical(accelerate_plugin_config(section, s.accelerate_doc.get("mixed_precision")))
+            s.ds_written = canonical(accelerate_plugin_config(section, mixed))
             s.ds_from_accelerate_plugin = True
     if s.ds_written is not None and s.accelerate_doc is not None and not s.ds_from_accelerate_plugin:
-        apply_mixed_precision(s.ds_written, s.accelerate_doc.get("mixed_precision"))
+        apply_mixed_precision(s.ds_written, mixed)
 
     # Arguments and "auto" resolution.
     if s.args_doc is not None:
@@ -297,20 +315,29 @@ def build_setup(
         _read_xtuner(s)
     s.hidden_size = hidden_size
     if s.ds_written is not None and s.args_doc is not None:
-        s.resolution = resolve_hf_auto(s.ds_written, s.args, world_size=s.world_size, hidden_size=hidden_size,
-                                       zero3=(s.zero_stage == 3))
+        s.resolution = resolve_hf_auto(
+            s.ds_written, s.args, world_size=s.world_size, hidden_size=hidden_size, zero3=(s.zero_stage == 3)
+        )
     elif s.ds_written is not None and s.xtuner_doc is not None:
         _resolve_xtuner_auto(s)
     _find_device_map(s)
     return s
 
 
-_TORCH_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-                 "half": "float16", "float32": "float32", "fp32": "float32", "uint8": "uint8"}
+_TORCH_DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "uint8": "uint8",
+}
 
 
 def normalize_dtype(value: Any) -> str | None:
-    """"torch.bfloat16", "bf16", Symbol(torch.bfloat16) -> "bfloat16"."""
+    """ "torch.bfloat16", "bf16", Symbol(torch.bfloat16) -> "bfloat16"."""
     if value is None:
         return None
     text = str(value).strip().lower().removeprefix("torch.")
@@ -335,9 +362,12 @@ def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> Non
         qbit = _int_or_none(given.get("quantization_bit"))
         qmethod = str(given.get("quantization_method", "bnb")).lower()
         if qbit == 4 and qmethod in ("bnb", "bitsandbytes"):
-            s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": _compute_dtype_from_args(s.args),
-                       "bnb_4bit_compute_dtype": _compute_dtype_from_args(s.args),
-                       "quant_storage_set_by_framework": True}
+            s.quant = {
+                "load_in_4bit": True,
+                "bnb_4bit_quant_storage": _compute_dtype_from_args(s.args),
+                "bnb_4bit_compute_dtype": _compute_dtype_from_args(s.args),
+                "quant_storage_set_by_framework": True,
+            }
             s.quant_evidence = doc.evidence(("quantization_bit",))
         elif qbit == 8:
             s.quant = {"load_in_8bit": True}
@@ -346,17 +376,33 @@ def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> Non
         return
     # HF-style arguments: a `quantization_config` block, the PEFT example scripts' arguments
     # (use_4bit_quantization, bnb_4bit_quant_storage_dtype, ...) or TRL's ModelConfig (load_in_4bit).
-    block = given.get("quantization_config") if isinstance(given.get("quantization_config"), dict) else {}
+    qc = given.get("quantization_config")
+    block: dict[str, Any] = qc if isinstance(qc, dict) else {}
     load4 = block.get("load_in_4bit", given.get("load_in_4bit", given.get("use_4bit_quantization")))
     load8 = block.get("load_in_8bit", given.get("load_in_8bit", given.get("use_8bit_quantization")))
-    storage_key = next((k for k in ("bnb_4bit_quant_storage", "bnb_4bit_quant_storage_dtype") if k in block or k in given), None)
-    storage = (block.get(storage_key) if storage_key in block else given.get(storage_key)) if storage_key else None
-    compute = block.get("bnb_4bit_compute_dtype", given.get("bnb_4bit_compute_dtype", given.get("torch_dtype", given.get("dtype"))))
+    storage_key = next(
+        (k for k in ("bnb_4bit_quant_storage", "bnb_4bit_quant_storage_dtype") if k in block or k in given),
+        None,
+    )
+    storage = (
+        (block.get(storage_key) if storage_key in block else given.get(storage_key)) if storage_key else None
+    )
+    compute = block.get(
+        "bnb_4bit_compute_dtype",
+        given.get("bnb_4bit_compute_dtype", given.get("torch_dtype", given.get("dtype"))),
+    )
     peft = any(given.get(k) for k in ("use_peft_lora", "use_peft", "lora_r", "lora_target_modules"))
     if _truthy(load4):
-        s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": normalize_dtype(storage),
-                   "bnb_4bit_compute_dtype": normalize_dtype(compute) or _compute_dtype_from_args(s.args)}
-        key = "quantization_config" if block else next(k for k in ("load_in_4bit", "use_4bit_quantization") if k in given)
+        s.quant = {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_storage": normalize_dtype(storage),
+            "bnb_4bit_compute_dtype": normalize_dtype(compute) or _compute_dtype_from_args(s.args),
+        }
+        key = (
+            "quantization_config"
+            if block
+            else next(k for k in ("load_in_4bit", "use_4bit_quantization") if k in given)
+        )
         s.quant_evidence = doc.evidence((key,))
         s.method = "qlora"
     elif _truthy(load8):
@@ -374,9 +420,11 @@ def _truthy(v: Any) -> bool:
 
 # What `xtuner train` writes into the DeepSpeed config before deepspeed.initialize (xtuner/tools/train.py;
 # docs/framework-facts.md d.2): only these "auto" keys are filled, MMEngine's values win over concrete ones.
-XTUNER_FILLS = {"gradient_accumulation_steps": ("optim_wrapper", "accumulative_counts"),
-                "train_micro_batch_size_per_gpu": ("train_dataloader", "batch_size"),
-                "gradient_clipping": ("optim_wrapper", "clip_grad", "max_norm")}
+XTUNER_FILLS = {
+    "gradient_accumulation_steps": ("optim_wrapper", "accumulative_counts"),
+    "train_micro_batch_size_per_gpu": ("train_dataloader", "batch_size"),
+    "gradient_clipping": ("optim_wrapper", "clip_grad", "max_norm"),
+}
 
 
 def _resolve_xtuner_auto(s: TrainingSetup) -> None:
@@ -404,14 +452,24 @@ def _resolve_xtuner_auto(s: TrainingSetup) -> None:
 def _read_xtuner(s: TrainingSetup) -> None:
     doc = s.xtuner_doc
     assert doc is not None
-    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
-    llm = model.get("llm") if isinstance(model.get("llm"), dict) else {}
-    s.model_ref = s.model_ref or (doc.get("pretrained_model_name_or_path") if isinstance(doc.get("pretrained_model_name_or_path"), str) else None)
-    qc = llm.get("quantization_config") if isinstance(llm.get("quantization_config"), dict) else None
+    raw_model = doc.get("model")
+    model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
+    raw_llm = model.get("llm")
+    llm: dict[str, Any] = raw_llm if isinstance(raw_llm, dict) else {}
+    s.model_ref = s.model_ref or (
+        doc.get("pretrained_model_name_or_path")
+        if isinstance(doc.get("pretrained_model_name_or_path"), str)
+        else None
+    )
+    raw_qc = llm.get("quantization_config")
+    qc: dict[str, Any] | None = raw_qc if isinstance(raw_qc, dict) else None
     has_lora = isinstance(model.get("lora"), dict)
     if qc and _truthy(qc.get("load_in_4bit")):
-        s.quant = {"load_in_4bit": True, "bnb_4bit_quant_storage": normalize_dtype(qc.get("bnb_4bit_quant_storage")),
-                   "bnb_4bit_compute_dtype": normalize_dtype(qc.get("bnb_4bit_compute_dtype"))}
+        s.quant = {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_storage": normalize_dtype(qc.get("bnb_4bit_quant_storage")),
+            "bnb_4bit_compute_dtype": normalize_dtype(qc.get("bnb_4bit_compute_dtype")),
+        }
         s.quant_evidence = doc.evidence(("model", "llm", "quantization_config"))
         s.method = "qlora"
     else:

@@ -32,19 +32,31 @@ class Symbol:
 
 
 _BINOPS: dict[type[ast.operator], Any] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
 
 
-def parse_python_config(path: str, text: str) -> tuple[dict[str, Any], dict[KeyPath, Position], dict[KeyPath, str]]:
+def parse_python_config(
+    path: str, text: str
+) -> tuple[dict[str, Any], dict[KeyPath, Position], dict[KeyPath, str]]:
     if not text.strip():
         raise InputError(path, "the file is empty", hint="expected an XTuner Python config")
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
-        raise InputError(path, f"invalid Python: {exc.msg}", line=exc.lineno, column=exc.offset,
-                         hint="the file is read with ast and never run; fix the syntax") from None
+        raise InputError(
+            path,
+            f"invalid Python: {exc.msg}",
+            line=exc.lineno,
+            column=exc.offset,
+            hint="the file is read with ast and never run; fix the syntax",
+        ) from None
     ev = _Evaluator(text)
     for stmt in tree.body:
         ev.statement(stmt)

@@ -13,24 +13,72 @@ from zerodoctor.setup.yaml_reader import parse_yaml
 
 # Keys only a DeepSpeed config has at top level (config-json.md).
 DEEPSPEED_KEYS = {
-    "zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "fp16", "bf16", "amp",
-    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "gradient_clipping", "steps_per_print",
-    "wall_clock_breakdown", "activation_checkpointing", "flops_profiler", "communication_data_type",
-    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "data_types", "checkpoint",
+    "zero_optimization",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "fp16",
+    "bf16",
+    "amp",
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "gradient_clipping",
+    "steps_per_print",
+    "wall_clock_breakdown",
+    "activation_checkpointing",
+    "flops_profiler",
+    "communication_data_type",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+    "sparse_gradients",
+    "data_types",
+    "checkpoint",
 }
 # Keys only the accelerate config file has.
-ACCELERATE_KEYS = {"compute_environment", "distributed_type", "deepspeed_config", "num_processes", "machine_rank",
-                   "main_training_function", "downcast_bf16", "num_machines", "use_cpu", "fsdp_config"}
+ACCELERATE_KEYS = {
+    "compute_environment",
+    "distributed_type",
+    "deepspeed_config",
+    "num_processes",
+    "machine_rank",
+    "main_training_function",
+    "downcast_bf16",
+    "num_machines",
+    "use_cpu",
+    "fsdp_config",
+}
 # Arguments only LLaMA-Factory has (its model/data/finetuning args). Generic names that TRL or the HF example
 # scripts also use (packing, preprocessing_num_workers, overwrite_cache, lora_r...) do not count.
-LLAMAFACTORY_KEYS = {"finetuning_type", "template", "cutoff_len", "lora_target", "quantization_bit",
-                     "dataset_dir", "quantization_method", "plot_loss"}
+LLAMAFACTORY_KEYS = {
+    "finetuning_type",
+    "template",
+    "cutoff_len",
+    "lora_target",
+    "quantization_bit",
+    "dataset_dir",
+    "quantization_method",
+    "plot_loss",
+}
 LLAMAFACTORY_STAGES = {"pt", "sft", "rm", "ppo", "dpo", "kto"}
 # TrainingArguments names a DeepSpeed config never has (gradient_accumulation_steps, fp16 and bf16 exist in
 # both, so they do not decide).
-HF_KEYS = {"output_dir", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps",
-           "save_strategy", "save_steps", "logging_steps", "deepspeed", "gradient_checkpointing", "max_grad_norm",
-           "lr_scheduler_type", "warmup_ratio", "save_only_model", "model_name_or_path", "per_device_eval_batch_size"}
+HF_KEYS = {
+    "output_dir",
+    "per_device_train_batch_size",
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "save_strategy",
+    "save_steps",
+    "logging_steps",
+    "deepspeed",
+    "gradient_checkpointing",
+    "max_grad_norm",
+    "lr_scheduler_type",
+    "warmup_ratio",
+    "save_only_model",
+    "model_name_or_path",
+    "per_device_eval_batch_size",
+}
 MODEL_KEYS = {"model_type", "architectures", "hidden_size", "num_hidden_layers", "vocab_size", "text_config"}
 
 
@@ -49,7 +97,9 @@ def _read_text(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(str(path), "is not valid UTF-8 text", line=line, hint="save the file as UTF-8") from None
+        raise InputError(
+            str(path), "is not valid UTF-8 text", line=line, hint="save the file as UTF-8"
+        ) from None
 
 
 def detect_kind(path: Path, data: Any, text: str) -> str | None:
@@ -58,9 +108,13 @@ def detect_kind(path: Path, data: Any, text: str) -> str | None:
     if not isinstance(data, dict):
         return None
     keys = set(data)
-    if keys & ACCELERATE_KEYS and ("distributed_type" in keys or "deepspeed_config" in keys or len(keys & ACCELERATE_KEYS) >= 2):
+    if keys & ACCELERATE_KEYS and (
+        "distributed_type" in keys or "deepspeed_config" in keys or len(keys & ACCELERATE_KEYS) >= 2
+    ):
         return "accelerate"
-    if keys & LLAMAFACTORY_KEYS or (str(data.get("stage", "")).lower() in LLAMAFACTORY_STAGES and "finetuning_type" in keys):
+    if keys & LLAMAFACTORY_KEYS or (
+        str(data.get("stage", "")).lower() in LLAMAFACTORY_STAGES and "finetuning_type" in keys
+    ):
         return "llamafactory"
     ds_blocks = any(isinstance(data.get(k), dict) for k in ("fp16", "bf16", "bfloat16"))
     if (keys & DEEPSPEED_KEYS - {"fp16", "bf16"}) or ds_blocks:
@@ -77,7 +131,7 @@ def read_document(path: str | Path, kind: str | None = None) -> ConfigDocument:
     p = Path(path)
     text = _read_text(p)
     symbols: dict[tuple[str, ...], str] = {}
-    duplicates: list = []
+    duplicates: list[tuple[tuple[str, ...], Any]] = []
     if p.suffix == ".py":
         data, positions, symbols = parse_python_config(str(p), text)
     elif p.suffix == ".json":
@@ -94,11 +148,17 @@ def read_document(path: str | Path, kind: str | None = None) -> ConfigDocument:
         kind = detect_kind(p, data, text)
     if kind is None:
         supported = "; ".join(f"{k}: {v}" for k, v in KINDS.items())
-        raise InputError(str(p), "cannot tell what kind of config this is",
-                         hint=f"supported kinds are {supported}; name it with --kind KIND if it is one of them")
+        raise InputError(
+            str(p),
+            "cannot tell what kind of config this is",
+            hint=f"supported kinds are {supported}; name it with --kind KIND if it is one of them",
+        )
     if kind not in KINDS:
         raise InputError(str(p), f"unknown kind {kind!r}", hint=f"use one of: {', '.join(KINDS)}")
     if not isinstance(data, dict):
-        raise InputError(str(p), f"expected a mapping of settings at the top level, found {type(data).__name__}")
-    return ConfigDocument(path=p, kind=kind, data=data, positions=positions, text=text,
-                          duplicates=duplicates, symbols=symbols)
+        raise InputError(
+            str(p), f"expected a mapping of settings at the top level, found {type(data).__name__}"
+        )
+    return ConfigDocument(
+        path=p, kind=kind, data=data, positions=positions, text=text, duplicates=duplicates, symbols=symbols
+    )

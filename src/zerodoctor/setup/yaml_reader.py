@@ -39,8 +39,12 @@ def parse_yaml(path: str, text: str) -> tuple[Any, dict[KeyPath, Position], list
     return data, positions, duplicates
 
 
-def _walk(node: yaml.Node, path: KeyPath, positions: dict[KeyPath, Position],
-          duplicates: list[tuple[KeyPath, Position]]) -> None:
+def _walk(
+    node: yaml.Node,
+    path: KeyPath,
+    positions: dict[KeyPath, Position],
+    duplicates: list[tuple[KeyPath, Position]],
+) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = str(key_node.value)
@@ -52,5 +56,6 @@ def _walk(node: yaml.Node, path: KeyPath, positions: dict[KeyPath, Position],
             _walk(value_node, kp, positions, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            positions[(*path, str(i))] = Position(item.start_mark.line + 1, item.start_mark.column + 1)
-            _walk(item, (*path, str(i)), positions, duplicates)
+            item_path = (*path, str(i))
+            positions[item_path] = Position(item.start_mark.line + 1, item.start_mark.column + 1)
+            _walk(item, item_path, positions, duplicates)

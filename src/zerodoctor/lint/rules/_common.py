@@ -9,17 +9,34 @@ from zerodoctor.setup.model import TrainingSetup
 # Keys whose "auto" HF Trainer / accelerate fill (transformers integrations/deepspeed.py
 # trainer_config_process + trainer_config_finalize; accelerate prepare_deepspeed uses the same set).
 HF_FILLABLE_AUTO = {
-    "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "gradient_clipping",
-    "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
-    "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.total_num_steps",
-    "scheduler.params.warmup_num_steps", "fp16.enabled", "bf16.enabled", "zero_optimization.reduce_bucket_size",
-    "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "train_batch_size",
+    "gradient_clipping",
+    "optimizer.params.lr",
+    "optimizer.params.betas",
+    "optimizer.params.eps",
+    "optimizer.params.weight_decay",
+    "scheduler.params.warmup_min_lr",
+    "scheduler.params.warmup_max_lr",
+    "scheduler.params.total_num_steps",
+    "scheduler.params.warmup_num_steps",
+    "fp16.enabled",
+    "bf16.enabled",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
 }
 
 
 # `xtuner train` fills only these (xtuner/tools/train.py; docs/framework-facts.md d.2).
-XTUNER_FILLABLE_AUTO = {"gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "gradient_clipping",
-                        "fp16.enabled", "bf16.enabled"}
+XTUNER_FILLABLE_AUTO = {
+    "gradient_accumulation_steps",
+    "train_micro_batch_size_per_gpu",
+    "gradient_clipping",
+    "fp16.enabled",
+    "bf16.enabled",
+}
 
 
 def fillable_auto_keys(framework: str | None) -> set[str] | None:
@@ -48,9 +65,49 @@ def auto_keys(node: Any, prefix: str = "") -> list[str]:
 
 
 def offload_device(setup: TrainingSetup, part: str) -> str:
-    """"none" | "cpu" | "nvme" (effective, lower-case) for part in ("optimizer", "param")."""
+    """ "none" | "cpu" | "nvme" for part in ("optimizer", "param"), or "invalid" for anything DeepSpeed's enum
+    rejects ("CPU", null, a typo): DS001 reports those, the other rules then stay out of it."""
     value = setup.ds_flat().get(f"zero_optimization.offload_{part}.device", "none")
-    return str(value).strip().lower() if value is not None else "none"
+    return value if value in ("none", "cpu", "nvme") else "invalid"
+
+
+# Host bytes per trainable parameter, summed over a node's ranks (DeepSpeed source; memory.md §11.2 / §11.3).
+HOST_BYTES_OPTIMIZER_OFFLOAD = 18  # fp32 master 4 + fp32 grads 4 + Adam 8 + 16-bit grad partitions 2
+HOST_BYTES_PARAM_OFFLOAD = 2  # 16-bit parameter partitions (ZeRO-3 only)
+
+
+def node_count(setup: TrainingSetup) -> int | None:
+    """Nodes of the job: --nodes, or world size / GPUs per node (--gpus-per-node, else the snapshot's GPUs)."""
+    if setup.num_nodes:
+        return setup.num_nodes
+    per_node = setup.gpus_per_node or setup.facts().get("env.gpu_count")
+    if setup.world_size and per_node:
+        return max(1, setup.world_size // int(per_node))
+    return None
+
+
+def offloaded_host_bytes_per_node(setup: TrainingSetup) -> tuple[float, int, int] | None:
+    """(bytes, bytes per parameter, nodes) of offloaded model states on each node's host, for a full
+    fine-tune of a known model; None when it cannot be known (model, nodes) or nothing is offloaded."""
+    if setup.total_params is None or setup.method not in ("full", None):
+        return None
+    nodes = node_count(setup)
+    if nodes is None:
+        return None
+    opt, param = offload_device(setup, "optimizer"), offload_device(setup, "param")
+    per = (HOST_BYTES_OPTIMIZER_OFFLOAD if opt == "cpu" and (setup.zero_stage or 0) >= 1 else 0) + (
+        HOST_BYTES_PARAM_OFFLOAD if param == "cpu" and setup.zero_stage == 3 else 0
+    )
+    if not per:
+        return None
+    return setup.total_params * per / nodes, per, nodes
+
+
+def is_hf_trainer_peft(setup: TrainingSetup) -> bool:
+    """LoRA/QLoRA through HF Trainer (HF, LLaMA-Factory): under ZeRO-3 Trainer.save_model gathers only the
+    trainable adapter weights (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`,
+    transformers 5.23 trainer.py), whatever stage3_gather_16bit_weights_on_model_save says."""
+    return setup.framework in ("hf", "llamafactory") and setup.method in ("lora", "qlora")
 
 
 def as_number(value: Any) -> float | None:

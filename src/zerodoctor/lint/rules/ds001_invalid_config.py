@@ -36,57 +36,219 @@ from zerodoctor.setup.model import TrainingSetup
 
 # DeepSpeedZeroConfig fields and aliases (DeepSpeed 0.19.8, runtime/zero/config.py; extra="forbid").
 ZERO_KEYS = {
-    "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "compute_grad_norm",
-    "contiguous_gradients", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory",
-    "elastic_checkpoint", "enable_sanity_checks", "gather_16bit_weights_on_model_save",
-    "ignore_unused_parameters", "leaf_module", "legacy_stage1", "load_from_fp32_weights",
-    "log_trace_cache_warnings", "max_live_parameters", "max_reuse_distance", "memory_efficient_linear",
-    "model_persistence_threshold", "module_granularity_threshold", "offload_optimizer", "offload_param",
-    "overlap_comm", "override_module_apply", "param_persistence_threshold", "parameter_alignment",
-    "pipeline_loading_checkpoint", "prefetch_bucket_size", "reduce_bucket_size", "reduce_scatter",
-    "round_robin_gradients", "save_muon_momentum_buffer_in_memory", "stage", "stage3_allgather_sequential",
-    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-    "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_model_persistence_threshold",
-    "stage3_module_granularity_threshold", "stage3_param_persistence_threshold", "stage3_prefetch_bucket_size",
-    "stage3_use_all_reduce_for_fetch_params", "sub_group_size", "use_all_reduce_for_fetch_params",
-    "use_multi_rank_bucket_allreduce", "zenflow", "zero_hpz_partition_size", "zero_quantized_gradients",
-    "zero_quantized_nontrainable_weights", "zero_quantized_weights",
+    "allgather_bucket_size",
+    "allgather_partitions",
+    "allgather_sequential",
+    "compute_grad_norm",
+    "contiguous_gradients",
+    "cpu_offload",
+    "cpu_offload_param",
+    "cpu_offload_use_pin_memory",
+    "elastic_checkpoint",
+    "enable_sanity_checks",
+    "gather_16bit_weights_on_model_save",
+    "ignore_unused_parameters",
+    "leaf_module",
+    "legacy_stage1",
+    "load_from_fp32_weights",
+    "log_trace_cache_warnings",
+    "max_live_parameters",
+    "max_reuse_distance",
+    "memory_efficient_linear",
+    "model_persistence_threshold",
+    "module_granularity_threshold",
+    "offload_optimizer",
+    "offload_param",
+    "overlap_comm",
+    "override_module_apply",
+    "param_persistence_threshold",
+    "parameter_alignment",
+    "pipeline_loading_checkpoint",
+    "prefetch_bucket_size",
+    "reduce_bucket_size",
+    "reduce_scatter",
+    "round_robin_gradients",
+    "save_muon_momentum_buffer_in_memory",
+    "stage",
+    "stage3_allgather_sequential",
+    "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+    "stage3_model_persistence_threshold",
+    "stage3_module_granularity_threshold",
+    "stage3_param_persistence_threshold",
+    "stage3_prefetch_bucket_size",
+    "stage3_use_all_reduce_for_fetch_params",
+    "sub_group_size",
+    "use_all_reduce_for_fetch_params",
+    "use_multi_rank_bucket_allreduce",
+    "zenflow",
+    "zero_hpz_partition_size",
+    "zero_quantized_gradients",
+    "zero_quantized_nontrainable_weights",
+    "zero_quantized_weights",
 }
-OFFLOAD_OPTIMIZER_KEYS = {"buffer_count", "cpuadam_cores_perc", "device", "fast_init", "nvme_path", "pin_memory",
-                          "pipeline_read", "pipeline_write", "ratio", "super_offload", "pipeline"}
+OFFLOAD_OPTIMIZER_KEYS = {
+    "buffer_count",
+    "cpuadam_cores_perc",
+    "device",
+    "fast_init",
+    "nvme_path",
+    "pin_memory",
+    "pipeline_read",
+    "pipeline_write",
+    "ratio",
+    "super_offload",
+    "pipeline",
+}
 OFFLOAD_PARAM_KEYS = {"buffer_count", "buffer_size", "device", "max_in_cpu", "nvme_path", "pin_memory"}
 # Top-level keys DeepSpeed reads (docs/_pages/config-json.md and runtime/constants.py). Others are ignored,
 # so only near-misses of these are reported (an unrelated extra key is harmless).
 TOP_KEYS = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-    "scheduler", "communication_data_type", "prescale_gradients", "gradient_predivide_factor",
-    "sparse_gradients", "fp16", "bf16", "bfloat16", "amp", "gradient_clipping", "zero_optimization",
-    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "steps_per_print", "wall_clock_breakdown",
-    "dump_state", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
-    "comms_logger", "aio", "checkpoint", "data_types", "elasticity", "autotuning", "compression_training",
-    "data_efficiency", "curriculum_learning", "sparse_attention", "pipeline", "memory_breakdown",
-    "torch_autocast", "compile", "timers", "tensor_parallel", "sequence_parallel_size", "hybrid_engine",
-    "weight_quantization", "nebula", "dataloader_drop_last", "disable_allgather", "seq_parallel_communication_data_type",
-    "gradient_allreduce_op", "eigenvalue", "quantize_training", "progressive_layer_drop", "fp8",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "optimizer",
+    "scheduler",
+    "communication_data_type",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+    "sparse_gradients",
+    "fp16",
+    "bf16",
+    "bfloat16",
+    "amp",
+    "gradient_clipping",
+    "zero_optimization",
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "steps_per_print",
+    "wall_clock_breakdown",
+    "dump_state",
+    "activation_checkpointing",
+    "flops_profiler",
+    "tensorboard",
+    "wandb",
+    "csv_monitor",
+    "comms_logger",
+    "aio",
+    "checkpoint",
+    "data_types",
+    "elasticity",
+    "autotuning",
+    "compression_training",
+    "data_efficiency",
+    "curriculum_learning",
+    "sparse_attention",
+    "pipeline",
+    "memory_breakdown",
+    "torch_autocast",
+    "compile",
+    "timers",
+    "tensor_parallel",
+    "sequence_parallel_size",
+    "hybrid_engine",
+    "weight_quantization",
+    "nebula",
+    "dataloader_drop_last",
+    "disable_allgather",
+    "seq_parallel_communication_data_type",
+    "gradient_allreduce_op",
+    "eigenvalue",
+    "quantize_training",
+    "progressive_layer_drop",
+    "fp8",
 }
-INT_KEYS = {
-    "zero_optimization.stage", "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
-    "zero_optimization.sub_group_size", "zero_optimization.stage3_prefetch_bucket_size",
-    "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_max_live_parameters",
-    "zero_optimization.stage3_max_reuse_distance", "zero_optimization.stage3_model_persistence_threshold",
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size",
-    "zero_optimization.offload_param.max_in_cpu", "zero_optimization.offload_optimizer.buffer_count",
+# Integer fields of DeepSpeed's pydantic models (lax mode: 5e8, "500000000" and true are accepted; 14745599.9
+# and "5e8" are not).
+PYDANTIC_INT_KEYS = {
+    "zero_optimization.stage",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.allgather_bucket_size",
+    "zero_optimization.sub_group_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+    "zero_optimization.stage3_max_live_parameters",
+    "zero_optimization.stage3_max_reuse_distance",
+    "zero_optimization.stage3_model_persistence_threshold",
+    "zero_optimization.offload_param.buffer_count",
+    "zero_optimization.offload_param.buffer_size",
+    "zero_optimization.offload_param.max_in_cpu",
+    "zero_optimization.offload_optimizer.buffer_count",
 }
-BOOL_KEYS = {
-    "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",
-    "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.reduce_scatter",
-    "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory",
-    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+# Top-level batch keys DeepSpeed reads raw (runtime/config.py get_scalar_param) and does arithmetic on.
+RAW_INT_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+PYDANTIC_BOOL_KEYS = {
+    "zero_optimization.overlap_comm",
+    "zero_optimization.contiguous_gradients",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.reduce_scatter",
+    "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_param.pin_memory",
 }
+# Read raw with get_scalar_param and used for their Python truth value: the string "false" counts as true.
+RAW_BOOL_KEYS = {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}
+# Blocks parsed by pydantic models that drop "auto" values (DeepSpeedConfigModel) and use the default.
+PYDANTIC_BLOCKS = ("zero_optimization", "fp16", "bf16")
 DEVICES = ("none", "cpu", "nvme")
 
 REFS = ("deepspeedai/DeepSpeed#1270", "huggingface/accelerate#2814")
+
+
+def _shown(value: Any) -> str:
+    return f"the string {value!r}" if isinstance(value, str) else repr(value)
+
+
+def _exact(value: Any) -> str:
+    if isinstance(value, float):
+        return f" Use {int(round(value))}."
+    if isinstance(value, str):
+        try:
+            f = float(value)
+        except ValueError:
+            return ""
+        return f" Write it as a number: {int(f)}." if f.is_integer() else ""
+    return ""
+
+
+def _pydantic_int(value: Any) -> bool:
+    """What pydantic v2 (lax mode) accepts for an int field: ints, bools, exact floats, integer strings."""
+    if isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, str):
+        try:
+            int(value.strip())
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _unfilled_auto(setup: TrainingSetup, doc: Any, dotted: str, canon: str, path: tuple[str, ...]) -> Finding:
+    who = "xtuner train only fills" if setup.framework == "xtuner" else "HF Trainer and accelerate only fill"
+    which = (
+        "gradient accumulation, micro batch size, clipping and fp16/bf16"
+        if setup.framework == "xtuner"
+        else "batch sizes, clipping, fp16/bf16, optimizer/scheduler params and the three hidden-size based ZeRO keys"
+    )
+    if canon.split(".")[0] in PYDANTIC_BLOCKS:
+        # DeepSpeedConfigModel drops "auto" values, so the field silently takes its default.
+        default = "stage 0 (no ZeRO at all)" if canon == "zero_optimization.stage" else "its default"
+        return RULE.finding(
+            f'`{dotted}` is "auto", but {who} "auto" for {which}; DeepSpeed\'s config model silently drops '
+            f'this "auto" and uses {default}.',
+            evidence=[doc.evidence(path)],
+            fixes=[Fix(f"Give `{dotted}` a concrete value.")],
+            severity=Severity.ERROR if canon == "zero_optimization.stage" else Severity.WARNING,
+        )
+    return RULE.finding(
+        f'`{dotted}` is "auto", but {who} "auto" for {which}; here DeepSpeed receives the string and fails.',
+        evidence=[doc.evidence(path)],
+        fixes=[Fix(f"Give `{dotted}` a concrete value.")],
+    )
 
 
 # What pydantic v2 (lax mode) accepts for a bool field, so we flag exactly what DeepSpeed rejects.
@@ -130,7 +292,10 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     if doc is None:
         return
     data = doc.data
+    dup_paths = [p for p, _ in doc.duplicates]
     for path, pos in doc.duplicates:
+        if any(path[: len(d)] == d and path != d for d in dup_paths):
+            continue  # inside a block that is itself duplicated: DeepSpeed reports the block only
         yield RULE.finding(
             f"`{'.'.join(path)}` appears twice; DeepSpeed refuses configs with duplicate keys "
             "(ValueError from dict_raise_error_on_duplicate_keys). Keep one of them.",
@@ -143,16 +308,23 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 yield RULE.finding(
                     f"Top-level key `{key}` is not a DeepSpeed setting, and DeepSpeed ignores unknown top-level "
                     f"keys silently: did you mean `{near}`? As written, `{near}` keeps its default.",
-                    evidence=[doc.evidence((key,))], severity=Severity.WARNING,
+                    evidence=[doc.evidence((key,))],
+                    severity=Severity.WARNING,
                     fixes=[Fix(f"Rename `{key}` to `{near}`.")],
                 )
     zero = data.get("zero_optimization")
     if zero is not None and not isinstance(zero, dict):
-        yield RULE.finding("`zero_optimization` must be an object.", evidence=[doc.evidence(("zero_optimization",))])
+        yield RULE.finding(
+            "`zero_optimization` must be an object.", evidence=[doc.evidence(("zero_optimization",))]
+        )
         zero = None
     for block, allowed, label in (
         (zero, ZERO_KEYS, "zero_optimization"),
-        ((zero or {}).get("offload_optimizer"), OFFLOAD_OPTIMIZER_KEYS, "zero_optimization.offload_optimizer"),
+        (
+            (zero or {}).get("offload_optimizer"),
+            OFFLOAD_OPTIMIZER_KEYS,
+            "zero_optimization.offload_optimizer",
+        ),
         ((zero or {}).get("offload_param"), OFFLOAD_PARAM_KEYS, "zero_optimization.offload_param"),
     ):
         if not isinstance(block, dict):
@@ -172,55 +344,74 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         canon = _canonical_key(dotted)
         path = tuple(dotted.split("."))
         if is_auto(value):
-            # "auto" in a key nobody fills reaches DeepSpeed as a string. (Whether "auto" is acceptable at all
-            # without HF integration is DS004's question.)
-            # (Without any framework that fills "auto", DS004 reports every "auto" at once.)
+            # "auto" in a key nobody fills. (Without any framework that fills "auto", DS004 reports them all.)
             if fillable is None and canon not in HF_FILLABLE_AUTO or fillable and canon not in fillable:
-                who = "xtuner train only fills" if setup.framework == "xtuner" else "HF Trainer and accelerate only fill"
-                yield RULE.finding(
-                    f"`{dotted}` is \"auto\", but {who} \"auto\" for "
-                    + ("gradient accumulation, micro batch size, clipping and fp16/bf16"
-                       if setup.framework == "xtuner" else
-                       "batch sizes, clipping, fp16/bf16, optimizer/scheduler params and the three hidden-size based "
-                       "ZeRO keys")
-                    + "; here DeepSpeed receives the string and rejects it.",
-                    evidence=[doc.evidence(path)], fixes=[Fix(f"Give `{dotted}` a concrete value.")],
-                )
+                yield _unfilled_auto(setup, doc, dotted, canon, path)
             continue
-        if canon in INT_KEYS:
-            if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
-                what = f"the string {value!r}" if isinstance(value, str) else repr(value)
-                exact = ""
-                if isinstance(value, float):
-                    exact = f" Use {int(round(value))}."
-                elif isinstance(value, str):
-                    try:
-                        f = float(value)
-                        exact = f" Write it as a number: {int(f)}." if f.is_integer() else ""
-                    except ValueError:
-                        pass
-                yield RULE.finding(
-                    f"`{dotted}` must be an integer, got {what}; DeepSpeed's pydantic model rejects it.{exact}",
-                    evidence=[doc.evidence(path)],
-                )
-        elif canon in BOOL_KEYS and not _pydantic_bool(value):
+        if canon in PYDANTIC_INT_KEYS and not _pydantic_int(value):
+            yield RULE.finding(
+                f"`{dotted}` must be an integer, got {_shown(value)}; DeepSpeed's pydantic model rejects it.{_exact(value)}",
+                evidence=[doc.evidence(path)],
+            )
+        elif canon in RAW_INT_KEYS and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or isinstance(value, float)
+            and not value.is_integer()
+        ):
+            yield RULE.finding(
+                f"`{dotted}` must be a whole number, got {_shown(value)}; DeepSpeed reads it as is and its batch "
+                f"arithmetic fails.{_exact(value)}",
+                evidence=[doc.evidence(path)],
+            )
+        elif canon in PYDANTIC_BOOL_KEYS and not _pydantic_bool(value):
             yield RULE.finding(
                 f"`{dotted}` must be true or false, got {value!r}; DeepSpeed's pydantic model rejects it.",
                 evidence=[doc.evidence(path)],
                 fixes=[Fix(f"Write `{dotted}` as a JSON boolean (true / false).")],
             )
+        elif canon in RAW_BOOL_KEYS and not isinstance(value, bool):
+            truth = "true" if value else "false"
+            yield RULE.finding(
+                f"`{dotted}` is {value!r}, not a JSON boolean: DeepSpeed reads it as is and uses its Python truth "
+                f"value, so it counts as {truth}"
+                + (' (the string "false" is true).' if isinstance(value, str) and value else "."),
+                evidence=[doc.evidence(path)],
+                severity=Severity.ERROR if isinstance(value, str) else Severity.WARNING,
+                fixes=[Fix(f"Write `{dotted}` as true or false without quotes.")],
+            )
     if isinstance(zero, dict):
         stage = zero.get("stage", 0)
-        if not is_auto(stage) and isinstance(stage, int | float) and not isinstance(stage, bool) and stage not in (0, 1, 2, 3):
-            yield RULE.finding(f"`zero_optimization.stage` is {stage!r}; ZeRO stages are 0, 1, 2 and 3.",
-                               evidence=[doc.evidence(("zero_optimization", "stage"))])
+        if (
+            not is_auto(stage)
+            and isinstance(stage, int | float)
+            and not isinstance(stage, bool)
+            and stage not in (0, 1, 2, 3)
+        ):
+            yield RULE.finding(
+                f"`zero_optimization.stage` is {stage!r}; ZeRO stages are 0, 1, 2 and 3.",
+                evidence=[doc.evidence(("zero_optimization", "stage"))],
+            )
         for part in ("offload_optimizer", "offload_param"):
             block = zero.get(part)
-            if isinstance(block, dict) and "device" in block:
+            if part in zero and block is not None and not isinstance(block, dict):
+                yield RULE.finding(
+                    f'`zero_optimization.{part}` must be an object such as {{"device": "cpu"}}, got {block!r}; '
+                    "DeepSpeed's config model rejects it.",
+                    evidence=[doc.evidence(("zero_optimization", part))],
+                    fixes=[Fix(f'Write `{part}` as {{"device": "cpu"}}.')],
+                )
+            elif isinstance(block, dict) and "device" in block and not is_auto(block["device"]):
                 dev = block["device"]
-                if not (isinstance(dev, str) and dev.strip().lower() in DEVICES) and dev is not None:
+                if dev not in DEVICES:  # the enum is case-sensitive and not optional
+                    hint = (
+                        f' (lower case: "{dev.strip().lower()}")'
+                        if isinstance(dev, str) and dev.strip().lower() in DEVICES
+                        else ""
+                    )
                     yield RULE.finding(
-                        f"`zero_optimization.{part}.device` is {dev!r}; DeepSpeed accepts \"none\", \"cpu\" or \"nvme\".",
+                        f'`zero_optimization.{part}.device` is {dev!r}; DeepSpeed accepts exactly "none", "cpu" or '
+                        f'"nvme"{hint}.',
                         evidence=[doc.evidence(("zero_optimization", part, "device"))],
                     )
 

@@ -40,14 +40,18 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     tbs, mbs, gas = _int(tbs_raw), _int(mbs_raw), _int(gas_raw)
     fix_value = "auto" if setup.uses_hf_integration else None
     fix = Fix(
-        "Let the framework compute train_batch_size (\"auto\")" if fix_value else
-        "Remove train_batch_size; DeepSpeed derives it from micro batch x accumulation x world size",
-        target="deepspeed", patch={"train_batch_size": fix_value},
+        'Let the framework compute train_batch_size ("auto")'
+        if fix_value
+        else "Remove train_batch_size; DeepSpeed derives it from micro batch x accumulation x world size",
+        target="deepspeed",
+        patch={"train_batch_size": fix_value},
     )
     ev = setup.ds_evidence("train_batch_size")
     if mbs is not None and mbs <= 0:
-        yield RULE.finding(f"train_micro_batch_size_per_gpu is {mbs}; DeepSpeed asserts 'Micro batch size per gpu: {mbs} has to be greater than 0' (> 0).",
-                           evidence=[setup.ds_evidence("train_micro_batch_size_per_gpu")])
+        yield RULE.finding(
+            f"train_micro_batch_size_per_gpu is {mbs}; DeepSpeed asserts 'Micro batch size per gpu: {mbs} has to be greater than 0' (> 0).",
+            evidence=[setup.ds_evidence("train_micro_batch_size_per_gpu")],
+        )
         return
     if tbs is None or is_auto(setup.ds_written_value("train_batch_size")) and setup.uses_hf_integration:
         return  # nothing hard-coded, or the framework computes it
@@ -63,7 +67,8 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 f"{mbs * gas * ws} (world size from {setup.world_size_source}); DeepSpeed stops at launch with "
                 f"'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size "
                 f"{tbs} != {mbs} * {gas} * {ws}'.",
-                evidence=[ev], fixes=[fix],
+                evidence=[ev],
+                fixes=[fix],
             )
         return
     per_rank = mbs * gas
@@ -71,13 +76,16 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         yield RULE.finding(
             f"train_batch_size {tbs} is not a multiple of micro batch x accumulation ({mbs} * {gas} = {per_rank}), "
             "so no number of GPUs satisfies DeepSpeed's batch assertion.",
-            evidence=[ev], fixes=[fix],
+            evidence=[ev],
+            fixes=[fix],
         )
     else:
         yield RULE.finding(
             f"train_batch_size {tbs} with micro batch {mbs} and accumulation {gas} only works on exactly "
             f"{tbs // per_rank} GPU(s); on any other count DeepSpeed stops with '{tbs} != {mbs} * {gas} * N'.",
-            evidence=[ev], fixes=[fix], severity=Severity.WARNING,
+            evidence=[ev],
+            fixes=[fix],
+            severity=Severity.WARNING,
         )
 
 

@@ -30,16 +30,26 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     bf16 = truthy(setup.ds_value("bf16.enabled"))
     if fp16 and bf16:
         how = ""
-        if setup.resolution and ("fp16.enabled" in setup.resolution.filled or "bf16.enabled" in setup.resolution.filled):
-            how = " (after HF filled \"auto\" from fp16/bf16 in the training arguments)"
+        if setup.resolution and (
+            "fp16.enabled" in setup.resolution.filled or "bf16.enabled" in setup.resolution.filled
+        ):
+            how = ' (after HF filled "auto" from fp16/bf16 in the training arguments)'
         yield RULE.finding(
             f"Both fp16.enabled and bf16.enabled are true{how}; DeepSpeed stops at initialize with "
             "'bfloat16 and fp16 modes cannot be simultaneously enabled'.",
             evidence=[setup.ds_evidence("fp16.enabled"), setup.ds_evidence("bf16.enabled")],
-            fixes=[Fix("Disable fp16 and keep bf16 (Ampere or newer GPUs)", target="deepspeed",
-                       patch={"fp16.enabled": False}),
-                   Fix("On GPUs without bf16 (V100, T4), disable bf16 instead", target="deepspeed",
-                       patch={"bf16.enabled": False})],
+            fixes=[
+                Fix(
+                    "Disable fp16 and keep bf16 (Ampere or newer GPUs)",
+                    target="deepspeed",
+                    patch={"fp16.enabled": False},
+                ),
+                Fix(
+                    "On GPUs without bf16 (V100, T4), disable bf16 instead",
+                    target="deepspeed",
+                    patch={"bf16.enabled": False},
+                ),
+            ],
         )
 
 

@@ -33,27 +33,47 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         return
     shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
     evidence = [setup.ds_doc.evidence(tuple(k.split("."))) for k in keys[:10]]
-    fix = Fix("Replace every \"auto\" with a concrete value (or launch through HF Trainer / accelerate, which fill them)")
+    fix = Fix(
+        'Replace every "auto" with a concrete value (or launch through HF Trainer / accelerate, which fill them)'
+    )
     if setup.framework == "deepspeed":
+        # DeepSpeed reads top-level keys raw (a string reaches its arithmetic and fails), while its pydantic
+        # models for zero_optimization / fp16 / bf16 drop "auto" and silently use the default.
+        crash = [k for k in keys if k.split(".")[0] not in ("zero_optimization", "fp16", "bf16", "bfloat16")]
+        dropped = [k for k in keys if k not in crash]
+        parts = []
+        if crash:
+            parts.append(
+                f"{', '.join(crash[:6])} reach DeepSpeed as strings and fail (e.g. \"TypeError: '>' not "
+                "supported between instances of 'str' and 'float'\")"
+            )
+        if dropped:
+            parts.append(
+                f"{', '.join(dropped[:6])} are silently dropped by DeepSpeed's config models, which use "
+                'their defaults (bf16/fp16 "auto" means off)'
+            )
         yield RULE.finding(
-            f"{len(keys)} value(s) are \"auto\" ({shown}), but this setup launches DeepSpeed directly, which does "
-            "not fill \"auto\": DeepSpeed fails with e.g. \"TypeError: '>' not supported between instances of "
-            "'str' and 'float'\".",
-            evidence=evidence, fixes=[fix],
+            f'{len(keys)} value(s) are "auto", but this setup launches DeepSpeed directly, which does not fill '
+            '"auto": ' + "; ".join(parts) + ".",
+            evidence=evidence,
+            fixes=[fix],
+            severity=Severity.ERROR if crash else Severity.WARNING,
         )
     else:
         yield RULE.finding(
-            f"{len(keys)} value(s) are \"auto\" ({shown}). That is right with HF Trainer, accelerate or XTuner, "
+            f'{len(keys)} value(s) are "auto" ({shown}). That is right with HF Trainer, accelerate or XTuner, '
             "which fill them; with a plain deepspeed.initialize script DeepSpeed receives the strings and fails. "
             "Give the training arguments (or --framework) to check the pair.",
-            evidence=evidence[:1], fixes=[fix], severity=Severity.INFO,
+            evidence=evidence[:1],
+            fixes=[fix],
+            severity=Severity.INFO,
         )
 
 
 RULE = Rule(
     code="DS004",
     name="deepspeed.auto-without-hf-integration",
-    title="\"auto\" values that no framework will fill",
+    title='"auto" values that no framework will fill',
     severity=Severity.ERROR,
     references=("deepspeedai/DeepSpeed#1270", "huggingface/accelerate#1644"),
     check=check,

@@ -39,38 +39,63 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         yield RULE.finding(
             f"offload_param.device is {param!r} but ZeRO stage is {stage}: only ZeRO-3 offloads parameters, so "
             "DeepSpeed ignores this block and every GPU keeps the whole 16-bit model.",
-            evidence=[setup.ds_evidence("zero_optimization.offload_param.device"),
-                      setup.ds_evidence("zero_optimization.stage")],
-            fixes=[Fix("Use ZeRO stage 3 to offload parameters", target="deepspeed", patch={"zero_optimization.stage": 3}),
-                   Fix("Or remove offload_param", target="deepspeed", patch={"zero_optimization.offload_param": None})],
+            evidence=[
+                setup.ds_evidence("zero_optimization.offload_param.device"),
+                setup.ds_evidence("zero_optimization.stage"),
+            ],
+            fixes=[
+                Fix(
+                    "Use ZeRO stage 3 to offload parameters",
+                    target="deepspeed",
+                    patch={"zero_optimization.stage": 3},
+                ),
+                Fix(
+                    "Or remove offload_param",
+                    target="deepspeed",
+                    patch={"zero_optimization.offload_param": None},
+                ),
+            ],
             severity=Severity.WARNING,
         )
     if stage == 0 and opt != "none":
         yield RULE.finding(
             f"offload_optimizer.device is {opt!r} but ZeRO stage is 0: stage 0 builds no ZeRO optimizer, so nothing "
             "is offloaded and the optimizer states stay on the GPU.",
-            evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device"),
-                      setup.ds_evidence("zero_optimization.stage")],
-            fixes=[Fix("Use ZeRO stage 1, 2 or 3 with optimizer offload", target="deepspeed",
-                       patch={"zero_optimization.stage": 2})],
+            evidence=[
+                setup.ds_evidence("zero_optimization.offload_optimizer.device"),
+                setup.ds_evidence("zero_optimization.stage"),
+            ],
+            fixes=[
+                Fix(
+                    "Use ZeRO stage 1, 2 or 3 with optimizer offload",
+                    target="deepspeed",
+                    patch={"zero_optimization.stage": 2},
+                )
+            ],
             severity=Severity.WARNING,
         )
     for part, dev in (("optimizer", opt), ("param", param)):
         if dev == "nvme" and not flat.get(f"zero_optimization.offload_{part}.nvme_path"):
             yield RULE.finding(
-                f"offload_{part}.device is \"nvme\" without an nvme_path: DeepSpeed has nowhere to put its swap "
+                f'offload_{part}.device is "nvme" without an nvme_path: DeepSpeed has nowhere to put its swap '
                 "files and fails when it creates the swapper.",
                 evidence=[setup.ds_evidence(f"zero_optimization.offload_{part}.device")],
                 fixes=[Fix(f"Set offload_{part}.nvme_path to a folder on a local NVMe drive")],
             )
     ratio = as_number(flat.get("zero_optimization.offload_optimizer.ratio"))
-    if ratio is not None and ratio < 1.0 and stage is not None and stage != 3 and opt != "none":
+    # DeepSpeed asserts this whenever the offload_optimizer block exists, whatever its device.
+    if ratio is not None and ratio < 1.0 and stage is not None and stage != 3:
         yield RULE.finding(
             f"offload_optimizer.ratio is {ratio} (partial offload) with ZeRO stage {stage}; DeepSpeed asserts "
             "'Partial offloading only supported for ZeRO Stage 3.'",
             evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.ratio")],
-            fixes=[Fix("Remove ratio, or use ZeRO-3", target="deepspeed",
-                       patch={"zero_optimization.offload_optimizer.ratio": None})],
+            fixes=[
+                Fix(
+                    "Remove ratio, or use ZeRO-3",
+                    target="deepspeed",
+                    patch={"zero_optimization.offload_optimizer.ratio": None},
+                )
+            ],
         )
 
 
@@ -79,6 +104,9 @@ RULE = Rule(
     name="deepspeed.offload-settings",
     title="Offload settings DeepSpeed ignores or cannot run",
     severity=Severity.ERROR,
-    references=("deepspeedai/DeepSpeed:deepspeed/runtime/engine.py", "deepspeedai/DeepSpeed:deepspeed/runtime/zero/config.py"),
+    references=(
+        "deepspeedai/DeepSpeed:deepspeed/runtime/engine.py",
+        "deepspeedai/DeepSpeed:deepspeed/runtime/zero/config.py",
+    ),
     check=check,
 )

@@ -21,74 +21,90 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import gib, offload_device, truthy
+from zerodoctor.lint.rules._common import gib, offload_device, offloaded_host_bytes_per_node, truthy
 from zerodoctor.setup.model import TrainingSetup
 
-# Host bytes per trainable parameter, summed over all ranks (DeepSpeed source, memory.md §11.2 / §11.3).
-HOST_BYTES_OPTIMIZER_OFFLOAD = 18  # fp32 master 4 + fp32 grads 4 + Adam 8 + 16-bit grad partitions 2
-HOST_BYTES_PARAM_OFFLOAD = 2  # 16-bit parameter partitions (ZeRO-3 only)
 MEMLOCK_SMALL = 64 * 2**20  # below this, pinning more than a few buffers needs a raised limit
 
 
-def _trainable(setup: TrainingSetup) -> int | None:
-    if setup.total_params is None:
-        return None
-    if setup.method in ("lora", "qlora"):
-        return None  # adapters are small; the base model's frozen share is the planner's business
-    return setup.total_params
+def _size(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
 
 
 def check(setup: TrainingSetup) -> Iterator[Finding]:
     if setup.ds_written is None:
         return
     opt, param = offload_device(setup, "optimizer"), offload_device(setup, "param")
+    if setup.zero_stage != 3:
+        param = "none"  # ignored below ZeRO-3 (DS005)
+    if not setup.zero_stage:
+        opt = "none"  # stage 0 builds no ZeRO optimizer
     if opt != "cpu" and param != "cpu":
         return
     flat = setup.ds_flat()
-    pinned = [p for p, d in (("optimizer", opt), ("param", param))
-              if d == "cpu" and truthy(flat.get(f"zero_optimization.offload_{p}.pin_memory"))]
+    pinned = [
+        p
+        for p, d in (("optimizer", opt), ("param", param))
+        if d == "cpu" and truthy(flat.get(f"zero_optimization.offload_{p}.pin_memory"))
+    ]
     facts = setup.facts()
     memlock = facts.get("env.memlock_bytes")
     if pinned and memlock is not None and memlock != float("inf") and memlock < MEMLOCK_SMALL:
         yield RULE.finding(
             f"Offload pins host memory ({', '.join('offload_' + p for p in pinned)} pin_memory true) and this host's "
-            f"locked-memory limit (ulimit -l) is {memlock / 2**20:,.0f} MiB. Pinning of large buffers can fail or be "
+            f"locked-memory limit (ulimit -l) is {_size(memlock)}. Pinning of large buffers can fail or be "
             "slow with low limits (reported under WSL and containers; not confirmed as a DeepSpeed issue elsewhere).",
-            evidence=[setup.ds_evidence(f"zero_optimization.offload_{pinned[0]}.pin_memory"),
-                      Evidence(file=setup.env.source if setup.env else None, key="host.memlock_soft_bytes",
-                               text=f"{memlock} bytes")],
-            fixes=[Fix("Raise the limit: docker --ulimit memlock=-1, or `ulimit -l unlimited` in the job script"),
-                   Fix("Or set pin_memory: false (slower host-device copies)", target="deepspeed",
-                       patch={f"zero_optimization.offload_{p}.pin_memory": False for p in pinned})],
+            evidence=[
+                setup.ds_evidence(f"zero_optimization.offload_{pinned[0]}.pin_memory"),
+                Evidence(
+                    file=setup.env.source if setup.env else None,
+                    key="host.memlock_soft_bytes",
+                    text=f"{memlock} bytes",
+                ),
+            ],
+            fixes=[
+                Fix(
+                    "Raise the limit: docker --ulimit memlock=-1, or `ulimit -l unlimited` in the job script"
+                ),
+                Fix(
+                    "Or set pin_memory: false (slower host-device copies)",
+                    target="deepspeed",
+                    patch={f"zero_optimization.offload_{p}.pin_memory": False for p in pinned},
+                ),
+            ],
             severity=Severity.INFO,
         )
-    trainable = _trainable(setup)
     ram = facts.get("env.host_ram_bytes")
-    if trainable is None or not ram:
+    share = offloaded_host_bytes_per_node(setup)
+    if share is None or not ram:
         return
-    nodes = setup.num_nodes
-    if nodes is None and setup.world_size and facts.get("env.gpu_count"):
-        nodes = max(1, setup.world_size // int(facts["env.gpu_count"]))
-    if nodes is None:
-        return
-    per_byte = (HOST_BYTES_OPTIMIZER_OFFLOAD if opt == "cpu" else 0) + \
-        (HOST_BYTES_PARAM_OFFLOAD if param == "cpu" and setup.zero_stage == 3 else 0)
-    need = trainable * per_byte / nodes
+    need, per_byte, nodes = share
+    params = setup.total_params or 0
     if need < 0.8 * ram:
         return
     severity = Severity.ERROR if need > ram else Severity.WARNING
+    when = (
+        "from the first optimizer step on (the Adam moments are allocated then), and this node has "
+        if opt == "cpu"
+        else "from the start, and this node has "
+    )
+    where = "optimizer" if opt == "cpu" else "param"
     yield RULE.finding(
-        f"Offloaded model states need about {gib(need)} of host RAM per node ({trainable / 1e9:,.1f}B trainable "
-        f"parameters x {per_byte} B / {nodes} node(s)), from the first optimizer step on, and this node has "
-        f"{gib(ram)}. Expect the kernel OOM killer (exitcode -9) at the first optimizer step"
+        f"Offloaded model states need about {gib(need)} of host RAM per node ({params / 1e9:,.1f}B "
+        f"trainable parameters x {per_byte} B / {nodes} node(s)), {when}{gib(ram)}. Expect the kernel OOM killer "
+        f"(exitcode -9)"
+        + (" at the first optimizer step" if opt == "cpu" else "")
         + (" (pinned buffers make it worse: they cannot swap)." if pinned else "."),
-        evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device"),
-                  Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram))],
-        fixes=[Fix("Spread the job over more nodes (host need per node falls with the node count)"),
-               Fix("Offload the optimizer to NVMe instead", target="deepspeed",
-                   patch={"zero_optimization.offload_optimizer.device": "nvme"}),
-               Fix("Use LoRA, which offloads only the adapters' optimizer state"),
-               Fix("Run `zerodoctor plan` for the per-phase host budget")],
+        evidence=[
+            setup.ds_evidence(f"zero_optimization.offload_{where}.device"),
+            Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram)),
+        ],
+        fixes=[
+            Fix("Spread the job over more nodes (host need per node falls with the node count)"),
+            Fix(f"Offload to NVMe instead (offload_{where}.device: nvme with an nvme_path)"),
+            Fix("Use LoRA, which offloads only the adapters' optimizer state"),
+            Fix("Run `zerodoctor plan` for the per-phase host budget"),
+        ],
         severity=severity,
     )
 
@@ -98,7 +114,11 @@ RULE = Rule(
     name="deepspeed.offload-host-memory",
     title="CPU offload vs host RAM, pinned memory and memlock",
     severity=Severity.WARNING,
-    references=("deepspeedai/DeepSpeed#2984", "deepspeedai/DeepSpeed#4380", "deepspeedai/DeepSpeed#2977",
-                "InternLM/xtuner#589"),
+    references=(
+        "deepspeedai/DeepSpeed#2984",
+        "deepspeedai/DeepSpeed#4380",
+        "deepspeedai/DeepSpeed#2977",
+        "InternLM/xtuner#589",
+    ),
     check=check,
 )

@@ -12,6 +12,10 @@ Example (weights not loadable after training):
 
     {"zero_optimization": {"stage": 3}}
 
+Not reported for LoRA/QLoRA through HF Trainer or LLaMA-Factory: under ZeRO-3, Trainer.save_model gathers the
+trainable adapter weights itself (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`,
+transformers 5.23), whatever this flag says.
+
 Use instead: `"stage3_gather_16bit_weights_on_model_save": true` (the fix, safe for correctness; for very large
 models weigh rank-0 host RAM, DS008), or keep it off on purpose and plan the zero_to_fp32 conversion.
 """
@@ -22,14 +26,14 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import truthy
+from zerodoctor.lint.rules._common import is_hf_trainer_peft, truthy
 from zerodoctor.setup.model import TrainingSetup
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 
 
 def check(setup: TrainingSetup) -> Iterator[Finding]:
-    if setup.ds_written is None or setup.zero_stage != 3:
+    if setup.ds_written is None or setup.zero_stage != 3 or is_hf_trainer_peft(setup):
         return
     gather = truthy(setup.ds_flat().get(KEY))
     if gather is not False:
@@ -42,8 +46,10 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         "checkpoint instead of model weights, so the result cannot be loaded with from_pretrained until "
         "zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter).",
         evidence=[where],
-        fixes=[Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
-               Fix("Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>")],
+        fixes=[
+            Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
+            Fix("Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>"),
+        ],
         severity=Severity.WARNING,
     )
 
@@ -53,8 +59,12 @@ RULE = Rule(
     name="deepspeed.z3-save-without-16bit-gather",
     title="ZeRO-3 save without 16-bit gather: weights need zero_to_fp32",
     severity=Severity.WARNING,
-    references=("huggingface/transformers#20082", "deepspeedai/DeepSpeed#2413", "hiyouga/LlamaFactory#253",
-                "huggingface/peft#453"),
+    references=(
+        "huggingface/transformers#20082",
+        "deepspeedai/DeepSpeed#2413",
+        "hiyouga/LlamaFactory#253",
+        "huggingface/peft#453",
+    ),
     check=check,
     fix_safety="safe",
 )

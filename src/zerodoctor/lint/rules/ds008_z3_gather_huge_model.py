@@ -2,8 +2,9 @@
 
 Why it matters: with `stage3_gather_16bit_weights_on_model_save: true`, HF Trainer's save calls
 `_zero3_consolidated_16bit_state_dict()`, which gathers the model module by module and copies every tensor
-to rank 0's CPU (DeepSpeed PR #893's design), without excluding frozen parameters, so LoRA runs gather the
-whole base model too. Rank 0's host therefore grows by about 2 bytes per parameter at every save, on top of
+to rank 0's CPU (DeepSpeed PR #893's design). (LoRA/QLoRA through HF Trainer are not reported: there
+Trainer.save_model gathers only the adapters, `exclude_frozen_parameters=True` in transformers 5.23; custom save
+functions that call `get_state_dict` on the engine still gather the whole base model.) Rank 0's host therefore grows by about 2 bytes per parameter at every save, on top of
 everything the node already holds (offloaded optimizer states, the other ranks): DeepSeek-Coder-V2 236B needs
 about 472 GB extra on node 0 (failures.md A5; transformers#21482: "they have to consolidate it first on cpu
 and that's where there might not be enough of memory").
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import gib, truthy
+from zerodoctor.lint.rules._common import gib, is_hf_trainer_peft, offloaded_host_bytes_per_node, truthy
 from zerodoctor.setup.model import TrainingSetup
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
@@ -27,31 +28,57 @@ LARGE_GATHER = 100 * 2**30  # above this a rank-0 spike is worth knowing about e
 
 
 def check(setup: TrainingSetup) -> Iterator[Finding]:
-    if setup.ds_written is None or setup.zero_stage != 3 or setup.total_params is None:
+    if (
+        setup.ds_written is None
+        or setup.zero_stage != 3
+        or setup.total_params is None
+        or is_hf_trainer_peft(setup)
+    ):
         return
     if truthy(setup.ds_flat().get(KEY)) is not True:
         return
     spike = setup.total_params * BYTES_16BIT
     ram = setup.facts().get("env.host_ram_bytes")
-    fixes = [Fix("Turn the gather off and convert offline: python zero_to_fp32.py <ckpt> <out>", target="deepspeed",
-                 patch={KEY: False})]
+    share = offloaded_host_bytes_per_node(setup)
+    held = share[0] if share else 0.0
+    fixes = [
+        Fix(
+            "Turn the gather off and convert offline: python zero_to_fp32.py <ckpt> <out>",
+            target="deepspeed",
+            patch={KEY: False},
+        )
+    ]
     if setup.method in ("lora", "qlora"):
         fixes.insert(0, Fix("Save only the adapters (the base model is unchanged)"))
     ev = [setup.ds_evidence(KEY)]
-    if ram and spike > 0.5 * ram:
-        ev.append(Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram)))
+    if ram:
+        total = spike + held
+        if total <= 0.8 * ram:
+            return  # the host has room for the spike on top of what it holds
+        ev.append(
+            Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram))
+        )
+        also = (
+            f" on top of about {gib(held)} of offloaded model states it already holds,"
+            if held
+            else ", on top of the running job,"
+        )
         yield RULE.finding(
             f"Each save gathers the 16-bit model onto rank 0's host: about {gib(spike)} for "
-            f"{setup.total_params / 1e9:,.1f}B parameters, on a node with {gib(ram)} that also holds the running job. "
+            f"{setup.total_params / 1e9:,.1f}B parameters{also} on a node with {gib(ram)}. "
             "Expect a host OOM kill (exitcode -9) or a stall at the first save.",
-            evidence=ev, fixes=fixes, severity=Severity.ERROR if spike > ram else Severity.WARNING,
+            evidence=ev,
+            fixes=fixes,
+            severity=Severity.ERROR if total > ram else Severity.WARNING,
         )
     elif spike >= LARGE_GATHER:
         yield RULE.finding(
             f"Each save gathers the 16-bit model onto rank 0's host: about {gib(spike)} for "
             f"{setup.total_params / 1e9:,.1f}B parameters, on top of the node's training state. Check node 0's RAM "
             "(give --env from a node to compare).",
-            evidence=ev, fixes=fixes, severity=Severity.INFO,
+            evidence=ev,
+            fixes=fixes,
+            severity=Severity.INFO,
         )
 
 

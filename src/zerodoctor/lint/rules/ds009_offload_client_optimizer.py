@@ -22,30 +22,50 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import offload_device, truthy
+from zerodoctor.lint.rules._common import offload_device
 from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.versions import parse_version
+
+INTRODUCED = "0.8.3"  # DeepSpeed PR #2971
 
 
 def check(setup: TrainingSetup) -> Iterator[Finding]:
-    if setup.ds_written is None or offload_device(setup, "optimizer") == "none":
+    if setup.ds_written is None or offload_device(setup, "optimizer") not in ("cpu", "nvme"):
+        return
+    have = parse_version(setup.package_version("deepspeed"))
+    if have is not None and have < parse_version(INTRODUCED):  # type: ignore[operator]
         return
     if setup.framework not in ("deepspeed", "xtuner"):
         return  # accelerate converts the optimizer; unknown launcher: no verdict
     if isinstance(setup.ds_written.get("optimizer"), dict):
         return
-    if truthy(setup.ds_flat().get("zero_force_ds_cpu_optimizer")) is False:
+    # DeepSpeed reads this key raw and uses its Python truth value ("false" the string counts as true).
+    force = setup.ds_written.get("zero_force_ds_cpu_optimizer", True)
+    if not force:
         return
-    who = "XTuner passes the config's optimizer (torch AdamW)" if setup.framework == "xtuner" else \
-        "the training script must pass its own optimizer"
+    how = "is true" if "zero_force_ds_cpu_optimizer" in setup.ds_written else "defaults to true"
+    who = (
+        "XTuner passes the config's optimizer (torch AdamW)"
+        if setup.framework == "xtuner"
+        else "the training script must pass its own optimizer"
+    )
     yield RULE.finding(
         f"Optimizer offload is on and the DeepSpeed config has no optimizer block, so {who} to deepspeed.initialize, "
         "which raises 'ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer' "
-        "(zero_force_ds_cpu_optimizer defaults to true).",
+        f"(zero_force_ds_cpu_optimizer {how}).",
         evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device")],
-        fixes=[Fix("Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam", target="deepspeed",
-                   patch={"optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.0}}}),
-               Fix("Or allow the client optimizer (slow CPU step)", target="deepspeed",
-                   patch={"zero_force_ds_cpu_optimizer": False})],
+        fixes=[
+            Fix(
+                "Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam",
+                target="deepspeed",
+                patch={"optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.0}}},
+            ),
+            Fix(
+                "Or allow the client optimizer (slow CPU step)",
+                target="deepspeed",
+                patch={"zero_force_ds_cpu_optimizer": False},
+            ),
+        ],
         severity=Severity.ERROR if setup.framework == "xtuner" else Severity.WARNING,
     )
 

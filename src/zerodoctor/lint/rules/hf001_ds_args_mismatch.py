@@ -39,8 +39,13 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         "HF Trainer will stop after building the model with 'Please correct the following DeepSpeed config values "
         "that mismatch TrainingArguments values:' " + "; ".join(lines) + ".",
         evidence=evidence,
-        fixes=[Fix("Set these DeepSpeed values to \"auto\" so HF uses the training arguments", target="deepspeed",
-                   patch=patch)],
+        fixes=[
+            Fix(
+                'Set these DeepSpeed values to "auto" so HF uses the training arguments',
+                target="deepspeed",
+                patch=patch,
+            )
+        ],
     )
 
 

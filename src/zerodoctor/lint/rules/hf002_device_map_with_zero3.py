@@ -26,8 +26,13 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         f"{ev.key} is set while ZeRO-3 is on: transformers raises 'DeepSpeed Zero-3 is not compatible with passing a "
         "`device_map`' when the model loads.",
         evidence=[ev, setup.ds_evidence("zero_optimization.stage")],
-        fixes=[Fix("Remove device_map (and low_cpu_mem_usage); zero.Init places the parameters",
-                   target="hf", patch={ev.key or "device_map": None})],
+        fixes=[
+            Fix(
+                "Remove device_map (and low_cpu_mem_usage); zero.Init places the parameters",
+                target="hf",
+                patch={ev.key or "device_map": None},
+            )
+        ],
     )
 
 

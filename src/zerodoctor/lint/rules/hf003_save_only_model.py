@@ -41,14 +41,19 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
             fixes=[Fix("Also gather 16-bit weights at save", target="deepspeed", patch={GATHER: True})],
             severity=Severity.WARNING,
         )
-    if save_only or setup.method not in ("full", "freeze") or setup.total_params is None:
+    # Only a full fine-tune's trainable count is known here (freeze/LoRA train a part whose size we do not read).
+    if save_only or setup.method != "full" or setup.total_params is None:
         return
     opt_bytes = setup.total_params * OPTIMIZER_STATE_BYTES
     large = setup.total_params >= LARGE_FULL_FT
     yield RULE.finding(
         f"Every checkpoint writes the optimizer state: about {gib(opt_bytes)} ({OPTIMIZER_STATE_BYTES} B x "
         f"{setup.total_params / 1e9:,.1f}B parameters) plus the weights, from every rank at once."
-        + (" At this size saves are slow, fill disks and can stall other ranks into an NCCL timeout." if large else "")
+        + (
+            " At this size saves are slow, fill disks and can stall other ranks into an NCCL timeout."
+            if large
+            else ""
+        )
         + " save_only_model: true skips it (you lose exact resume).",
         evidence=[setup.arg_evidence("save_only_model")],
         fixes=[Fix("Set save_only_model: true", target="hf", patch={"save_only_model": True})],

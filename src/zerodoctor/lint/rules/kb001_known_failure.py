@@ -30,7 +30,7 @@ def _where(setup: TrainingSetup, fact_key: str, text: str) -> Evidence:
     if namespace == "ds" and setup.ds_written is not None:
         if setup.resolution and key in setup.resolution.filled:
             value, source = setup.resolution.filled[key]
-            text = f"{text}; \"auto\" filled from {source} = {value!r}"
+            text = f'{text}; "auto" filled from {source} = {value!r}'
         return setup.ds_evidence(key, text)
     if namespace == "hf" and setup.args_doc is not None:
         return setup.arg_evidence(key, text)
@@ -52,8 +52,14 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 evidence.append(Evidence(file=setup.env.source, key=key, text=ev.text))
         # Point at the config lines first (what CI annotates), then the installed versions.
         evidence.sort(key=lambda e: e.line is None)
-        yield replace(f, id=RULE.code, name=f"{RULE.name}:{f.id}", evidence=tuple(evidence), source="lint",
-                      data={**f.data, "kb_id": f.id})
+        yield replace(
+            f,
+            id=RULE.code,
+            name=f"{RULE.name}:{f.id}",
+            evidence=tuple(evidence),
+            source="lint",
+            data={**f.data, "kb_id": f.id},
+        )
 
 
 RULE = Rule(

@@ -26,10 +26,23 @@ from zerodoctor.lint.rule import Rule
 from zerodoctor.setup.model import TrainingSetup
 
 
-def _storage_key(setup: TrainingSetup) -> str:
+def _storage_key(setup: TrainingSetup) -> tuple[str, str, str]:
+    """(name shown, dotted key to patch, target file kind) where the storage dtype belongs."""
+    if (
+        setup.xtuner_doc is not None
+        and setup.quant_evidence is not None
+        and setup.quant_evidence.file == setup.xtuner_doc.display
+    ):
+        return "bnb_4bit_quant_storage", "model.llm.quantization_config.bnb_4bit_quant_storage", "xtuner"
     if setup.args_doc is not None and "use_4bit_quantization" in setup.args_doc.data:
-        return "bnb_4bit_quant_storage_dtype"  # PEFT example scripts' argument name
-    return "bnb_4bit_quant_storage"
+        return (
+            "bnb_4bit_quant_storage_dtype",
+            "bnb_4bit_quant_storage_dtype",
+            "hf",
+        )  # PEFT example scripts' name
+    if setup.args_doc is not None and isinstance(setup.args_doc.data.get("quantization_config"), dict):
+        return "bnb_4bit_quant_storage", "quantization_config.bnb_4bit_quant_storage", "hf"
+    return "bnb_4bit_quant_storage", "bnb_4bit_quant_storage", "hf"
 
 
 def check(setup: TrainingSetup) -> Iterator[Finding]:
@@ -40,8 +53,10 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     storage = setup.quant.get("bnb_4bit_quant_storage")
     compute = setup.quant.get("bnb_4bit_compute_dtype")
     want = compute if compute in ("bfloat16", "float16", "float32") else "bfloat16"
-    key = _storage_key(setup)
-    evidence = [e for e in (setup.quant_evidence, setup.ds_evidence("zero_optimization.stage")) if e is not None]
+    key, patch_key, target = _storage_key(setup)
+    evidence = [
+        e for e in (setup.quant_evidence, setup.ds_evidence("zero_optimization.stage")) if e is not None
+    ]
     size = ""
     if setup.total_params:
         size = f" For this model that is about {setup.total_params * 0.5 / 2**30:,.0f} GiB of 4-bit weights per GPU."
@@ -51,14 +66,21 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
             f"4-bit quantization with ZeRO-3, but {key} {how}: ZeRO-3 cannot partition the packed weights, so every "
             f"GPU keeps the whole quantized base model and large models run out of GPU memory.{size}",
             evidence=evidence,
-            fixes=[Fix(f"Set {key}: {want} (the same dtype as torch_dtype / bf16)", target="hf", patch={key: want})],
+            fixes=[
+                Fix(
+                    f"Set {key}: {want} (the same dtype as torch_dtype / bf16)",
+                    target=target,
+                    patch={patch_key: want},
+                )
+            ],
         )
     elif compute and storage != compute:
         yield RULE.finding(
             f"{key} is {storage} but the compute dtype is {compute}; PEFT's ZeRO-3 QLoRA guide requires the model "
             "dtype to equal the quant storage dtype so the packed weights join the same flat groups.",
-            evidence=evidence, severity=Severity.WARNING,
-            fixes=[Fix(f"Set {key}: {compute}", target="hf", patch={key: compute})],
+            evidence=evidence,
+            severity=Severity.WARNING,
+            fixes=[Fix(f"Set {key}: {compute}", target=target, patch={patch_key: compute})],
         )
 
 
@@ -67,8 +89,13 @@ RULE = Rule(
     name="qlora.zero3-quant-storage",
     title="QLoRA under ZeRO-3 without bnb_4bit_quant_storage = compute dtype",
     severity=Severity.ERROR,
-    references=("huggingface/peft#2016", "huggingface/accelerate#2978", "huggingface/peft#1972",
-                "bitsandbytes-foundation/bitsandbytes#1249", "deepspeedai/DeepSpeed#5660"),
+    references=(
+        "huggingface/peft#2016",
+        "huggingface/accelerate#2978",
+        "huggingface/peft#1972",
+        "bitsandbytes-foundation/bitsandbytes#1249",
+        "deepspeedai/DeepSpeed#5660",
+    ),
     check=check,
     fix_safety="safe",
 )

@@ -23,8 +23,13 @@ from zerodoctor.setup.model import TrainingSetup
 from zerodoctor.versions import parse_version
 
 # (package, operator, version) from the PEFT docs (docs/source/accelerate/deepspeed.md, PR #2151).
-MINIMUMS = (("bitsandbytes", ">=", "0.43.3"), ("accelerate", ">=", "1.0.1"), ("transformers", ">", "4.44.2"),
-            ("trl", ">", "0.11.4"), ("peft", ">", "0.13.0"))
+MINIMUMS = (
+    ("bitsandbytes", ">=", "0.43.3"),
+    ("accelerate", ">=", "1.0.1"),
+    ("transformers", ">", "4.44.2"),
+    ("trl", ">", "0.11.4"),
+    ("peft", ">", "0.13.0"),
+)
 # 4-bit NF4 weights: 0.5 byte per parameter plus blockwise absmax constants (one fp32 per 64 weights, or about
 # 0.127 bit/param with double quantization): we count 0.5 B/param, a lower bound.
 BYTES_PER_4BIT_PARAM = 0.5
@@ -45,11 +50,21 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 old.append(f"{pkg} {have} (needs {op}{minimum})")
         if old:
             yield RULE.finding(
-                "QLoRA with ZeRO-3 needs the versions PEFT documents; this environment has " + ", ".join(old) + ".",
+                "QLoRA with ZeRO-3 needs the versions PEFT documents; this environment has "
+                + ", ".join(old)
+                + ".",
                 evidence=[Evidence(file=setup.env.source, key=o.split(" ")[0], text=o) for o in old],
-                fixes=[Fix("Upgrade: pip install " + " ".join(f'"{p}{op}{m}"' for p, op, m in MINIMUMS if
-                                                               any(o.startswith(p + " ") for o in old)),
-                           target="env")],
+                fixes=[
+                    Fix(
+                        "Upgrade: pip install "
+                        + " ".join(
+                            f'"{p}{op}{m}"'
+                            for p, op, m in MINIMUMS
+                            if any(o.startswith(p + " ") for o in old)
+                        ),
+                        target="env",
+                    )
+                ],
                 severity=Severity.WARNING,
             )
     flag = setup.zero3_init_flag()
@@ -57,7 +72,13 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         yield RULE.finding(
             "zero3_init_flag is false: PEFT's QLoRA + ZeRO-3 guide requires it to be true in the accelerate config.",
             evidence=[setup.accelerate_doc.evidence(("deepspeed_config", "zero3_init_flag"))],
-            fixes=[Fix("Set zero3_init_flag: true", target="accelerate", patch={"deepspeed_config.zero3_init_flag": True})],
+            fixes=[
+                Fix(
+                    "Set zero3_init_flag: true",
+                    target="accelerate",
+                    patch={"deepspeed_config.zero3_init_flag": True},
+                )
+            ],
             severity=Severity.WARNING,
         )
     if setup.total_params:
@@ -70,14 +91,20 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                 f"{gib(load_peak)} for {setup.total_params / 1e9:,.1f}B parameters, on GPUs with {gib(gpu_mem)}. "
                 "It cannot load.",
                 evidence=where,
-                fixes=[Fix("Use LoRA on bf16 weights with ZeRO-3 (zero.Init partitions at load) across enough GPUs"),
-                       Fix("Or FSDP-QLoRA with fsdp_cpu_ram_efficient_loading (bitsandbytes fsdp_qlora guide)")],
+                fixes=[
+                    Fix(
+                        "Use LoRA on bf16 weights with ZeRO-3 (zero.Init partitions at load) across enough GPUs"
+                    ),
+                    Fix("Or FSDP-QLoRA with fsdp_cpu_ram_efficient_loading (bitsandbytes fsdp_qlora guide)"),
+                ],
+                severity=Severity.ERROR if load_peak > gpu_mem else Severity.WARNING,
             )
         else:
             yield RULE.finding(
                 f"A 4-bit load skips zero.Init, so each GPU first holds the whole quantized model: at least "
                 f"{gib(load_peak)} for {setup.total_params / 1e9:,.1f}B parameters before ZeRO-3 partitions it.",
-                evidence=where, severity=Severity.INFO,
+                evidence=where,
+                severity=Severity.INFO,
             )
 
 
@@ -86,6 +113,10 @@ RULE = Rule(
     name="qlora.zero3-requirements",
     title="QLoRA + ZeRO-3: versions, zero3_init and the load peak",
     severity=Severity.WARNING,
-    references=("huggingface/peft#2016", "bitsandbytes-foundation/bitsandbytes#1249", "huggingface/transformers#32640"),
+    references=(
+        "huggingface/peft#2016",
+        "bitsandbytes-foundation/bitsandbytes#1249",
+        "huggingface/transformers#32640",
+    ),
     check=check,
 )

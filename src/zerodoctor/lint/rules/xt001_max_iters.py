@@ -47,37 +47,68 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     max_iters = _int(train_cfg.get("max_iters"))
     max_epochs = train_cfg.get("max_epochs")
     batch = _int(doc.get(("train_dataloader", "batch_size"))) or _int(doc.get("batch_size"))
-    accum = _int(doc.get(("optim_wrapper", "accumulative_counts"))) or _int(doc.get("accumulative_counts")) or 1
+    accum = (
+        _int(doc.get(("optim_wrapper", "accumulative_counts"))) or _int(doc.get("accumulative_counts")) or 1
+    )
     sp = _int(doc.get("sequence_parallel_size")) or 1
     samples = getattr(setup, "dataset_samples", None)
     steps_text = ""
     if samples and setup.world_size and batch:
         iters, steps = expected_steps(samples, setup.world_size, sp, batch, accum)
-        steps_text = (f" One epoch of {samples:,} samples on {setup.world_size} GPUs (sequence parallel {sp}, "
-                      f"data-parallel {max(1, setup.world_size // sp)}) is {iters:,} iterations = {steps:,} optimizer "
-                      f"steps.")
-    if max_iters is not None:
+        steps_text = (
+            f" One epoch of {samples:,} samples on {setup.world_size} GPUs (sequence parallel {sp}, "
+            f"data-parallel {max(1, setup.world_size // sp)}) is {iters:,} iterations = {steps:,} optimizer "
+            f"steps."
+        )
+    if max_iters is not None and max_epochs is not None:
+        yield RULE.finding(
+            "train_cfg sets both max_iters and max_epochs: XTuner's TrainLoop refuses to start with "
+            "'RuntimeError: Only one of max_iters or max_epochs can exist in train_cfg.'",
+            evidence=[doc.evidence(("train_cfg", "max_iters")), doc.evidence(("train_cfg", "max_epochs"))],
+            fixes=[
+                Fix(
+                    "Keep max_epochs and remove max_iters",
+                    target="xtuner",
+                    patch={"train_cfg.max_iters": None},
+                )
+            ],
+            severity=Severity.ERROR,
+        )
+    elif max_iters is not None:
         opt_steps = max_iters // accum
         ev = doc.evidence(("train_cfg", "max_iters"))
-        epochs_note = "" if max_epochs is None else " (max_epochs is also set, but max_iters wins in mmengine's loop)"
         yield RULE.finding(
-            f"train_cfg sets max_iters={max_iters}{epochs_note}: training stops after {max_iters} iterations "
+            f"train_cfg sets max_iters={max_iters}: training stops after {max_iters} iterations "
             f"(dataloader batches), which with accumulative_counts {accum} is {opt_steps} optimizer step(s), however "
             f"large the dataset is.{steps_text}",
             evidence=[ev],
-            fixes=[Fix("Train by epochs: train_cfg = dict(type=TrainLoop, max_epochs=max_epochs)", target="xtuner",
-                       patch={"train_cfg.max_iters": None, "train_cfg.max_epochs": Symbol("max_epochs")})],
+            fixes=[
+                Fix(
+                    "Train by epochs: train_cfg = dict(type=TrainLoop, max_epochs=max_epochs)",
+                    target="xtuner",
+                    patch={"train_cfg.max_iters": None, "train_cfg.max_epochs": Symbol("max_epochs")},
+                )
+            ],
             severity=Severity.WARNING,
         )
     elif steps_text:
-        yield RULE.finding("Expected run length." + steps_text, evidence=[doc.evidence(("train_cfg",))],
-                           severity=Severity.INFO)
+        yield RULE.finding(
+            "Expected run length." + steps_text,
+            evidence=[doc.evidence(("train_cfg",))],
+            severity=Severity.INFO,
+        )
     if sp > 1 and accum % sp:
+        accum_key = (
+            ("optim_wrapper", "accumulative_counts")
+            if doc.has(("optim_wrapper", "accumulative_counts")) and not doc.has(("accumulative_counts",))
+            else ("accumulative_counts",)
+        )
         yield RULE.finding(
             f"sequence_parallel_size is {sp} but accumulative_counts is {accum}, not a multiple of it: XTuner does not "
             f"scale accumulation itself, and its configs use accumulative_counts = k * sequence_parallel_size to keep "
             f"the global batch of the non-SP run (data-parallel size shrinks {sp}x with sequence parallel).",
-            evidence=[doc.evidence(("accumulative_counts",))], severity=Severity.INFO,
+            evidence=[doc.evidence(accum_key)],
+            severity=Severity.INFO,
         )
 
 
