@@ -40,9 +40,10 @@ def all_of(values: list[Tri]) -> Tri:
 AUTO = "auto"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
+def as_number(value: Any) -> float | None:
+    """A config value as a number: 5e8, "5e8" and 500000000 alike; None for anything else (bools too)."""
+    if isinstance(value, bool) or value is None:
+        return None
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
@@ -58,14 +59,16 @@ def _loose_equal(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a.strip().lower() == b.strip().lower()
     if isinstance(a, bool) or isinstance(b, bool):
-        return _truthy(a) == _truthy(b) if _truthy(a) is not None and _truthy(b) is not None else False
-    na, nb = _number(a), _number(b)
+        return truthy(a) == truthy(b) if truthy(a) is not None and truthy(b) is not None else False
+    na, nb = as_number(a), as_number(b)
     if na is not None and nb is not None:
         return na == nb
     return bool(a == b)
 
 
-def _truthy(value: Any) -> bool | None:
+def truthy(value: Any) -> bool | None:
+    """A config value as a boolean the way the frameworks' parsers read it: true/"yes"/1 -> True,
+    false/"no"/0/None -> False, anything else ("auto") -> None (unknown)."""
     if isinstance(value, bool):
         return value
     if value is None:
@@ -95,7 +98,7 @@ def evaluate_predicate(facts: Mapping[str, Any], key: str, op: str, expected: An
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return Tri.UNKNOWN
     if op == "truthy" or op == "falsy":
-        t = _truthy(value)
+        t = truthy(value)
         if t is None:
             return Tri.UNKNOWN
         return Tri.of(t if op == "truthy" else not t)
@@ -106,7 +109,7 @@ def evaluate_predicate(facts: Mapping[str, Any], key: str, op: str, expected: An
     if op in ("in", "not_in"):
         hit = any(_loose_equal(value, e) for e in expected)
         return Tri.of(hit if op == "in" else not hit)
-    a, b = _number(value), _number(expected)
+    a, b = as_number(value), as_number(expected)
     if a is None or b is None:
         return Tri.UNKNOWN
     return Tri.of({"gt": a > b, "ge": a >= b, "lt": a < b, "le": a <= b}[op])

@@ -10,24 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from zerodoctor.cli.common import add_env_option, add_output_options, emit, exit_code, load_env_option
+from zerodoctor.env.probes import TRACKED_PACKAGES
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
 
-# The packages `env` reports by name (others are in the JSON snapshot).
-SHOWN_PACKAGES = (
-    "torch",
-    "deepspeed",
-    "transformers",
-    "accelerate",
-    "peft",
-    "bitsandbytes",
-    "trl",
-    "llamafactory",
-    "xtuner",
-    "mmengine",
-    "flash-attn",
-)
+# The packages `env` reports by name (all others are in the JSON snapshot).
+SHOWN_PACKAGES = TRACKED_PACKAGES
 SHOWN_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion", "fused_adam", "async_io", "transformer_inference")
 
 

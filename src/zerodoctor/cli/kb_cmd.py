@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerodoctor.cli.common import EXIT_CLEAN, add_output_options
 from zerodoctor.errors import KnowledgeBaseError
-from zerodoctor.kb.loader import load_entries
-from zerodoctor.kb.schema import Entry
-from zerodoctor.lint.rule import rule_doc
-from zerodoctor.lint.rules import RULES
 from zerodoctor.report.render import JSON_SCHEMA_VERSION
 from zerodoctor.versions import describe_range
+
+if TYPE_CHECKING:
+    from zerodoctor.kb.schema import Entry
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
@@ -33,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
 
 
 def _rule_dict(code: str) -> dict[str, Any]:
+    from zerodoctor.lint.rule import rule_doc
+    from zerodoctor.lint.rules import RULES
+
     module = RULES[code]
     r = module.RULE
     return {
@@ -59,6 +61,8 @@ def _entry_summary(e: Entry) -> dict[str, Any]:
 
 
 def _find_rule(key: str) -> str | None:
+    from zerodoctor.lint.rules import RULES
+
     for code, module in RULES.items():
         if key.upper() == code or key.lower() == module.RULE.name:
             return code
@@ -114,6 +118,9 @@ def _entry_text(e: Entry) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from zerodoctor.kb.loader import load_entries
+    from zerodoctor.lint.rules import RULES
+
     entries = load_entries()
     out = sys.stdout
     if args.id:

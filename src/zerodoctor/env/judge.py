@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from zerodoctor.env.model import Environment
+from zerodoctor.facts import truthy
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 
 MiB = 1024**2
@@ -97,21 +98,6 @@ def fmt_bytes(n: float | None) -> str:
 
 def _finding(code: str, name: str, severity: Severity, title: str, message: str, **kw: Any) -> Finding:
     return Finding(id=code, severity=severity, title=title, message=message, source="env", name=name, **kw)
-
-
-def _truthy(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "yes", "1", "on"):
-            return True
-        if low in ("false", "no", "0", "off", "none", ""):
-            return False
-        return None  # "auto" and the like: unknown
-    if isinstance(value, int | float):
-        return value != 0
-    return None
 
 
 def _device(facts: Mapping[str, Any], key: str) -> str | None:
@@ -208,7 +194,7 @@ def env002_low_memlock(env: Environment, facts: Mapping[str, Any], has_setup: bo
             (OFFLOAD_OPTIMIZER_DEVICE, OFFLOAD_OPTIMIZER_PIN),
             (OFFLOAD_PARAM_DEVICE, OFFLOAD_PARAM_PIN),
         )
-        if _device(facts, dev_key) in ("cpu", "nvme") and _truthy(facts.get(key)) is True
+        if _device(facts, dev_key) in ("cpu", "nvme") and truthy(facts.get(key)) is True
     ]
     hard = "unlimited" if h.memlock_hard_bytes is None else fmt_bytes(h.memlock_hard_bytes)
     common: dict[str, Any] = {
@@ -268,7 +254,7 @@ def _no_pinned_offload(facts: Mapping[str, Any]) -> bool:
         device = _device(facts, dev_key)
         if device is not None and device not in ("cpu", "nvme"):
             continue
-        if _truthy(facts.get(pin_key)) is False:
+        if pin_key in facts and truthy(facts[pin_key]) is False:
             continue
         return False
     return True

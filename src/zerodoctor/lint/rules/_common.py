@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.facts import as_number, truthy
 from zerodoctor.setup.model import TrainingSetup
+
+__all__ = ["as_number", "truthy"]  # re-exported for the rules
 
 # Keys whose "auto" HF Trainer / accelerate fill (transformers integrations/deepspeed.py
 # trainer_config_process + trainer_config_finalize; accelerate prepare_deepspeed uses the same set).
@@ -108,34 +111,6 @@ def is_hf_trainer_peft(setup: TrainingSetup) -> bool:
     trainable adapter weights (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`,
     transformers 5.23 trainer.py), whatever stage3_gather_16bit_weights_on_model_save says."""
     return setup.framework in ("hf", "llamafactory") and setup.method in ("lora", "qlora")
-
-
-def as_number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def truthy(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "yes", "1", "on"):
-            return True
-        if low in ("false", "no", "0", "off"):
-            return False
-        return None
-    if isinstance(value, int | float):
-        return value != 0
-    return None
 
 
 def gib(nbytes: float) -> str:
