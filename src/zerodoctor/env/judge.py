@@ -57,7 +57,7 @@ REFS_SHM = (
     "huggingface/transformers#11658",
     "WangRongsheng/XrayGLM#83",
 )
-REFS_PIN = ("deepspeedai/DeepSpeed#2977", "deepspeedai/DeepSpeed#7150", "oobabooga/text-generation-webui#969")
+REFS_PIN = ("deepspeedai/DeepSpeed#2977", "deepspeedai/DeepSpeed#7150", "oobabooga/textgen#969")
 REFS_CPU_ADAM = (
     "deepspeedai/DeepSpeed#1846",
     "deepspeedai/DeepSpeed#2901",
