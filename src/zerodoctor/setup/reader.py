@@ -6,32 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from zerodoctor.errors import InputError
+from zerodoctor.setup.deepspeed_config import DEEPSPEED_TOP_KEYS
 from zerodoctor.setup.document import KINDS, ConfigDocument
 from zerodoctor.setup.json_reader import parse_json
 from zerodoctor.setup.python_reader import parse_python_config
 from zerodoctor.setup.yaml_reader import parse_yaml
 
-# Keys only a DeepSpeed config has at top level (config-json.md).
-DEEPSPEED_KEYS = {
-    "zero_optimization",
-    "train_batch_size",
-    "train_micro_batch_size_per_gpu",
+# Top-level keys that only a DeepSpeed config has: every key DeepSpeed reads, less those an HF
+# TrainingArguments file can have too.
+DEEPSPEED_KEYS = DEEPSPEED_TOP_KEYS - {
     "fp16",
     "bf16",
-    "amp",
-    "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer",
-    "gradient_clipping",
-    "steps_per_print",
-    "wall_clock_breakdown",
-    "activation_checkpointing",
-    "flops_profiler",
-    "communication_data_type",
-    "prescale_gradients",
-    "gradient_predivide_factor",
-    "sparse_gradients",
-    "data_types",
-    "checkpoint",
+    "bfloat16",
+    "gradient_accumulation_steps",
+    "dataloader_drop_last",
 }
 # Keys only the accelerate config file has.
 ACCELERATE_KEYS = {
@@ -117,7 +105,7 @@ def detect_kind(path: Path, data: Any, text: str) -> str | None:
     ):
         return "llamafactory"
     ds_blocks = any(isinstance(data.get(k), dict) for k in ("fp16", "bf16", "bfloat16"))
-    if (keys & DEEPSPEED_KEYS - {"fp16", "bf16"}) or ds_blocks:
+    if keys & DEEPSPEED_KEYS or ds_blocks:
         return "deepspeed"
     if keys & HF_KEYS:
         return "hf"

@@ -31,6 +31,7 @@ from typing import Any
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import HF_FILLABLE_AUTO, fillable_auto_keys, is_auto
+from zerodoctor.setup.deepspeed_config import DEEPSPEED_TOP_KEYS as TOP_KEYS
 from zerodoctor.setup.deepspeed_config import ZERO_ALIASES
 from zerodoctor.setup.model import TrainingSetup
 
@@ -103,63 +104,6 @@ OFFLOAD_OPTIMIZER_KEYS = {
     "pipeline",
 }
 OFFLOAD_PARAM_KEYS = {"buffer_count", "buffer_size", "device", "max_in_cpu", "nvme_path", "pin_memory"}
-# Top-level keys DeepSpeed reads (docs/_pages/config-json.md and runtime/constants.py). Others are ignored,
-# so only near-misses of these are reported (an unrelated extra key is harmless).
-TOP_KEYS = {
-    "train_batch_size",
-    "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps",
-    "optimizer",
-    "scheduler",
-    "communication_data_type",
-    "prescale_gradients",
-    "gradient_predivide_factor",
-    "sparse_gradients",
-    "fp16",
-    "bf16",
-    "bfloat16",
-    "amp",
-    "gradient_clipping",
-    "zero_optimization",
-    "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer",
-    "steps_per_print",
-    "wall_clock_breakdown",
-    "dump_state",
-    "activation_checkpointing",
-    "flops_profiler",
-    "tensorboard",
-    "wandb",
-    "csv_monitor",
-    "comms_logger",
-    "aio",
-    "checkpoint",
-    "data_types",
-    "elasticity",
-    "autotuning",
-    "compression_training",
-    "data_efficiency",
-    "curriculum_learning",
-    "sparse_attention",
-    "pipeline",
-    "memory_breakdown",
-    "torch_autocast",
-    "compile",
-    "timers",
-    "tensor_parallel",
-    "sequence_parallel_size",
-    "hybrid_engine",
-    "weight_quantization",
-    "nebula",
-    "dataloader_drop_last",
-    "disable_allgather",
-    "seq_parallel_communication_data_type",
-    "gradient_allreduce_op",
-    "eigenvalue",
-    "quantize_training",
-    "progressive_layer_drop",
-    "fp8",
-}
 # Integer fields of DeepSpeed's pydantic models (lax mode: 5e8, "500000000" and true are accepted; 14745599.9
 # and "5e8" are not).
 PYDANTIC_INT_KEYS = {
