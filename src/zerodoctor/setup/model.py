@@ -60,6 +60,7 @@ class TrainingSetup:
     missing_references: list[tuple[ConfigDocument, str, str]] = field(
         default_factory=list
     )  # (doc, key, path)
+    mixed_precision_evidence: Evidence | None = None  # where accelerate's fp16/bf16 choice comes from
     dataset_samples: int | None = None  # --samples: training examples per epoch, for step-count checks
     model_spec: Any = (
         None  # zerodoctor.plan.models.ModelSpec when the model is known (catalog or config.json)
@@ -123,13 +124,19 @@ class TrainingSetup:
         """Where a (canonical, dotted) DeepSpeed key is written: the JSON file, or the accelerate YAML key
         it came from. Falls back to the nearest enclosing key, then to the file."""
         if self.ds_from_accelerate_plugin and self.accelerate_doc is not None:
+            if key in ("fp16.enabled", "bf16.enabled") and self.mixed_precision_evidence is not None:
+                return self.mixed_precision_evidence
             for acc_key, ds_key in ACCELERATE_TO_DS.items():
                 if ds_key == key and self.accelerate_doc.has(("deepspeed_config", acc_key)):
                     return self.accelerate_doc.evidence(("deepspeed_config", acc_key), text)
             return self.accelerate_doc.evidence(("deepspeed_config",), text)
         if self.ds_doc is None:
             return Evidence(key=key, text=text)
-        return self.ds_doc.evidence(spelled(self.ds_doc.data, key), text)
+        spelled_key = spelled(self.ds_doc.data, key)
+        if (key in ("fp16.enabled", "bf16.enabled") and self.mixed_precision_evidence is not None
+                and not self.ds_doc.has(spelled_key)):
+            return self.mixed_precision_evidence  # the block was added by accelerate's mixed precision
+        return self.ds_doc.evidence(spelled_key, text)
 
     # ---- arguments, versions ----------------------------------------------------------------------------
     def arg_evidence(self, name: str, text: str | None = None) -> Evidence:
@@ -288,12 +295,15 @@ def build_setup(
     # (transformers 5.23 TrainingArguments.__post_init__ sets mixed_precision from them and the Trainer builds
     # its Accelerator with it); without them the YAML's `mixed_precision` applies.
     mixed = s.accelerate_doc.get("mixed_precision") if s.accelerate_doc is not None else None
+    if mixed is not None and s.accelerate_doc is not None:
+        s.mixed_precision_evidence = s.accelerate_doc.evidence(("mixed_precision",))
     if s.args_doc is not None:
         hf_args = effective_args(dict(s.args_doc.data))
-        if hf_args.get("bf16") is True:
-            mixed = "bf16"
-        elif hf_args.get("fp16") is True:
-            mixed = "fp16"
+        for name in ("bf16", "fp16"):
+            if hf_args.get(name) is True:
+                mixed = name
+                s.mixed_precision_evidence = s.args_doc.evidence((name,))
+                break
     # The DeepSpeed config: a JSON file, or the one accelerate builds from its YAML section.
     if s.ds_doc is not None:
         s.ds_written = canonical(s.ds_doc.data)

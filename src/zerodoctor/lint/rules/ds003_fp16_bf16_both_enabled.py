@@ -29,6 +29,29 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     fp16 = truthy(setup.ds_value("fp16.enabled"))
     bf16 = truthy(setup.ds_value("bf16.enabled"))
     if fp16 and bf16:
+        if setup.args.get("fp16") is True and setup.args.get("bf16") is True:
+            yield RULE.finding(
+                "The training arguments set both fp16 and bf16: transformers stops before training with 'At most "
+                "one of fp16 and bf16 can be True, but not both' (and DeepSpeed would refuse both blocks too).",
+                evidence=[setup.arg_evidence("fp16"), setup.arg_evidence("bf16")],
+                fixes=[Fix("Keep bf16 and drop fp16 from the arguments", target="hf", patch={"fp16": False})],
+            )
+            return
+        mp = setup.mixed_precision_evidence
+        if mp is not None and setup.accelerate_doc is not None and mp.file == setup.accelerate_doc.display and setup.ds_doc:
+            mixed = str(setup.accelerate_doc.get("mixed_precision"))
+            other = "bf16" if mixed == "fp16" else "fp16"
+            if setup.ds_doc.has((other,)):
+                # accelerate DeepSpeedPlugin.set_mixed_precision refuses the pair before DeepSpeed sees it
+                yield RULE.finding(
+                    f"accelerate's mixed_precision is {mixed} but the DeepSpeed file enables {other}: accelerate stops "
+                    f"with '`--mixed_precision` arg cannot be set to `{mixed}` when `{other}` is set in the DeepSpeed "
+                    "config file.'",
+                    evidence=[mp, setup.ds_doc.evidence((other,))],
+                    fixes=[Fix(f"Set mixed_precision: {other} in the accelerate config", target="accelerate",
+                               patch={"mixed_precision": other})],
+                )
+                return
         how = ""
         if setup.resolution and (
             "fp16.enabled" in setup.resolution.filled or "bf16.enabled" in setup.resolution.filled
