@@ -133,8 +133,11 @@ class TrainingSetup:
         if self.ds_doc is None:
             return Evidence(key=key, text=text)
         spelled_key = spelled(self.ds_doc.data, key)
-        if (key in ("fp16.enabled", "bf16.enabled") and self.mixed_precision_evidence is not None
-                and not self.ds_doc.has(spelled_key)):
+        if (
+            key in ("fp16.enabled", "bf16.enabled")
+            and self.mixed_precision_evidence is not None
+            and not self.ds_doc.has(spelled_key)
+        ):
             return self.mixed_precision_evidence  # the block was added by accelerate's mixed precision
         return self.ds_doc.evidence(spelled_key, text)
 

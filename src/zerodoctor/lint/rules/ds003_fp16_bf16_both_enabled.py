@@ -38,7 +38,12 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
             )
             return
         mp = setup.mixed_precision_evidence
-        if mp is not None and setup.accelerate_doc is not None and mp.file == setup.accelerate_doc.display and setup.ds_doc:
+        if (
+            mp is not None
+            and setup.accelerate_doc is not None
+            and mp.file == setup.accelerate_doc.display
+            and setup.ds_doc
+        ):
             mixed = str(setup.accelerate_doc.get("mixed_precision"))
             other = "bf16" if mixed == "fp16" else "fp16"
             if setup.ds_doc.has((other,)):
@@ -48,8 +53,13 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
                     f"with '`--mixed_precision` arg cannot be set to `{mixed}` when `{other}` is set in the DeepSpeed "
                     "config file.'",
                     evidence=[mp, setup.ds_doc.evidence((other,))],
-                    fixes=[Fix(f"Set mixed_precision: {other} in the accelerate config", target="accelerate",
-                               patch={"mixed_precision": other})],
+                    fixes=[
+                        Fix(
+                            f"Set mixed_precision: {other} in the accelerate config",
+                            target="accelerate",
+                            patch={"mixed_precision": other},
+                        )
+                    ],
                 )
                 return
         how = ""

@@ -1,0 +1,677 @@
+"""Turn the scanner's hit lines into facts: tracebacks per rank, OOM numbers, launcher exits, NCCL errors,
+printed versions, phase markers, and the failure events in log order with the phase each happened in.
+
+State is bounded: at most MAX_EVENTS failure events, MAX_TRACEBACKS tracebacks (frames capped), and the first
+MAX_EVIDENCE lines of each signature are kept, whatever the log size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from zerodoctor.diagnose.patterns import ACCUM
+from zerodoctor.diagnose.reader import LogLine
+from zerodoctor.diagnose.scan import Hit, Progress
+
+MAX_EVENTS = 2000
+MAX_TRACEBACKS = 200
+MAX_FRAMES = 200
+MAX_EVIDENCE = 8
+
+PHASES = (
+    "load",
+    "zero_init",
+    "engine_init",
+    "first_optimizer_step",
+    "training_step",
+    "epoch_end",
+    "evaluation",
+    "checkpoint_save",
+    "unknown",
+)
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit))(?::\s?(.*))?\s*$")
+_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)"
+_UNITS = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3, "B": 1 / 1024**3}
+_OOM_FIELDS = {
+    "tried": re.compile(r"Tried to allocate " + _SIZE),
+    "total": re.compile(r"total capacity of " + _SIZE + r"|" + _SIZE + r" total capacity"),
+    "free": re.compile(r"of which " + _SIZE + r" is free|; " + _SIZE + r" free"),
+    "in_use": re.compile(r"this process has " + _SIZE + r" memory in use"),
+    "allocated": re.compile(
+        r"memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated"
+    ),
+    "reserved_unallocated": re.compile(_SIZE + r" is reserved by PyTorch but unallocated"),
+    "reserved_total": re.compile(_SIZE + r" reserved in total by PyTorch"),
+}
+_GPU = re.compile(r"GPU (\d+)")
+_DS_RC = re.compile(r"exits with return code = (-?\d+)")
+_LOCAL_RANK_ARG = re.compile(r"--local_rank=(\d+)")
+_ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?")
+_ELASTIC_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
+_SIGNAL = re.compile(r"Signal (\d+) \((SIG[A-Z]+)\) received by PID (\d+)")
+_MPIRUN = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
+_VERSION_LINES = (
+    (re.compile(r"DeepSpeed info: version=([0-9][\w.+-]*)"), "deepspeed"),
+    (re.compile(r"^\s*deepspeed info \.{3,}\s*([0-9][\w.+-]*)"), "deepspeed"),
+    (re.compile(r"^\s*torch version \.{3,}\s*([0-9][\w.+-]*)"), "torch"),
+    (re.compile(r"^\s*transformers version \.{3,}\s*([0-9][\w.+-]*)"), "transformers"),
+    (re.compile(r"^\s*accelerate version \.{3,}\s*([0-9][\w.+-]*)"), "accelerate"),
+    (re.compile(r"^\s*- `transformers` version: ([0-9][\w.+-]*)"), "transformers"),
+    (re.compile(r"^\s*- PyTorch version[^:]*: ([0-9][\w.+-]*)"), "torch"),
+    (re.compile(r"^\s*- Accelerate version: ([0-9][\w.+-]*)"), "accelerate"),
+    (re.compile(r"^\s*- DeepSpeed version: ([0-9][\w.+-]*)"), "deepspeed"),
+    (re.compile(r"^\s*- PEFT version: ([0-9][\w.+-]*)"), "peft"),
+    (re.compile(r"^\s*- bitsandbytes version: ([0-9][\w.+-]*)"), "bitsandbytes"),
+    (re.compile(r"^\s*([A-Za-z][\w.-]*)==([0-9][\w.+!-]*)\s*$"), ""),
+)
+_RANK_IN_NAME = re.compile(r"(?:rank|worker|proc)[_-]?(\d+)", re.IGNORECASE)
+
+# Frame function names that say what the run was doing, most specific phase first.
+_SAVE_FUNCS = frozenset(
+    {
+        "save_checkpoint",
+        "_save_checkpoint",
+        "save_model",
+        "_save",
+        "save_16bit_model",
+        "_zero3_consolidated_16bit_state_dict",
+        "_save_zero_checkpoint",
+        "_save_optimizer_and_scheduler",
+        "save_pretrained",
+        "get_state_dict",
+        "_save_checkpoint_files",
+        "save_state",
+    }
+)
+_EVAL_FUNCS = frozenset(
+    {"evaluate", "evaluation_loop", "prediction_step", "predict", "_evaluate", "val_step"}
+)
+_OPT_FUNCS = frozenset({"_optimizer_step", "_init_group", "unscale_and_clip_grads", "_take_model_step"})
+_LOAD_FUNCS = frozenset(
+    {
+        "from_pretrained",
+        "_load_pretrained_model",
+        "load_checkpoint",
+        "_load_zero_checkpoint",
+        "get_peft_model",
+        "prepare_model_for_kbit_training",
+        "from_config",
+        "load_model",
+        "load_state_dict",
+    }
+)
+# deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
+_ENGINE_FUNCS = frozenset(
+    {
+        "_configure_optimizer",
+        "_configure_zero_optimizer",
+        "_configure_basic_optimizer",
+        "_configure_distributed_model",
+        "_broadcast_model",
+        "_configure_with_arguments",
+        "_do_args_sanity_check",
+        "_configure_lr_scheduler",
+        "_initialize_parameter_parallel_groups",
+        "_batch_assertion",
+        "_configure_train_batch_size",
+        "_do_sanity_check",
+        "_prepare_deepspeed",
+    }
+)
+_ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_builder/builder.py")
+# Inside the zero.Init context (parameters created and partitioned as the model is built).
+_ZERO_INIT_FUNCS = frozenset(
+    {
+        "_post_init_method",
+        "new_tensor",
+        "_convert_to_deepspeed_param",
+        "__enter__",
+        "wrapper",
+        "_convert_to_zero_parameters",
+        "partition",
+    }
+)
+_TRAIN_FUNCS = frozenset(
+    {"training_step", "compute_loss", "forward", "backward", "_inner_training_loop", "train_step", "run_iter"}
+)
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    lineno: int
+    func: str
+    line: LogLine
+
+
+@dataclass
+class Traceback:
+    source: str
+    rank: int | None
+    start: LogLine
+    frames: list[Frame] = field(default_factory=list)
+    exc_type: str | None = None
+    exc_message: str | None = None
+    end: LogLine | None = None
+
+    def contains(self, line: LogLine) -> bool:
+        if line.source != self.source or (line.rank != self.rank and line.rank is not None):
+            return False
+        last = (
+            self.end.lineno
+            if self.end
+            else (self.frames[-1].line.lineno if self.frames else self.start.lineno)
+        )
+        return self.start.lineno <= line.lineno <= last
+
+
+@dataclass(frozen=True)
+class OomNumbers:
+    """A CUDA OOM message's numbers in GiB (None where the message format does not give them)."""
+
+    tried: float | None
+    total: float | None
+    free: float | None
+    allocated: float | None
+    reserved_unallocated: float | None
+    in_use: float | None
+    gpu: int | None
+    line: LogLine
+
+    @property
+    def verdict(self) -> str:
+        """'fragmentation' when the allocator holds at least the request reserved but unallocated,
+        'lack' when the memory is really not there, 'unknown' without the numbers."""
+        if self.tried is None or self.reserved_unallocated is None:
+            return "unknown"
+        return "fragmentation" if self.reserved_unallocated >= self.tried else "lack"
+
+    @property
+    def missing_gib(self) -> float | None:
+        """How much this one allocation lacked (tried - free); the step usually needs more after it."""
+        if self.tried is None or self.free is None:
+            return None
+        return max(self.tried - self.free, 0.0)
+
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {
+            k: (round(v, 2) if isinstance(v, float) else v)
+            for k, v in {
+                "tried_gib": self.tried,
+                "total_gib": self.total,
+                "free_gib": self.free,
+                "allocated_gib": self.allocated,
+                "reserved_unallocated_gib": self.reserved_unallocated,
+                "in_use_gib": self.in_use,
+                "gpu": self.gpu,
+            }.items()
+            if v is not None
+        }
+        d["verdict"] = self.verdict
+        if self.missing_gib is not None:
+            d["missing_gib"] = round(self.missing_gib, 2)
+        d["line"] = self.line.location()
+        return d
+
+    def explain(self) -> str:
+        def g(v: float | None) -> str:
+            return "?" if v is None else f"{v:.2f} GiB"
+
+        head = (
+            f"The OOM numbers (GPU {self.gpu if self.gpu is not None else '?'}): tried to allocate {g(self.tried)}, "
+            f"total {g(self.total)}, free {g(self.free)}, allocated by PyTorch {g(self.allocated)}, "
+            f"reserved but unallocated {g(self.reserved_unallocated)}."
+        )
+        if self.verdict == "fragmentation":
+            return head + (
+                " Reserved-but-unallocated memory is larger than the request: the allocator's cache is "
+                "fragmented, the memory is there. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+            )
+        if self.verdict == "lack" and self.missing_gib is not None:
+            return head + (
+                f" Fragmentation is not the problem (only {g(self.reserved_unallocated)} reserved but unallocated): "
+                f"this allocation alone was {self.missing_gib:.2f} GiB short, and the rest of the step needs more; "
+                "reduce what lives on the GPU (offload, smaller micro-batch, more GPUs)."
+            )
+        return head
+
+
+@dataclass
+class Event:
+    """A failure line: an exception, an OOM, a launcher exit or signal, an NCCL error."""
+
+    kind: str  # exception | cuda-oom | host-oom | exit | nccl | watchdog
+    line: LogLine
+    seq: int
+    rank: int | None
+    detail: str
+    exit_code: int | None = None
+    pid: int | None = None
+    progress: Progress | None = None
+    traceback: Traceback | None = None
+    phase: str = "unknown"
+
+    @property
+    def severity_class(self) -> int:
+        """0 = a root failure (a rank died on its own), 1 = collective trouble (often the echo of a death
+        or a hang), 2 = the launcher's summary or teardown of the other ranks."""
+        if self.kind in ("cuda-oom", "host-oom"):
+            return 0
+        if self.kind == "exit":
+            if self.exit_code is None or self.exit_code in (1, -15, 15, 143, 0):
+                return 2
+            return 1 if self.exit_code in (-6, 6, 134) else 0
+        if self.kind in ("nccl", "watchdog"):
+            return 1
+        if self.kind == "exception":
+            t = (self.traceback.exc_type if self.traceback else None) or ""
+            msg = self.detail
+            if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit")):
+                return 2
+            if "NCCL" in msg or "DistBackendError" in t or "Watchdog" in msg or "ProcessGroup" in msg:
+                return 1
+            return 0
+        return 1
+
+    def describe(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else "a rank"
+        return f"{who} at {self.line.location()}: {self.detail}"
+
+
+@dataclass
+class Facts:
+    """Everything the extractor found."""
+
+    events: list[Event] = field(default_factory=list)
+    tracebacks: list[Traceback] = field(default_factory=list)
+    ooms: list[OomNumbers] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    version_lines: list[LogLine] = field(default_factory=list)
+    markers: list[tuple[str, LogLine, int]] = field(default_factory=list)  # (phase marker, line, seq)
+    signature_hits: dict[str, dict[str, int]] = field(default_factory=dict)  # entry -> sig -> count
+    signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
+    warnings: list[LogLine] = field(default_factory=list)
+    last_progress: Progress | None = None
+    accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
+    end_phase: str = (
+        "unknown"  # the phase where the log ends (markers and progress), for failures with no event
+    )
+
+
+def _gib(m: re.Match[str]) -> float:
+    groups = [g for g in m.groups() if g is not None]
+    return float(groups[0]) * _UNITS[groups[1]]
+
+
+def parse_oom(line: LogLine) -> OomNumbers | None:
+    vals: dict[str, float | None] = {}
+    for name, rx in _OOM_FIELDS.items():
+        m = rx.search(line.text)
+        vals[name] = _gib(m) if m else None
+    if vals["tried"] is None:
+        return None
+    ru = vals["reserved_unallocated"]
+    if ru is None and vals["reserved_total"] is not None and vals["allocated"] is not None:
+        ru = max(vals["reserved_total"] - vals["allocated"], 0.0)  # old format: reserved - allocated
+    g = _GPU.search(line.text)
+    return OomNumbers(
+        vals["tried"],
+        vals["total"],
+        vals["free"],
+        vals["allocated"],
+        ru,
+        vals["in_use"],
+        int(g.group(1)) if g else None,
+        line,
+    )
+
+
+class Extractor:
+    """Feed Hits in order (`feed`), then read `facts` (after `finish`)."""
+
+    def __init__(self) -> None:
+        self.facts = Facts()
+        self._open: dict[tuple[str, int | None], Traceback] = {}
+        self._elastic_rank: dict[str, tuple[int, int, int]] = {}  # source -> (rank, local_rank, lineno)
+        self._pid_rank: dict[int, int] = {}
+        self._last_source = ""
+        self._last_seq = 0
+
+    # ---- feeding ------------------------------------------------------------------------------------
+
+    def feed(self, hit: Hit) -> None:
+        line = hit.line
+        self._last_source, self._last_seq = line.source, hit.seq
+        if line.rank is None:
+            m = _RANK_IN_NAME.search(line.source.rsplit("/", 1)[-1])
+            if m:
+                line = LogLine(
+                    line.source, line.lineno, line.text, int(m.group(1)), line.host, line.timestamp
+                )
+        if hit.progress is not None:
+            self.facts.last_progress = hit.progress
+        keys = hit.keys
+        for k in keys:
+            if k.startswith("kb:"):
+                _, entry, sig = k.split(":", 2)
+                counts = self.facts.signature_hits.setdefault(entry, {})
+                counts[sig] = counts.get(sig, 0) + 1
+                lines = self.facts.signature_lines.setdefault(entry, {}).setdefault(sig, [])
+                if len(lines) < MAX_EVIDENCE:
+                    lines.append((hit.seq, line))
+        if "x:tb-head" in keys:
+            self._start_tb(line)
+        if "x:tb-frame" in keys:
+            self._frame(line)
+        if "x:tb-exception" in keys:
+            self._exception(line, hit)
+        if "x:oom-cuda" in keys:
+            oom = parse_oom(line)
+            if oom is not None and len(self.facts.ooms) < MAX_EVENTS:
+                self.facts.ooms.append(oom)
+                if not _EXC.match(line.text):  # an OOM printed without "...Error:" (logged, not raised)
+                    self._event("cuda-oom", line, hit, line.text.strip()[:300])
+        if "x:oom-host" in keys:
+            self._event("host-oom", line, hit, line.text.strip()[:300])
+        self._launcher(line, hit, keys)
+        if "x:nccl-watchdog" in keys:
+            self._event("watchdog", line, hit, line.text.strip()[:300])
+        elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text):
+            self._event("nccl", line, hit, line.text.strip()[:300])
+        if any(k.startswith("x:ver-") for k in keys):
+            self._version(line)
+        if "x:accum" in keys:
+            m = ACCUM.search(line.text)
+            if m:
+                self.facts.accumulation = int(m.group(1))
+        for k in keys:
+            if k.startswith("x:phase-"):
+                self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
+                if len(self.facts.markers) > 4 * MAX_EVENTS:
+                    del self.facts.markers[:MAX_EVENTS]
+
+    def _start_tb(self, line: LogLine) -> Traceback:
+        tb = Traceback(line.source, line.rank, line)
+        self._open[(line.source, line.rank)] = tb
+        if len(self.facts.tracebacks) < MAX_TRACEBACKS:
+            self.facts.tracebacks.append(tb)
+        return tb
+
+    def _frame(self, line: LogLine) -> None:
+        m = _FRAME.search(line.text)
+        if not m:
+            return
+        tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
+        if len(tb.frames) >= MAX_FRAMES:
+            del tb.frames[0]
+        tb.frames.append(Frame(m.group(1), int(m.group(2)), m.group(3), line))
+
+    def _exception(self, line: LogLine, hit: Hit) -> None:
+        m = _EXC.match(line.text)
+        if not m:
+            return
+        exc_type, message = m.group(1), (m.group(2) or "").strip()
+        tb = self._open.pop((line.source, line.rank), None)
+        if tb is not None:
+            tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
+        if "OutOfMemoryError" in exc_type or "CUDA out of memory" in message:
+            kind = "cuda-oom"
+        else:
+            kind = "exception"
+        self._event(kind, line, hit, f"{exc_type}: {message}"[:300] if message else exc_type, traceback=tb)
+
+    def _launcher(self, line: LogLine, hit: Hit, keys: frozenset[str]) -> None:
+        text = line.text
+        if "x:launch-elastic-rank" in keys:
+            m = _ELASTIC_RANK.search(text)
+            if m:
+                self._elastic_rank[line.source] = (int(m.group(1)), int(m.group(2)), line.lineno)
+        if "x:launch-ds-rc" in keys:
+            m = _DS_RC.search(text)
+            if m:
+                lr = _LOCAL_RANK_ARG.search(text)
+                self._event(
+                    "exit",
+                    line,
+                    hit,
+                    text.strip()[-300:],
+                    exit_code=int(m.group(1)),
+                    rank=int(lr.group(1)) if lr else line.rank,
+                )
+            return
+        if "x:launch-elastic-failed" in keys:
+            m = _ELASTIC_FAILED.search(text)
+            if m:
+                fpid = int(m.group(3))
+                self._event(
+                    "exit",
+                    line,
+                    hit,
+                    text.strip()[:300],
+                    exit_code=int(m.group(1)),
+                    rank=self._pid_rank.get(fpid, int(m.group(2))),
+                    pid=fpid,
+                )
+            return
+        if "x:launch-elastic-exitcode" in keys:
+            m = _ELASTIC_EXIT.search(text)
+            if m:
+                pid: int | None = int(m.group(2)) if m.group(2) else None
+                rank = line.rank
+                er = self._elastic_rank.get(line.source)
+                if er is not None and 0 <= line.lineno - er[2] <= 4:
+                    rank = er[0]
+                    if pid is not None:
+                        self._pid_rank[pid] = rank
+                        for ev in self.facts.events:  # the summary names the global rank of a pid
+                            if ev.pid == pid:
+                                ev.rank = rank
+                self._event(
+                    "exit", line, hit, text.strip()[:300], exit_code=int(m.group(1)), rank=rank, pid=pid
+                )
+        if "x:launch-signal" in keys:
+            m = _SIGNAL.search(text)
+            if m:
+                pid = int(m.group(3))
+                self._event(
+                    "exit",
+                    line,
+                    hit,
+                    text.strip()[:300],
+                    exit_code=-int(m.group(1)),
+                    rank=self._pid_rank.get(pid, line.rank),
+                    pid=pid,
+                )
+        if "x:launch-mpirun" in keys:
+            m = _MPIRUN.search(text)
+            if m:
+                self._event(
+                    "exit",
+                    line,
+                    hit,
+                    text.strip()[:300],
+                    exit_code=-int(m.group(4)),
+                    rank=int(m.group(1)),
+                    pid=int(m.group(2)),
+                )
+        if "x:launch-slurm" in keys:
+            code = -9 if "oom" in text.lower() or "OOM" in text else None
+            self._event("exit", line, hit, text.strip()[:300], exit_code=code)
+
+    def _version(self, line: LogLine) -> None:
+        for rx, name in _VERSION_LINES:
+            m = rx.search(line.text)
+            if m:
+                pkg, ver = (m.group(1).lower(), m.group(2)) if not name else (name, m.group(1))
+                self.facts.versions[pkg] = ver
+                if len(self.facts.version_lines) < 50:
+                    self.facts.version_lines.append(line)
+                return
+
+    def _event(
+        self,
+        kind: str,
+        line: LogLine,
+        hit: Hit,
+        detail: str,
+        *,
+        exit_code: int | None = None,
+        rank: int | None = None,
+        pid: int | None = None,
+        traceback: Traceback | None = None,
+    ) -> None:
+        if len(self.facts.events) >= MAX_EVENTS:
+            return
+        seq = hit.seq
+        if traceback is not None:  # a traceback happened when it started
+            seq = hit.file_index * (1 << 40) + traceback.start.lineno
+        self.facts.events.append(
+            Event(
+                kind,
+                line,
+                seq,
+                rank if rank is not None else line.rank,
+                detail,
+                exit_code,
+                pid,
+                hit.progress,
+                traceback,
+            )
+        )
+
+    # ---- finishing ----------------------------------------------------------------------------------
+
+    def finish(self) -> Facts:
+        for ev in self.facts.events:
+            ev.phase = self.phase_of(ev)
+        last = self.facts.last_progress
+        if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
+            end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
+            self.facts.end_phase = self._phase_from_markers_at(end, self._last_seq + 1, last)
+        return self.facts
+
+    def _traceback_of(self, ev: Event) -> Traceback | None:
+        """The traceback an event belongs to: its own, one that contains its line, or one of the same rank that
+        ended just before it (multi-line exception messages: `ncclSystemError: ...` after `DistBackendError`)."""
+        if ev.traceback is not None:
+            return ev.traceback
+        if ev.kind not in ("exception", "cuda-oom", "nccl"):
+            return None
+        best: Traceback | None = None
+        for t in self.facts.tracebacks:
+            if t.contains(ev.line):
+                return t
+            end = t.end.lineno if t.end else None
+            if (
+                end is not None
+                and t.source == ev.line.source
+                and t.rank == ev.rank
+                and 0 < ev.line.lineno - end <= 3
+            ):
+                best = t
+        return best
+
+    def phase_of(self, ev: Event) -> str:
+        tb = self._traceback_of(ev)
+        if tb is not None and tb.frames:
+            funcs = {f.func for f in tb.frames}
+            files = " ".join(f.file for f in tb.frames)
+            if funcs & _SAVE_FUNCS:
+                return "checkpoint_save"
+            if funcs & _EVAL_FUNCS:
+                return "evaluation"
+            if funcs & _OPT_FUNCS or ("step" in funcs and ("torch/optim/" in files or "zero/stage" in files)):
+                return self._optimizer_phase(ev, "_init_group" in funcs)
+            cpu_adam_init = any(f.func == "__init__" and "ops/adam/cpu_adam.py" in f.file for f in tb.frames)
+            if (
+                funcs & _ENGINE_FUNCS
+                or cpu_adam_init
+                or any(f in files for f in _ENGINE_FILES)
+                or ("initialize" in funcs and "deepspeed/__init__.py" in files)
+            ):
+                return "engine_init"
+            if funcs & _TRAIN_FUNCS:
+                return "training_step"
+            # zero.Init swaps torch.Tensor.__new__ for DeepSpeed's get_new_tensor_fn_for_dtype: its name in the
+            # message places the failure inside the context even when no DeepSpeed frame is printed.
+            if (
+                "partition_parameters.py" in files and funcs & _ZERO_INIT_FUNCS
+            ) or "get_new_tensor_fn_for_dtype" in (tb.exc_message or ""):
+                return "zero_init"
+            if funcs & _LOAD_FUNCS:
+                return "load"
+        return self.phase_at(ev.line, ev.seq, ev.progress)
+
+    def _optimizer_phase(self, ev: Event, creating_state: bool) -> str:
+        """First optimizer step or a later one. HF/DeepSpeed progress counts optimizer steps; mmengine's
+        Iter(train) counts micro-batches, and the first optimizer step is iteration `accumulative_counts`."""
+        if (
+            creating_state
+        ):  # torch AdamW _init_group creates exp_avg/exp_avg_sq: the first step, by definition
+            return "first_optimizer_step"
+        p = ev.progress
+        if p is None:
+            return "first_optimizer_step"  # no progress printed yet
+        if p.kind == "trainer":
+            return "training_step"  # a logged loss means optimizer steps have already happened
+        if not p.step:
+            return "first_optimizer_step"
+        if p.kind == "mmengine":
+            accum = self.facts.accumulation or 1
+            return "first_optimizer_step" if p.step + 1 <= accum else "training_step"
+        return "training_step"
+
+    def phase_at(self, line: LogLine, seq: int, progress: Progress | None) -> str:
+        """The phase at a line from the markers and progress before it (no traceback to read)."""
+        return self._phase_from_markers_at(line, seq, progress)
+
+    def _phase_from_markers(self, ev: Event) -> str:
+        return self._phase_from_markers_at(ev.line, ev.seq, ev.progress)
+
+    def _phase_from_markers_at(self, line: LogLine, seq: int, progress: Progress | None) -> str:
+        marker: tuple[str, LogLine, int] | None = None
+        for m in self.facts.markers:
+            if m[2] < seq and m[1].source == line.source:
+                marker = m
+        p = progress
+        p_line = p.lineno if p is not None and p.lineno <= line.lineno else None
+        # Evaluation prints progress bars of its own: until its results are logged, it is the phase.
+        if marker is not None and marker[0] == "eval":
+            return "evaluation"
+        if marker is not None and (p_line is None or marker[1].lineno > p_line):
+            kind = marker[0]
+            return {
+                "load": "load",
+                "zero-init": "load" if "finished initializing" in marker[1].text else "zero_init",
+                "engine": "engine_init",
+                "train": "first_optimizer_step",
+                "eval": "evaluation",
+                "save": "checkpoint_save",
+                "save-done": "training_step",
+                "eval-done": "training_step",
+                "finished": "unknown",
+            }.get(kind, "unknown")
+        if p is not None and p_line is not None:
+            if p.kind == "mmengine" and p.step is not None and self.facts.accumulation:
+                # micro-batch iterations: the first optimizer step runs in iteration accumulative_counts
+                if p.step + 1 == self.facts.accumulation:
+                    return "first_optimizer_step"
+                if p.step + 1 < self.facts.accumulation:
+                    return "training_step"
+            if p.step is not None and p.total is not None and p.step >= p.total > 0:
+                return "epoch_end"
+            if p.step == 0:
+                return "first_optimizer_step"
+            if (
+                p.kind == "trainer"
+                and p.epoch is not None
+                and p.epoch > 0
+                and abs(p.epoch - round(p.epoch)) < 1e-6
+            ):
+                return "epoch_end"
+            return "training_step"
+        return "unknown"

@@ -1,0 +1,405 @@
+"""Judge the extracted facts against every knowledge-base entry and rank the candidates.
+
+An entry is a candidate when its symptoms match (require_any / require_all / exclude over the signatures
+seen anywhere in the logs, the same reading as `kb.matcher`) and none of its conditions is false for the
+versions (printed by the log, then `--env`) and setup facts (`--config`). Its score adds:
+  * the weights of the signatures that hit (message, frame, launcher, warning, context, version lines);
+  * +1 per condition known to be true;
+  * +1.5 when the phase of its failure fits the entry's phase, -1.5 when it clearly does not;
+  * +3 when its evidence is the first failure of the run (in time, then line order), -3 when all its
+    evidence is collective trouble (NCCL errors, watchdog aborts) that follows another rank's death: those
+    are echoes, and the rank that died first carries the root cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
+from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine
+from zerodoctor.diagnose.scan import ScanStats, iter_hits
+from zerodoctor.facts import Tri
+from zerodoctor.findings import Evidence, Finding, Severity
+from zerodoctor.kb.loader import load_entries
+from zerodoctor.kb.matcher import evaluate_conditions
+from zerodoctor.kb.preflight import entry_fixes, entry_references
+from zerodoctor.kb.schema import Entry
+
+NO_KNOWN_FAILURE = "no-known-failure"
+
+# The detected phases that fit each KB entry phase.
+_PHASE_FIT: dict[str, frozenset[str]] = {
+    "optimizer_step": frozenset({"first_optimizer_step", "training_step"}),
+    "checkpoint_save": frozenset({"checkpoint_save"}),
+    "forward": frozenset({"training_step", "evaluation", "first_optimizer_step"}),
+    "backward": frozenset({"training_step", "first_optimizer_step"}),
+    "load": frozenset({"load", "zero_init"}),
+    "init": frozenset({"load", "zero_init", "engine_init"}),
+    "config": frozenset({"load", "zero_init", "engine_init"}),
+    "install": frozenset({"load", "zero_init", "engine_init"}),
+    "resume": frozenset({"load"}),
+    "eval": frozenset({"evaluation"}),
+    "data": frozenset({"load", "training_step"}),
+}
+_ECHO_KINDS = frozenset({"nccl", "watchdog"})
+
+
+@dataclass
+class Candidate:
+    entry: Entry
+    score: float
+    matched: list[str]
+    evidence: list[tuple[int, LogLine, str]]
+    anchor: Event | None
+    conditions: list[tuple[str, str]]
+    echo_of: Event | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    first_failure: Event | None
+    echoes: list[Event]
+    facts: Facts
+    stats: ScanStats
+    versions: dict[str, str]
+
+
+def first_failure(events: Sequence[Event]) -> Event | None:
+    """The earliest event of the most serious class: a rank that died on its own beats the NCCL errors of
+    the ranks that waited for it, which beat the launcher tearing the job down."""
+    if not events:
+        return None
+    timed = all(e.line.timestamp for e in events)
+
+    def key(e: Event) -> tuple[int, str, int]:
+        return (e.severity_class, e.line.timestamp or "" if timed else "", e.seq)
+
+    return min(events, key=key)
+
+
+def _event_for(facts: Facts, line: LogLine) -> Event | None:
+    for ev in facts.events:
+        if ev.line is line or (ev.line.source == line.source and ev.line.lineno == line.lineno):
+            return ev
+        if ev.traceback is not None and ev.traceback.contains(line):
+            return ev
+    return None
+
+
+def _symptoms(entry: Entry, matched: set[str]) -> bool:
+    sym = entry.symptoms
+    if not sym.signatures:
+        return False
+    ok = (not sym.require_any or bool(matched & set(sym.require_any))) and set(sym.require_all) <= matched
+    return ok and not matched & set(sym.exclude)
+
+
+def judge(
+    facts: Facts,
+    stats: ScanStats,
+    *,
+    versions: Mapping[str, str] | None = None,
+    config_facts: Mapping[str, Any] | None = None,
+) -> Diagnosis:
+    all_versions = {**(versions or {}), **facts.versions}
+    cfacts = dict(config_facts or {})
+    first = first_failure(facts.events)
+    oom = _primary_oom(facts, first)
+    candidates: list[Candidate] = []
+    for entry in load_entries():
+        counts = facts.signature_hits.get(entry.id, {})
+        matched = set(counts)
+        weights = {s.id: s.weight for s in entry.symptoms.signatures}
+        notes: list[str] = []
+        is_match = _symptoms(entry, matched)
+        if (
+            not is_match
+            and entry.id == "cuda-oom-fragmentation"
+            and oom is not None
+            and "cuda-oom" in matched
+        ):
+            # the old OOM format needs arithmetic (reserved - allocated vs the request), not a regex
+            is_match = oom.verdict == "fragmentation"
+        if not is_match:
+            continue
+        cond, results = evaluate_conditions(entry, all_versions, cfacts)
+        if cond is Tri.FALSE:
+            continue
+        score = sum(weights[s] for s in matched if s in weights)
+        score += sum(1.0 for r in results if r.value is Tri.TRUE)
+        evidence = sorted(
+            (seq, line, sig)
+            for sig, lines in facts.signature_lines.get(entry.id, {}).items()
+            for seq, line in lines
+        )
+        strong = [e for e in evidence if weights.get(e[2], 0) > 0] or evidence
+        anchor = None
+        for _seq, line, _sig in strong:
+            anchor = _event_for(facts, line)
+            if anchor is not None:
+                break
+        phase_event = anchor or first
+        detected = phase_event.phase if phase_event is not None else facts.end_phase
+        fit = _PHASE_FIT.get(entry.phase)
+        if "first-step" in entry.id:  # first-step entries are about the lazy creation of optimizer state
+            fit = frozenset({"first_optimizer_step"})
+        if fit is not None:
+            if detected in fit:
+                score += 1.5
+                if entry.phase == "optimizer_step" and detected == "first_optimizer_step":
+                    score += 0.5
+            elif detected != "unknown":
+                score -= 1.5
+        echo_of: Event | None = None
+        if first is not None:
+            if anchor is not None and (anchor is first or _same_incident(anchor, first)):
+                score += 3.0
+            elif (
+                anchor is not None
+                and anchor.kind in _ECHO_KINDS | {"exception"}
+                and (
+                    anchor.severity_class > first.severity_class
+                    and anchor.seq > first.seq  # echoes come after
+                )
+            ):
+                score -= 3.0
+                echo_of = first
+            elif (
+                anchor is None
+                and first.severity_class == 0
+                and all((_event_for(facts, line) or first).severity_class > 0 for _s, line, _g in strong)
+            ):
+                score -= 1.0
+        if oom is not None and entry.id == "cuda-oom-fragmentation":
+            score += 2.0 if oom.verdict == "fragmentation" else -2.0
+        candidates.append(
+            Candidate(
+                entry,
+                score,
+                sorted(matched),
+                evidence,
+                anchor,
+                [(r.description, r.value.name.lower()) for r in results],
+                echo_of,
+                notes,
+            )
+        )
+    candidates += _version_only_candidates(candidates, facts, all_versions, cfacts)
+    candidates.sort(key=lambda c: (-c.score, _severity_rank(c.entry), c.entry.id))
+    findings = [_finding(c, first, oom, facts.end_phase) for c in candidates]
+    if not any(f.severity is Severity.ERROR for f in findings):
+        findings.append(_no_known_failure(facts, first, oom))
+    echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
+    return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions)
+
+
+def _version_only_candidates(
+    found: list[Candidate], facts: Facts, versions: Mapping[str, str], cfacts: Mapping[str, Any]
+) -> list[Candidate]:
+    """Entries with no log signature (a release's bug known only by its versions, e.g. the transformers 4.44
+    quantization regression) are candidates when their versions match and an entry they are related to was
+    found in the log: then the versions explain that failure. They rank below entries the log shows."""
+    ids = {c.entry.id for c in found}
+    out: list[Candidate] = []
+    for entry in load_entries():
+        if entry.symptoms.signatures or not entry.conditions.packages or entry.id in ids:
+            continue
+        related = set(entry.related) | {c.entry.id for c in found if entry.id in c.entry.related}
+        if not related & ids:
+            continue
+        cond, results = evaluate_conditions(entry, versions, cfacts)
+        n_pkg = len(entry.conditions.packages)
+        if cond is Tri.FALSE or not all(r.value is Tri.TRUE for r in results[:n_pkg]):
+            continue
+        evidence = [(line.lineno, line, "version") for line in facts.version_lines[:MAX_VERSION_EVIDENCE]]
+        score = sum(1.0 for r in results if r.value is Tri.TRUE)
+        out.append(
+            Candidate(
+                entry,
+                score,
+                [],
+                evidence,
+                None,
+                [(r.description, r.value.name.lower()) for r in results],
+                None,
+                ["matched by versions, with a related failure in the log"],
+            )
+        )
+    return out
+
+
+MAX_VERSION_EVIDENCE = 5
+
+
+def _severity_rank(entry: Entry) -> int:
+    return {"error": 0, "warning": 1, "info": 2}[entry.severity]
+
+
+def _same_incident(a: Event, b: Event) -> bool:
+    """Two events are one failure when they are the same rank's lines close together (a traceback and its
+    OOM message; a torchrun summary naming the same pid)."""
+    if a.pid is not None and a.pid == b.pid:
+        return True
+    if a.line.source != b.line.source or a.rank != b.rank:
+        return False
+    if a.traceback is not None and a.traceback is b.traceback:
+        return True
+    return abs(a.line.lineno - b.line.lineno) <= 12 and a.severity_class == b.severity_class
+
+
+def _primary_oom(facts: Facts, first: Event | None) -> OomNumbers | None:
+    if not facts.ooms:
+        return None
+    if first is not None:
+        for o in facts.ooms:
+            same_rank = o.line.rank == first.rank or first.rank is None
+            if (
+                o.line.source == first.line.source
+                and same_rank
+                and abs(o.line.lineno - first.line.lineno) <= 200
+            ):
+                return o
+    return facts.ooms[0]
+
+
+def _first_failure_data(ev: Event | None) -> dict[str, Any] | None:
+    if ev is None:
+        return None
+    return {
+        "rank": ev.rank,
+        "file": ev.line.source,
+        "line": ev.line.lineno,
+        "kind": ev.kind,
+        "text": ev.detail,
+        "exit_code": ev.exit_code,
+        "phase": ev.phase,
+    }
+
+
+def _phase(c: Candidate, first: Event | None, end_phase: str) -> str:
+    """The phase a candidate's failure happened in: its own failure line's, else the first failure's, else
+    where the log ends (a NaN loss or a hang has no failure line)."""
+    for ev in (c.anchor, first):
+        if ev is not None and ev.phase != "unknown":
+            return ev.phase
+    return end_phase
+
+
+def _finding(
+    c: Candidate, first: Event | None, oom: OomNumbers | None, end_phase: str = "unknown"
+) -> Finding:
+    entry = c.entry
+    ev = c.anchor or first
+    parts: list[str] = []
+    if c.echo_of is not None:
+        parts.append(
+            f"Probably an echo: {c.echo_of.describe()} failed first; these errors on other ranks follow it."
+        )
+    elif ev is not None:
+        phase = ev.phase.replace("_", " ")
+        parts.append(f"First failure: {ev.describe()} (phase: {phase}).")
+    parts.append(entry.summary.strip())
+    true_conds = [d for d, v in c.conditions if v == "true"]
+    if true_conds:
+        parts.append("Confirmed: " + "; ".join(true_conds) + ".")
+    unknown = [d.split(" (have")[0] for d, v in c.conditions if v == "unknown"]
+    if unknown:
+        parts.append("Not known (give --env / --config to check): " + "; ".join(unknown) + ".")
+    if oom is not None and "oom" in entry.id:
+        parts.append(oom.explain())
+    shown = sorted(
+        c.evidence,
+        key=lambda e: (
+            0 if ev is not None and e[1].lineno == ev.line.lineno and e[1].source == ev.line.source else 1,
+            e[0],
+        ),
+    )
+    evidence = tuple(
+        Evidence(
+            file=line.source,
+            line=line.lineno,
+            key=sig + (f", rank {line.rank}" if line.rank is not None else ""),
+            text=line.text.strip()[:300],
+        )
+        for _seq, line, sig in shown[:12]
+    )
+    data: dict[str, Any] = {
+        "score": round(c.score, 2),
+        "phase": _phase(c, first, end_phase),
+        "first_failure": _first_failure_data(first),
+        "matched_signatures": c.matched,
+        "conditions": [{"condition": d, "value": v} for d, v in c.conditions],
+        "root_cause": entry.root_cause.strip(),
+    }
+    if c.echo_of is not None:
+        data["echo_of"] = _first_failure_data(c.echo_of)
+    if oom is not None and "oom" in entry.id:
+        data["oom"] = oom.to_dict()
+    return Finding(
+        id=entry.id,
+        severity=Severity.parse(entry.severity),
+        title=entry.title,
+        message=" ".join(parts),
+        fixes=entry_fixes(entry),
+        evidence=evidence,
+        references=entry_references(entry),
+        source="diagnose",
+        confidence=min(max(c.score / 10.0, 0.0), 1.0),
+        data=data,
+    )
+
+
+def _no_known_failure(facts: Facts, first: Event | None, oom: OomNumbers | None) -> Finding:
+    last_exc = next((e for e in reversed(facts.events) if e.kind in ("exception", "cuda-oom")), None)
+    shown = first or last_exc
+    if shown is None:
+        msg = "No known failure and no error found in the log."
+    else:
+        msg = "No known failure matches. " + (
+            f"First failure: {first.describe()}." if first is not None else ""
+        )
+        if last_exc is not None and last_exc is not first:
+            msg += f" Last error: {last_exc.describe()}."
+        if oom is not None:
+            msg += " " + oom.explain()
+    data: dict[str, Any] = {
+        "phase": shown.phase if shown is not None else "unknown",
+        "first_failure": _first_failure_data(first),
+    }
+    if last_exc is not None:
+        data["last_error"] = _first_failure_data(last_exc)
+    if oom is not None:
+        data["oom"] = oom.to_dict()
+    ev = (
+        (Evidence(file=shown.line.source, line=shown.line.lineno, text=shown.line.text.strip()[:300]),)
+        if shown is not None
+        else ()
+    )
+    return Finding(
+        id=NO_KNOWN_FAILURE,
+        severity=Severity.INFO,
+        title="No known failure found in the log" if first is None else "Failure not in the knowledge base",
+        message=msg,
+        evidence=ev,
+        source="diagnose",
+        data=data,
+    )
+
+
+def diagnose(
+    paths: Sequence[str],
+    *,
+    versions: Mapping[str, str] | None = None,
+    config_facts: Mapping[str, Any] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Diagnosis:
+    """Read the logs once and judge them: the library entry point of `zerodoctor diagnose`."""
+    extractor = Extractor()
+    stats = ScanStats()
+    for hit in iter_hits(paths, stats, chunk_bytes=chunk_bytes):
+        extractor.feed(hit)
+    return judge(extractor.finish(), stats, versions=versions, config_facts=config_facts)

@@ -1,0 +1,115 @@
+"""The extractor's own line patterns, scanned in the same pass as the knowledge-base signatures.
+
+Like KB signatures they stay unanchored (the engine sees raw lines, prefixes included; the extractor's own
+anchored regexes run on the normalised text), stay within what RE2 and hyperscan accept (no lookaround, no back-references), are
+matched against single lines, and must be rare in a healthy log: every line that hits is decoded and handed
+to the extractors, so a pattern that hits every step would cost the speed target. Training progress (tqdm
+bars, trainer loss dicts), which is on every step, is therefore not here: `scan` finds the last progress
+line before a failure with literal `rfind`s on the chunk (PROGRESS_LITERALS).
+"""
+
+from __future__ import annotations
+
+import re
+
+# name -> pattern. The name's prefix says which extractor reads the line.
+EXTRACTOR_PATTERNS: dict[str, str] = {
+    # Python tracebacks
+    "tb-head": r"Traceback \(most recent call last\)",
+    "tb-frame": r'File "[^"\n]+", line \d+, in ',
+    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(: |:?\s*$)",
+    # CUDA and host OOM
+    "oom-cuda": r"CUDA out of memory|OutOfMemoryError",
+    "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory",
+    # launcher outcomes
+    "launch-ds-rc": r"exits with return code = -?\d+",
+    "launch-elastic-failed": r"failed \(exitcode: -?\d+\)",
+    "launch-elastic-exitcode": r"exitcode\s*:\s*-?\d+",
+    "launch-elastic-rank": r"rank\s*: \d+ \(local_rank: \d+\)",
+    "launch-signal": r"Signal \d+ \(SIG[A-Z]+\) received by PID \d+",
+    "launch-killing": r"sigkill_handler\] Killing subprocess \d+|Sending process \d+ closing signal SIG[A-Z]+",
+    "launch-mpirun": r"mpirun noticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+",
+    "launch-child-failed": r"ChildFailedError",
+    "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
+    # NCCL
+    "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
+    r"|ncclInvalidUsage",
+    "nccl-watchdog": r"Watchdog caught collective operation timeout|ProcessGroupNCCL.* (timeout|Timeout|abort)"
+    r"|Some NCCL operations have failed or timed out",
+    "nccl-peer": r"Connection (reset|closed) by (peer|remote peer)|remote process exited or there was a network error",
+    # versions printed by the run
+    "ver-ds-info": r"DeepSpeed info: version=",
+    "ver-ds-report": r"(torch|deepspeed|transformers|accelerate) (version|info) \.{3,}",
+    "ver-freeze": r"(deepspeed|torch|transformers|accelerate|peft|bitsandbytes|trl|xtuner|llamafactory"
+    r"|flash[-_]attn)==[0-9]",
+    "ver-hf-env": r"- (`transformers` version|PyTorch version|Accelerate version|DeepSpeed version"
+    r"|PEFT version|bitsandbytes version): ",
+    # phase markers (rare lines)
+    "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under",
+    "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
+    r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
+    "phase-engine": r"DeepSpeed Final Optimizer|Time to load cpu_adam op|DeepSpeed LR Scheduler = ",
+    "phase-train": r"\*{5} Running training \*{5}",
+    "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
+    "phase-save": r"Saving model checkpoint to|Checkpoint global_step\d+ is (ready now|about to be saved)"
+    r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ iterations",
+    # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
+    "phase-save-done": r"zero checkpoint saved",
+    "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
+    "phase-eval-done": r"\{'eval_loss': ",
+    # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
+    "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
+    # coloured lines are re-scanned after the colour codes are removed
+    "ansi": r"\x1b\[",
+}
+
+# Training progress: literals that every progress line contains, searched backwards from a failure.
+PROGRESS_LITERALS: tuple[bytes, ...] = (
+    b"it/s]",
+    b"s/it]",
+    b"'epoch': ",
+    b"] step=",
+    b"Iter(train) [",
+    b"Epoch(train)",
+)
+_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)\]")
+_HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
+_DS = re.compile(r"\] step=(\d+), skipped=")
+_MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
+_MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
+
+
+# Progress bars of work that is not training (loading, data preparation, generation): not training progress.
+_NOT_TRAINING = re.compile(
+    r"Loading checkpoint shards|^\s*Map\b|Map \(num_proc|Tokeniz|Running tokenizer|Generat"
+    r"|Download|Convert|Fetching|Filter|Packing|Preprocess"
+)
+ACCUM = re.compile(
+    r"(?:accumulative_counts\s*=\s*|Gradient Accumulation steps = |\"gradient_accumulation_steps\": )(\d+)"
+)
+
+
+def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None] | None:
+    """(kind, completed steps, total steps, epoch) from the last progress update in a line, or None."""
+    if _NOT_TRAINING.search(text):
+        return None
+    last: tuple[str, int | None, int | None, float | None] | None = None
+    for m in _TQDM.finditer(text):
+        last = ("tqdm", int(m.group(1)), int(m.group(2)), None)
+    if last is not None:
+        return last
+    m2 = _HF.search(text)
+    if m2:
+        return ("trainer", None, None, float(m2.group(1)))
+    m3 = _DS.search(text)
+    if m3:
+        return ("deepspeed", int(m3.group(1)), None, None)
+    m4 = _MM_ITER.search(text)
+    if m4:
+        return ("mmengine", int(m4.group(1)), int(m4.group(2)), None)
+    if "Epoch(train)" in text:
+        m5 = _MM.search(text)
+        if m5 and m5.group(2):
+            epoch = float(m5.group(1)) if m5.group(1) else None
+            return ("mmengine", int(m5.group(2)), int(m5.group(3)), epoch)
+    return None

@@ -1,0 +1,259 @@
+"""Read training logs in bounded memory: plain files, `.gz` files or stdin, as newline-aligned byte chunks.
+
+Only the lines the scanner selects are decoded and normalised (`parse_line`): rank/host/launcher prefixes,
+timestamps and ANSI colour codes are removed, tqdm carriage-return updates become separate segments and
+Windows line ends are dropped. A file that ends in the middle of a line (truncated, or still being written)
+yields that last partial line like any other.
+
+Bad input is a `DiagnoseError` naming the file and what to do: a path that cannot be opened, an empty file,
+a binary file (NUL bytes in the first block), a corrupt `.gz`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from zerodoctor.errors import DiagnoseError
+
+CHUNK_BYTES = 8 << 20
+# A "line" longer than this (a minified dump, a binary blob) is cut, so memory stays bounded.
+MAX_LINE_BYTES = 1 << 20
+_SNIFF_BYTES = 8192
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# One prefix at a time, applied repeatedly (pdsh adds `host: `, torchrun --tee adds `[rank3]:`, DeepSpeed's
+# multi-node launcher adds `host-1: ` in front of that, and so on).
+_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # torchrun --tee / --log-line-prefix-template "[rank3]:", "[default0]:", "[default0]<stderr>:"
+    ("rank", re.compile(r"^\[(?:rank|default)(\d+)\](?:<std(?:out|err)>)?:\s?")),
+    # mpirun --tag-output "[1,3]<stderr>:" (jobid, rank)
+    ("rank", re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?")),
+    # torchrun local rank prefix "0: " (rare) is ambiguous with other text, so it is not stripped.
+    # pdsh / DeepSpeed multi-node launcher "host-1: ", "10.0.0.12: ", "worker-3: "
+    # (a host name has a digit, or is localhost: "ValueError: " and "torch.OutOfMemoryError: " are not hosts)
+    ("host", re.compile(r"^(localhost|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*): ")),
+    # timestamps: "[2024-05-01 12:00:00,123] ", "2024-05-01T12:00:00.123Z ", "[Tue Apr 23 09:42:07 2024] "
+    (
+        "time",
+        re.compile(r"^\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s+"),
+    ),
+    ("time", re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]\s*")),
+    ("time", re.compile(r"^\[\s*(\d+\.\d+)\]\s*")),  # dmesg "[12345.678901] "
+)
+_RANK_IN_TEXT = re.compile(r"\[Rank (\d+)\]|\brank(?: |=)(\d+)\b|\[rank(\d+)\]")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One logical line: file, 1-based line number, rank/host/timestamp from its prefixes, normalised text."""
+
+    source: str
+    lineno: int
+    text: str
+    rank: int | None = None
+    host: str | None = None
+    timestamp: str | None = None
+    raw: str = field(default="", compare=False)
+
+    def location(self) -> str:
+        return f"{self.source}:{self.lineno}"
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
+    """Remove rank/host/timestamp prefixes; return (text, rank, host, timestamp)."""
+    rank: int | None = None
+    host: str | None = None
+    stamp: str | None = None
+    for _ in range(6):
+        for kind, rx in _PREFIXES:
+            m = rx.match(text)
+            if m is None:
+                continue
+            if kind == "host":
+                name = m.group(1)
+                if host is not None or name.isdigit() or "Error" in name:
+                    continue
+                host = name
+            elif kind == "rank":
+                if rank is None:
+                    rank = int(m.group(1))
+            elif stamp is None:
+                stamp = m.group(1)
+            text = text[m.end() :]
+            break
+        else:
+            break
+    return text, rank, host, stamp
+
+
+def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
+    """Decode and normalise one physical line; tqdm `\\r` updates give one LogLine per non-empty segment."""
+    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    text = strip_ansi(text)
+    segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else [text]
+    out: list[LogLine] = []
+    outer_rank: int | None = None
+    outer_host: str | None = None
+    for seg in segments or [""]:
+        body, rank, host, stamp = split_prefixes(seg)
+        # A tqdm segment after `\r` carries no prefix of its own: it belongs to the line's first prefix.
+        rank = rank if rank is not None else outer_rank
+        host = host or outer_host
+        outer_rank, outer_host = rank, host
+        if rank is None:
+            m = _RANK_IN_TEXT.search(body)
+            if m:
+                rank = int(next(g for g in m.groups() if g is not None))
+        out.append(LogLine(source, lineno, body, rank, host, stamp, seg))
+    return out
+
+
+# ---- sources -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Source:
+    """An opened log: its display name and a binary stream positioned at the start."""
+
+    name: str
+    stream: BinaryIO
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.stream is not sys.stdin.buffer:
+            self.stream.close()
+
+
+def open_source(path: str) -> Source:
+    """Open `path` ('-' = stdin; gzip detected by its magic bytes) and check the first block."""
+    if path == "-":
+        stream: BinaryIO = sys.stdin.buffer
+        name = "<stdin>"
+        head = _peek(stream, name)
+        if head[:2] == b"\x1f\x8b":
+            stream = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")  # type: ignore[call-overload]
+            head = _peek(stream, name)
+    else:
+        p = Path(path)
+        name = path
+        if p.is_dir():
+            raise DiagnoseError(
+                f"{path}: is a directory", hint="give the log files themselves, e.g. DIR/*.log"
+            )
+        try:
+            raw = p.open("rb")
+        except FileNotFoundError:
+            raise DiagnoseError(f"{path}: no such file", hint="check the path") from None
+        except OSError as exc:
+            raise DiagnoseError(
+                f"{path}: cannot open: {exc.strerror or exc}", hint="check the permissions"
+            ) from None
+        magic = raw.read(2)
+        raw.seek(0)
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+        head = _peek(stream, name)
+    if not head:
+        raise DiagnoseError(f"{name}: the log is empty", hint="give the file the job's stdout/stderr went to")
+    if b"\x00" in head[:_SNIFF_BYTES]:
+        raise DiagnoseError(
+            f"{name}: this is a binary file, not a text log (NUL bytes in the first {_SNIFF_BYTES} bytes)",
+            hint="give the text log; for a core dump or a checkpoint, diagnose the job's stdout/stderr",
+        )
+    src = Source(name, _Prepend(head, stream))  # type: ignore[arg-type]
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a multi-byte character cut by the block end
+            src.notes.append(
+                f"{name}: not valid UTF-8 (first bad byte at offset {exc.start}); "
+                "undecodable bytes are shown as U+FFFD"
+            )
+    return src
+
+
+def _peek(stream: BinaryIO, name: str) -> bytes:
+    try:
+        return stream.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DiagnoseError(
+            f"{name}: cannot read: {exc}", hint="is it a complete, uncorrupted file?"
+        ) from None
+
+
+class _Prepend:
+    """A read-only stream that first returns `head`, then the rest of `stream`."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            if n < 0:
+                return head + self._stream.read()
+            if len(head) >= n:
+                self._head = head[n:]
+                return head[:n]
+            return head + self._stream.read(n - len(head))
+        return self._stream.read(n)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def iter_chunks(src: Source, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Newline-aligned chunks of about `size` bytes; the last one may end without a newline (truncated log).
+    Memory stays bounded: a line longer than MAX_LINE_BYTES is cut at that length."""
+    carry = b""
+    while True:
+        try:
+            block = src.stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            # A truncated or corrupt .gz: diagnose what was readable, say so.
+            src.notes.append(f"{src.name}: stopped reading: {exc} (the file looks truncated or corrupt)")
+            block = b""
+        if not block:
+            if carry:
+                yield carry
+            return
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) > MAX_LINE_BYTES:
+                yield data[:MAX_LINE_BYTES] + b"\n"
+                carry = b""
+            else:
+                carry = data
+            continue
+        carry = data[cut + 1 :]
+        if len(carry) > MAX_LINE_BYTES:
+            carry = carry[:MAX_LINE_BYTES]
+        yield data[: cut + 1]
+
+
+def read_lines(path: str) -> Iterator[LogLine]:
+    """Every line of a log, normalised (for tests and small logs; `scan` is the fast path)."""
+    src = open_source(path)
+    lineno = 0
+    try:
+        for chunk in iter_chunks(src):
+            raws = chunk.split(b"\n")
+            if chunk.endswith(b"\n"):
+                raws.pop()
+            for raw in raws:
+                lineno += 1
+                yield from parse_line(src.name, lineno, raw)
+    finally:
+        src.close()

@@ -1,0 +1,376 @@
+"""Activation memory of one micro-batch for Hugging Face decoder models, derived op by op.
+
+`activation_bytes(spec, micro_batch=b, seq_len=s, ...)` predicts the bytes that autograd keeps for the
+backward pass ("saved tensors") when transformers 5.23 trains a decoder model, plus the logits/loss
+transient and the backward transient, for the three attention back ends (`flash` = flash-attention-2,
+`sdpa` = `torch.nn.functional.scaled_dot_product_attention`, `eager`), with or without HF gradient
+checkpointing, for full fine-tuning or LoRA.
+
+Nothing here is fitted. Every term below is what one autograd node saves, read from the transformers
+5.23 modeling code (`models/llama/modeling_llama.py`, `integrations/sdpa_attention.py`,
+`integrations/moe.py`, `loss/loss_utils.py`) and PyTorch's derivative formulas, and checked against
+`torch.autograd.graph.saved_tensors_hooks` on real transformers layers by `benchmarks/plan_activations.py`
+(bf16 and fp32 on CPU; flash-attention needs CUDA and is predicted only). Notation: T = b x s tokens on
+this rank, h = hidden, i = intermediate, nq = heads x head_dim, nkv = kv_heads x head_dim, a = heads,
+V = vocab, D = bytes of the model dtype (2 for bf16), fp32 = 4 bytes.
+
+Where the classic formula (Korthikanti et al. 2022: sbh(34 + 5as/h) per GPT layer, memory.md §9.4)
+is wrong for a modern HF model in bf16:
+
+* RMSNorm (`LlamaRMSNorm`) upcasts to fp32 and autograd keeps the fp32 copy (`pow` and the `mul` by
+  `rsqrt` both save it) and the fp32 `rsqrt` (b x s x 1): 4Th + 4T per norm, then the bf16
+  normalised tensor (saved by `weight * x`) and its output (saved by the next Linear): 2 x D Th more.
+  Two norms per layer: 8Th + 2 x 2DTh + 8T -- more than the 4sbh Korthikanti gives two LayerNorms.
+* RoPE does not keep q and k before rotation: `q * cos` saves only `cos`. What attention keeps is the
+  rotated q (nq) and k (nkv) and v (nkv); with GQA k and v are kv-head sized for sdpa (the CPU and
+  CUDA kernels get `enable_gqa=True` when there is no padding mask) and flash, but `repeat_kv` expands
+  them to all heads in eager.
+* SDPA/flash keep the attention output and a fp32 logsumexp (4 x b x a x s); the output is already in
+  (b, s, a, d) layout, so the `transpose(1, 2).contiguous()` before `o_proj` copies nothing and `o_proj`
+  saves the same storage. Eager keeps the fp32 softmax output (4 b a s^2) *and* its bf16 copy
+  (D b a s^2): the 5as/h term of Korthikanti becomes (4 + D) b a s^2 here, no dropout mask.
+* SwiGLU keeps gate output, SiLU output, up output and their product: 4 x D x T x i.
+* No dropout masks anywhere (Llama/Mistral/Qwen2 have attention_dropout 0 and no hidden dropout).
+* The loss upcasts the logits to fp32 (`logits.float()` in `ForCausalLMLoss`); `cross_entropy` is
+  `log_softmax` + `nll_loss` and keeps the fp32 log-probabilities: 4TV saved, while the bf16 logits
+  (D TV, alive in the model output) and the fp32 copy (4TV) exist only around the loss.
+
+LoRA (PEFT) changes what the base model keeps: a frozen `nn.Linear` needs only its weight to pass the
+gradient to its input, so it saves nothing; a frozen RMSNorm weight lets `weight * x` skip `x`. The
+adapter keeps its input (`lora_A`) and `lora_A`'s output (`lora_B`). Under DeepSpeed bf16 the engine
+casts every parameter, adapters included, to bf16, so the adapters of q, k and v share one saved input.
+Plain PEFT upcasts adapter weights to fp32 (`autocast_adapter_dtype=True`) and every adapter then
+casts its input to fp32 (`_cast_input_dtype`): a separate 4 x T x in copy per adapted module
+(`lora_adapter_bytes=4`) -- LoRA then keeps more activation bytes than full fine-tuning.
+
+Gradient checkpointing (HF default `use_reentrant=False`): each checkpointed decoder layer keeps only
+its input hidden state (D Th, `_make_saved_tensor` of the positional argument; the rotary cos/sin are
+held by the `partial`, not saved). In backward one layer at a time is recomputed, so the transient is
+one layer's saved bytes plus its gradients.
+
+Assumptions: a 16-bit model (DeepSpeed bf16/fp16; not torch.autocast over fp32 weights, whose cast
+weight copies autograd would also keep), no padding mask (a padded batch makes sdpa fall back to
+`repeat_kv`, so k and v are kept at all heads as in eager), PEFT `lora_dropout=0`, HF non-reentrant
+checkpointing of every decoder layer.
+
+The module is import-light by design (the planner answers in well under a second): no torch, no
+transformers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zerodoctor.errors import PlanError
+from zerodoctor.plan.models import LORA_ALL_LINEAR, ModelSpec
+
+ATTN_IMPLS = ("flash", "sdpa", "eager")
+"""Attention back ends the estimate knows (HF `attn_implementation` values; flash = flash_attention_2)."""
+
+FP32 = 4
+INT64 = 8
+
+# Model types whose decoder layer is the Llama layer as far as saved tensors go (q/k/v biases do not
+# change what autograd keeps: `addmm` saves the same input as `mm`).
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral")
+
+
+@dataclass(frozen=True)
+class ActivationEstimate:
+    """Activation bytes of one micro-batch on one rank (see the module docstring for every term)."""
+
+    per_layer_saved: int  # bytes saved for backward by one decoder layer (no checkpointing)
+    layers: int
+    checkpointed_input: int  # bytes kept per layer when checkpointed (its input hidden state)
+    saved_total: int  # all layers' saved bytes at the end of forward (with or without checkpointing)
+    logits_and_loss: int  # logits (model dtype) + fp32 upcast + loss/grad buffers at the loss
+    backward_transient: int  # extra bytes during backward (recomputed layer when checkpointing, its grads)
+    peak: int  # max over forward end / loss / backward of the activation-related bytes
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Shape:
+    tokens: int  # T = b x s on this rank
+    batch: int
+    seq: int  # tokens per sequence on this rank
+    hidden: int
+    inter: int
+    q_dim: int  # heads x head_dim
+    kv_dim: int  # kv_heads x head_dim
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    d: int  # bytes of the model dtype
+
+
+def _lora_targets(spec: ModelSpec, lora_rank: int, lora_targets: tuple[str, ...]) -> frozenset[str]:
+    """Short names of the adapted decoder-layer Linears (q_proj, ..., down_proj)."""
+    if lora_rank <= 0:
+        return frozenset()
+    names = {lin.name for lin in spec.linear_modules(components=("text",)) if "{i}" in lin.path}
+    if not lora_targets or LORA_ALL_LINEAR in lora_targets:
+        return frozenset(names)
+    chosen = {t.rsplit(".", 1)[-1] for t in lora_targets} & names
+    if not chosen:
+        raise PlanError(
+            f"LoRA targets {list(lora_targets)} match no decoder Linear of {spec.name}",
+            hint=f"its decoder linear modules are: {', '.join(sorted(names))}; or use '{LORA_ALL_LINEAR}'",
+        )
+    return frozenset(chosen)
+
+
+def _norm_saved(t: _Shape, trainable_weight: bool) -> int:
+    """LlamaRMSNorm: `x.to(fp32)` kept by `pow(2)` and by `x * rsqrt(var)` (4Th; in an fp32 model the
+    `.to` is a no-op and this is the input itself), `rsqrt` output (4T fp32, b x s x 1). With a trainable
+    weight, `weight * x_norm.to(dtype)` also keeps the normalised tensor (D Th); its output is counted by
+    whoever consumes it (the next Linear's saved input)."""
+    saved = FP32 * t.tokens * t.hidden + FP32 * t.tokens
+    if trainable_weight:
+        saved += t.d * t.tokens * t.hidden
+    return saved
+
+
+def _linear_inputs(
+    t: _Shape,
+    features_in: int,
+    consumers: tuple[str, ...],
+    full_ft: bool,
+    lora: frozenset[str],
+    rank: int,
+    adapter: int,
+) -> int:
+    """Bytes kept for the input X (T x features_in) shared by the Linears in `consumers`.
+
+    Full FT: every Linear saves X for its weight gradient; they share one storage -> D x T x in once.
+    LoRA: the frozen base saves nothing; each adapted Linear's `lora_A` saves its input and `lora_B` saves
+    `lora_A`'s output (`adapter` x T x r each). PEFT casts X to the adapter dtype (`_cast_input_dtype`):
+    when that differs from the model dtype (PEFT's default fp32 adapters on a bf16 model without
+    DeepSpeed) every adapted Linear makes and keeps its own copy (adapter x T x in each -- q, k and v
+    make three); when it is the same (DeepSpeed bf16 casts every parameter, adapters included) the cast
+    is a no-op and the adapters share X.
+    """
+    if full_ft:
+        return t.d * t.tokens * features_in
+    adapted = [c for c in consumers if c in lora]
+    if not adapted:
+        return 0
+    a_out = adapter * t.tokens * rank * len(adapted)
+    if adapter != t.d:
+        return adapter * t.tokens * features_in * len(adapted) + a_out
+    return t.d * t.tokens * features_in + a_out
+
+
+def _attention_saved(t: _Shape, attn_impl: str) -> int:
+    """What the attention core keeps (after the q/k/v Linears, before `o_proj`)."""
+    b, s, a = t.batch, t.seq, t.heads
+    if attn_impl in ("flash", "sdpa"):
+        # Rotated q (new tensor: q*cos + rotate_half(q)*sin), rotated k, v (a view of v_proj's output),
+        # the output, and the fp32 logsumexp (b x a x s). GQA stays kv-sized: sdpa gets
+        # `enable_gqa=True` (no padding mask), flash-attention handles GQA natively.
+        return t.d * t.tokens * (2 * t.q_dim + 2 * t.kv_dim) + FP32 * b * a * s
+    # eager: repeat_kv copies k and v to all heads (reshape of an expand) unless there is no grouping;
+    # matmul(q, k^T) keeps q and k_rep; softmax(dtype=fp32) keeps its fp32 output; `.to(bf16)` makes the
+    # probabilities that matmul(p, v_rep) keeps with v_rep; dropout(p=0.0) returns its input unchanged.
+    kv_rep = t.q_dim if t.kv_heads != t.heads else t.kv_dim
+    scores = b * a * s * s
+    probs = FP32 * scores + (t.d * scores if t.d < FP32 else 0)  # fp32 model: `.to` is a no-op
+    return t.d * t.tokens * (t.q_dim + 2 * kv_rep) + probs
+
+
+def _mlp_saved(t: _Shape, full_ft: bool, lora: frozenset[str], rank: int, adapter: int) -> int:
+    """SwiGLU `down(silu(gate(x)) * up(x))`: SiLU keeps its input (gate output), `mul` keeps both factors
+    (SiLU output, up output), `down_proj` keeps the product (full FT) -- 4 x D x T x i."""
+    saved = 3 * t.d * t.tokens * t.inter
+    saved += _linear_inputs(t, t.inter, ("down_proj",), full_ft, lora, rank, adapter)
+    return saved
+
+
+def _moe_saved(spec: ModelSpec, t: _Shape) -> int:
+    """Mixtral sparse MoE block with the transformers 5 default `grouped_mm` experts (integrations/moe.py).
+
+    S = T x k routed rows. Router: fp32 softmax output (4 T E), `topk` indices (8 T k), the in-place
+    renormalisation `/=` keeps the fp32 top-k values and their sum (4 T k + 4 T). Experts: `sort` keeps
+    the permutation (8 S), `hidden[perm // k]` keeps its index (8 S) and grouped_mm keeps the gathered
+    rows (D S h); the gate_up output (D S 2m) is kept whole (SiLU keeps the gate half, `mul` the up
+    half, both views of one storage), SiLU output and product (D S m each), the down output (D S h) and
+    the fp32 routing weights (4 S) kept by `proj_out * weights`; `[inv_perm]` keeps its index (8 S),
+    and grouped_mm keeps the int32 per-expert offsets (4 E).
+    """
+    p = spec.params
+    k = max(p.experts_per_token, 1)
+    m = p.moe_intermediate_size or p.intermediate_size
+    rows = t.tokens * k
+    router = FP32 * t.tokens * p.num_experts + INT64 * t.tokens * k + FP32 * t.tokens * k + FP32 * t.tokens
+    experts = rows * (t.d * (2 * t.hidden + 4 * m) + FP32 + 3 * INT64)
+    offsets = 4 * p.num_experts  # int32 cumulative tokens per expert, kept by both grouped_mm calls
+    return router + experts + offsets
+
+
+def _layer_saved(
+    spec: ModelSpec, t: _Shape, attn_impl: str, lora: frozenset[str], rank: int, adapter: int, moe: bool
+) -> int:
+    full_ft = not lora
+    saved = 2 * _norm_saved(t, trainable_weight=full_ft)  # input_layernorm, post_attention_layernorm
+    saved += _linear_inputs(t, t.hidden, ("q_proj", "k_proj", "v_proj"), full_ft, lora, rank, adapter)
+    saved += _attention_saved(t, attn_impl)
+    # o_proj input: flash/sdpa output is already (b, s, a, d) in memory, so `.contiguous()` is a no-op and
+    # o_proj saves the attention output's own storage (counted above). Eager's matmul output is
+    # (b, a, s, d): the transpose+contiguous is a copy that o_proj saves.
+    # Same for a bf16 `lora_A` on o_proj: its input is that storage, only `lora_A`'s output is new.
+    if attn_impl == "eager" or (lora and adapter != t.d):
+        saved += _linear_inputs(t, t.q_dim, ("o_proj",), full_ft, lora, rank, adapter)
+    elif "o_proj" in lora:
+        saved += adapter * t.tokens * rank
+    if moe:
+        saved += _moe_saved(spec, t)
+        if full_ft:
+            saved += t.d * t.tokens * t.hidden  # the router's F.linear keeps the norm output
+    else:
+        saved += _mlp_saved(t, full_ft, lora, rank, adapter)
+        saved += _linear_inputs(t, t.hidden, ("gate_proj", "up_proj"), full_ft, lora, rank, adapter)
+    return saved
+
+
+def _backward_grads(t: _Shape, attn_impl: str, moe_rows: int, moe_inter: int) -> int:
+    """Gradient buffers alive at once inside one layer's backward (derived, not measured: CPU has no
+    allocator peak statistics). MLP: incoming grad (D Th) + grad of the product + grads of both
+    factors (3 D T i). Eager attention: grad of the bf16 probabilities, its fp32 upcast and the softmax
+    input grad ((D + 8) b a s^2). sdpa/flash: dq, dk, dv plus the output grad and flash-attention-2's
+    fp32 dq accumulator (4 T nq)."""
+    mlp = t.d * t.tokens * t.hidden + 3 * t.d * (moe_rows * moe_inter if moe_rows else t.tokens * t.inter)
+    if attn_impl == "eager":
+        attn = t.d * t.tokens * t.hidden + (t.d + 2 * FP32) * t.batch * t.heads * t.seq * t.seq
+    else:
+        attn = t.d * t.tokens * (t.hidden + 2 * t.q_dim + 2 * t.kv_dim) + FP32 * t.tokens * t.q_dim
+    return max(mlp, attn)
+
+
+def activation_bytes(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    attn_impl: str = "sdpa",
+    gradient_checkpointing: bool = False,
+    dtype_bytes: int = 2,
+    lora_rank: int = 0,
+    lora_targets: tuple[str, ...] = (),
+    sequence_parallel: int = 1,
+    lora_adapter_bytes: int | None = None,
+) -> ActivationEstimate:
+    """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
+
+    `attn_impl`: "flash" | "sdpa" | "eager". `dtype_bytes`: 2 (bf16/fp16) or 4 (fp32). `lora_rank` > 0
+    means a frozen base with PEFT LoRA adapters on `lora_targets` (empty or "all-linear" = every decoder
+    Linear). `sequence_parallel` (Ulysses / XTuner sp) splits each sequence across that many ranks:
+    everything here is per rank with s / sp tokens (the all-to-all buffers are not included).
+    `lora_adapter_bytes`: dtype bytes of the adapter weights; None = the model dtype, which is what
+    DeepSpeed bf16/fp16 gives (the engine casts every parameter); 4 = PEFT's default fp32 adapters on a
+    16-bit model without DeepSpeed (`autocast_adapter_dtype=True`).
+    """
+    if attn_impl not in ATTN_IMPLS:
+        raise PlanError(f"unknown attention implementation '{attn_impl}'", hint=f"use one of {ATTN_IMPLS}")
+    if micro_batch < 1 or seq_len < 1 or sequence_parallel < 1:
+        raise PlanError("micro_batch, seq_len and sequence_parallel must be positive integers")
+    if dtype_bytes not in (2, 4):
+        raise PlanError(f"dtype_bytes must be 2 (bf16/fp16) or 4 (fp32), got {dtype_bytes}")
+    adapter = dtype_bytes if lora_adapter_bytes is None else lora_adapter_bytes
+    if adapter not in (2, 4):
+        raise PlanError(f"lora_adapter_bytes must be 2 or 4, got {lora_adapter_bytes}")
+    p = spec.params
+    notes: list[str] = []
+    seq = math.ceil(seq_len / sequence_parallel)
+    if sequence_parallel > 1:
+        notes.append(f"sequence parallel {sequence_parallel}: {seq} tokens per rank per sequence")
+    t = _Shape(
+        tokens=micro_batch * seq,
+        batch=micro_batch,
+        seq=seq,
+        hidden=p.hidden_size,
+        inter=p.intermediate_size,
+        q_dim=p.num_heads * p.head_dim,
+        kv_dim=p.kv_heads * p.head_dim,
+        heads=p.num_heads,
+        kv_heads=p.kv_heads,
+        head_dim=p.head_dim,
+        vocab=p.vocab_size,
+        d=dtype_bytes,
+    )
+    lora = _lora_targets(spec, lora_rank, lora_targets)
+    full_ft = not lora
+    if spec.model_type not in _LLAMA_LIKE:
+        notes.append(
+            f"{spec.model_type}: decoder layer approximated by the Llama layer (measured only for llama, "
+            "mistral, qwen2, mixtral)"
+        )
+    if p.is_multimodal:
+        notes.append("vision tower / projector activations not included (text decoder only)")
+    if attn_impl == "flash":
+        notes.append("flash-attention-2 is CUDA-only: predicted from its saved tensors, not measured on CPU")
+    if lora:
+        how = "shared input" if adapter == dtype_bytes else "one cast copy of its input per adapter"
+        notes.append(
+            f"LoRA: frozen base saves no Linear inputs; {adapter}-byte adapters ({how}); lora_dropout 0"
+        )
+
+    dense = _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=False)
+    moe_layer = _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=True) if p.is_moe else 0
+    n_dense = p.num_dense_layers if p.is_moe else p.num_layers
+    n_moe = p.num_moe_layers if p.is_moe else 0
+    layers = n_dense + n_moe
+    per_layer = moe_layer if n_moe else dense
+    all_layers = dense * n_dense + moe_layer * n_moe
+
+    # Model-level saved tensors outside the layers.
+    extras = 0
+    if full_ft:
+        extras += INT64 * t.tokens  # embedding keeps input_ids for its weight gradient
+    if not gradient_checkpointing:
+        extras += 2 * t.d * seq * p.head_dim  # rotary cos and sin (1 x s x d), shared by all layers
+    if not full_ft and not gradient_checkpointing:
+        # Without checkpointing nothing makes the frozen embedding's output require grad, so layer 0's
+        # input RMSNorm has no grad-requiring input and saves nothing.
+        all_layers -= _norm_saved(t, trainable_weight=False)
+    # Final norm, lm_head input, loss.
+    head = _norm_saved(t, trainable_weight=full_ft)
+    if full_ft:
+        head += t.d * t.tokens * t.hidden  # lm_head keeps the final norm output
+    # log_softmax output (fp32 log-probabilities, kept by log_softmax and nll_loss), the shifted labels
+    # (`pad(labels, (0, 1))[..., 1:].contiguous()`: for b = 1 the slice is already contiguous, so the
+    # padded storage of s + 1 ids is what is kept) and nll_loss's total weight.
+    labels = INT64 * (seq + 1 if micro_batch == 1 else t.tokens)
+    loss_saved = FP32 * t.tokens * t.vocab + labels + FP32
+    head += loss_saved
+
+    ckpt_input = t.d * t.tokens * t.hidden
+    layers_kept = ckpt_input * layers if gradient_checkpointing else all_layers
+    saved_total = layers_kept + extras + head
+
+    # Around the loss: bf16 logits (alive in the model output) + fp32 upcast + log-probabilities in
+    # forward; in backward the saved log-probabilities + nll's grad + log_softmax's input grad (all fp32).
+    upcast = FP32 * t.tokens * t.vocab if t.d < FP32 else 0
+    loss_fwd = t.d * t.tokens * t.vocab + upcast + FP32 * t.tokens * t.vocab
+    loss_bwd = 3 * FP32 * t.tokens * t.vocab
+    logits_and_loss = max(loss_fwd, loss_bwd)
+
+    moe_rows = t.tokens * max(p.experts_per_token, 1) if n_moe else 0
+    grads = _backward_grads(t, attn_impl, moe_rows, p.moe_intermediate_size or p.intermediate_size)
+    backward_transient = grads + (per_layer if gradient_checkpointing else 0)
+    # Phases: at the loss (everything saved so far + the loss transient, which includes the saved
+    # log-probabilities) and inside the first layer backward (the head's tensors are freed by then).
+    at_loss = saved_total - FP32 * t.tokens * t.vocab + logits_and_loss
+    in_backward = layers_kept + extras + backward_transient
+    peak = max(at_loss, in_backward)
+    return ActivationEstimate(
+        per_layer_saved=per_layer,
+        layers=layers,
+        checkpointed_input=ckpt_input,
+        saved_total=saved_total,
+        logits_and_loss=logits_and_loss,
+        backward_transient=backward_transient,
+        peak=peak,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,91 @@
+"""Write a ready DeepSpeed config for a planned strategy.
+
+With an HF-family launcher (HF Trainer, LLaMA-Factory, accelerate) the keys HF Trainer fills stay "auto"
+(`lint/rules/_common.HF_FILLABLE_AUTO`: batch sizes, clipping, precision, the hidden-size bucket values),
+so the config cannot disagree with the training arguments. For XTuner or plain DeepSpeed every value is
+concrete. `train_batch_size` is left out for concrete configs: DeepSpeed derives it from micro batch x
+grad accumulation x data-parallel size (memory.md §17 saw a filled-in world size of 1 break the check).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zerodoctor.errors import PlanError
+from zerodoctor.plan.inputs import PlanInputs
+from zerodoctor.plan.phases import StrategyPlan
+
+NVME_PATH_PLACEHOLDER = "/local_nvme"
+"""Written for NVMe offload: replace with a local NVMe mount (DeepSpeed needs a real path per node)."""
+
+
+def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
+    """The DeepSpeed config dict for `plan` (see the module docstring for "auto" vs concrete)."""
+    z = plan.zero
+    t = plan.training
+    h = inputs.model.params.hidden_size
+    hf = inputs.framework in ("hf", "llamafactory", "accelerate") or inputs.framework is None
+    xtuner = inputs.framework == "xtuner"
+
+    def auto(value: Any) -> Any:
+        return "auto" if hf else value
+
+    cfg: dict[str, Any] = {}
+    if hf:
+        cfg["train_batch_size"] = "auto"
+    cfg["train_micro_batch_size_per_gpu"] = "auto" if hf or xtuner else t.micro_batch
+    cfg["gradient_accumulation_steps"] = "auto" if hf or xtuner else t.grad_accum
+    cfg["gradient_clipping"] = "auto" if hf or xtuner else 1.0
+    if t.precision == "bf16":
+        cfg["bf16"] = {"enabled": auto(True)}
+    elif t.precision == "fp16":
+        cfg["fp16"] = {"enabled": auto(True), "loss_scale": 0, "initial_scale_power": 16}
+    zero: dict[str, Any] = {"stage": z.stage}
+    for part, device in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
+        if device == "none" or (part == "offload_param" and z.stage != 3):
+            continue
+        block: dict[str, Any] = {"device": device, "pin_memory": z.pin_memory}
+        if device == "nvme":
+            block["nvme_path"] = NVME_PATH_PLACEHOLDER
+        zero[part] = block
+    zero["overlap_comm"] = z.overlap
+    zero["contiguous_gradients"] = True
+    zero["reduce_bucket_size"] = auto(h * h) if hf else z.reduce_bucket_size
+    if z.stage == 3:
+        zero["sub_group_size"] = z.sub_group_size
+        zero["stage3_prefetch_bucket_size"] = auto(int(0.9 * h * h)) if hf else z.prefetch_bucket_size
+        zero["stage3_param_persistence_threshold"] = auto(10 * h) if hf else z.param_persistence_threshold
+        zero["stage3_max_live_parameters"] = z.max_live_parameters
+        zero["stage3_max_reuse_distance"] = z.max_reuse_distance
+        zero["stage3_gather_16bit_weights_on_model_save"] = z.gather_16bit_on_save
+    else:
+        zero["allgather_bucket_size"] = z.allgather_bucket_size
+    cfg["zero_optimization"] = zero
+    if z.offload_optimizer != "none" and not hf:
+        # Without HF/accelerate nobody swaps a torch optimizer for DeepSpeedCPUAdam: name it here
+        # (failures.md zero-offload-client-optimizer).
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}}
+    return cfg
+
+
+def write_ds_config(path: str | Path, inputs: PlanInputs, plan: StrategyPlan) -> Path:
+    """Write the config; never overwrites an existing file (PlanError instead)."""
+    target = Path(path)
+    if target.exists():
+        raise PlanError(
+            f"{target}: already exists; not overwriting it",
+            hint="pass a new file name to --emit-ds-config, or move the existing file away",
+        )
+    if not target.parent.exists():
+        raise PlanError(f"{target.parent}: no such directory", hint="create it or choose another path")
+    text = json.dumps(ds_config(inputs, plan), indent=2) + "\n"
+    try:
+        with target.open("x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise PlanError(f"{target}: already exists; not overwriting it") from None
+    except OSError as err:
+        raise PlanError(f"{target}: cannot write: {err.strerror or err}") from None
+    return target

@@ -1,0 +1,697 @@
+"""Memory per phase of a ZeRO fine-tuning run, for one strategy: load, first optimizer step, steady step, save.
+
+Per GPU the sum of named items: model states (`model_states.model_state_components`), ZeRO-3 gathered
+parameters and prefetch, activations and logits/loss (`activations.activation_bytes`), bitsandbytes
+dequantisation temporaries, the framework reserve. Per node host RAM: offloaded model states x local
+ranks with PyTorch's pinned-memory rounding, a per-process baseline, model-loading transients and, on
+node 0, the checkpoint-save spike. Every constant is named and cited; the formulas are memory.md §11-§14.
+
+The phases:
+
+* ``load``: from `from_pretrained` to the end of `deepspeed.initialize` (no optimizer state yet).
+* ``first_step``: the first optimizer step, at micro-step `gradient_accumulation_steps - 1`: the lazily
+  allocated optimizer state appears, plus the step's transients (failures.md A3, A5).
+* ``steady``: forward/backward of a later step, with all model states resident.
+* ``save``: a checkpoint save (HF Trainer `_save_checkpoint`, memory.md §12).
+
+Pure arithmetic: no torch, transformers or DeepSpeed import.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodoctor.plan import model_states as ms
+from zerodoctor.plan.activations import activation_bytes
+from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+
+PHASES = ("load", "first_step", "steady", "save")
+PHASE_TITLES = {
+    "load": "load",
+    "first_step": "first optimizer step",
+    "steady": "steady step",
+    "save": "checkpoint save",
+}
+
+FRAMEWORK_RESERVE_BYTES = int(3.0 * GIB)
+"""Per GPU, outside what PyTorch's allocator reports as tensors: CUDA context and kernels (~0.5-1 GiB),
+NCCL communicator buffers (~0.5-1 GiB per communicator) and allocator fragmentation/caching. Between
+gpu_poor's 650 MB single-GPU constant and the ~5 GiB per GPU EleutherAI's calculator cannot explain on
+Megatron-DeepSpeed (memory.md §14, §6); to be calibrated on a GPU run (memory.md §16)."""
+
+PER_RANK_HOST_BASELINE_BYTES = int(2.0 * GIB)
+"""Host RSS of one training process before any model state: Python + torch + CUDA context host side +
+NCCL host buffers, "typically 1-3 GB RSS per rank" (memory.md §13)."""
+
+LOAD_SHARD_BYTES = 5 * 10**9
+"""One safetensors shard being read: transformers' `save_pretrained(max_shard_size="5GB")` (memory.md §11.4,
+§12) -- what a streaming load holds per rank (QLoRA loads with a device_map, shard by shard)."""
+
+BNB_BLOCKSIZE = 64
+"""bitsandbytes 4-bit blocksize: one absmax per 64 weights (bitsandbytes functional.quantize_4bit)."""
+BNB_NESTED_BLOCKSIZE = 256
+"""Double quantisation: 8-bit absmax with one fp32 scale per 256 absmax values."""
+
+DEFAULT_SAFETY_MARGIN = 0.10
+"""A strategy fits when every phase stays under (1 - margin) of GPU memory and of host RAM."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One named amount of memory in a phase. `bytes` is per GPU for GPU items and per node for host
+    items (already multiplied by the local ranks that hold it); `detail` says how it was computed."""
+
+    name: str
+    bytes: int
+    detail: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bytes": self.bytes,
+            "gib": round(self.bytes / GIB, 2),
+            "detail": self.detail,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    gpu: tuple[Item, ...]
+    host: tuple[Item, ...]
+    note: str = ""
+
+    @property
+    def gpu_bytes(self) -> int:
+        return sum(i.bytes for i in self.gpu)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(i.bytes for i in self.host)
+
+    @property
+    def title(self) -> str:
+        return PHASE_TITLES[self.name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "gpu_bytes": self.gpu_bytes,
+            "host_bytes_per_node": self.host_bytes,
+            "gpu": [i.to_dict() for i in self.gpu],
+            "host": [i.to_dict() for i in self.host],
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Bytes a checkpoint writes, and what `save_only_model` really skips under these settings."""
+
+    weights_bytes: int
+    weights_kind: str
+    optimizer_bytes: int
+    save_only_model_skips_optimizer: bool
+    explanation: str
+
+    @property
+    def full_bytes(self) -> int:
+        return self.weights_bytes + self.optimizer_bytes
+
+    @property
+    def save_only_model_bytes(self) -> int:
+        return self.weights_bytes + (0 if self.save_only_model_skips_optimizer else self.optimizer_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "weights_kind": self.weights_kind,
+            "optimizer_bytes": self.optimizer_bytes,
+            "total_bytes": self.full_bytes,
+            "total_bytes_with_save_only_model": self.save_only_model_bytes,
+            "save_only_model_skips_optimizer": self.save_only_model_skips_optimizer,
+            "explanation": self.explanation,
+        }
+
+
+@dataclass(frozen=True)
+class StrategyPlan:
+    """One strategy evaluated: phases, peaks, fit against the cluster, checkpoint sizes."""
+
+    zero: ZeroSettings
+    training: Training
+    cluster: Cluster
+    trainable_params: int
+    frozen_params: int
+    phases: tuple[Phase, ...]
+    checkpoint: Checkpoint
+    components: tuple[ms.Component, ...]
+    activation_notes: tuple[str, ...] = ()
+    margin: float = DEFAULT_SAFETY_MARGIN
+    label: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)
+
+    @property
+    def name(self) -> str:
+        method = self.training.method
+        if method == "qlora":
+            method += f" (quant_storage {self.training.quant_storage})"
+        return f"{self.label or self.zero.label} [{method}]"
+
+    def gpu_peak(self, *, include_save: bool = True) -> tuple[int, str]:
+        phases = [p for p in self.phases if include_save or p.name != "save"]
+        best = max(phases, key=lambda p: p.gpu_bytes)
+        return best.gpu_bytes, best.name
+
+    def host_peak(self, *, include_save: bool = True) -> tuple[int, str]:
+        phases = [p for p in self.phases if include_save or p.name != "save"]
+        best = max(phases, key=lambda p: p.host_bytes)
+        return best.host_bytes, best.name
+
+    def gpu_limit(self) -> int:
+        return int(self.cluster.gpu_memory_bytes * (1 - self.margin))
+
+    def host_limit(self) -> int:
+        return int(self.cluster.host_ram_bytes * (1 - self.margin))
+
+    def failing_phases(self, *, with_margin: bool = True) -> list[tuple[str, str, int, int]]:
+        """(phase, "gpu"|"host", need, capacity) for every phase that does not fit."""
+        gpu_cap = self.gpu_limit() if with_margin else self.cluster.gpu_memory_bytes
+        host_cap = self.host_limit() if with_margin else self.cluster.host_ram_bytes
+        out = []
+        for p in self.phases:
+            if p.gpu_bytes > gpu_cap:
+                out.append((p.name, "gpu", p.gpu_bytes, gpu_cap))
+            if p.host_bytes > host_cap:
+                out.append((p.name, "host", p.host_bytes, host_cap))
+        return out
+
+    @property
+    def fits(self) -> bool:
+        return not self.failing_phases()
+
+    @property
+    def fits_except_save(self) -> bool:
+        return all(ph == "save" for ph, *_ in self.failing_phases())
+
+    @property
+    def status(self) -> str:
+        if self.fits:
+            return "fits"
+        if not self.failing_phases(with_margin=False):
+            return "tight"
+        if self.fits_except_save:
+            return "save spike"
+        return "does not fit"
+
+    def to_dict(self) -> dict[str, Any]:
+        gpu, gpu_phase = self.gpu_peak()
+        host, host_phase = self.host_peak()
+        return {
+            "name": self.name,
+            "zero_stage": self.zero.stage,
+            "offload_optimizer": self.zero.offload_optimizer,
+            "offload_param": self.zero.offload_param,
+            "pin_memory": self.zero.pin_memory,
+            "method": self.training.method,
+            "status": self.status,
+            "fits": self.fits,
+            "trainable_params": self.trainable_params,
+            "frozen_params": self.frozen_params,
+            "gpu_peak_bytes": gpu,
+            "gpu_peak_phase": gpu_phase,
+            "gpu_margin_bytes": self.cluster.gpu_memory_bytes - gpu,
+            "host_peak_bytes_per_node": host,
+            "host_peak_phase": host_phase,
+            "host_margin_bytes": self.cluster.host_ram_bytes - host,
+            "save_spike": {
+                "gpu_bytes": self.phase("save").gpu_bytes - self.phase("steady").gpu_bytes,
+                "host_node0_bytes": self.phase("save").host_bytes - _steady_host(self),
+            },
+            "failing": [
+                {"phase": ph, "where": where, "need_bytes": need, "limit_bytes": cap}
+                for ph, where, need, cap in self.failing_phases()
+            ],
+            "phases": [p.to_dict() for p in self.phases],
+            "checkpoint": self.checkpoint.to_dict(),
+            "model_state_components": [
+                {
+                    "name": c.name,
+                    "bytes": c.bytes,
+                    "device": c.device,
+                    "pinned": c.pinned,
+                    "lazy": c.lazy,
+                    "transient": c.transient,
+                    "source": c.source,
+                }
+                for c in self.components
+            ],
+            "activation_notes": list(self.activation_notes),
+        }
+
+
+def _steady_host(plan: StrategyPlan) -> int:
+    """Host of the steady state without the transient step buffers (the save happens between steps)."""
+    return sum(i.bytes for i in plan.phase("steady").host)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter bookkeeping
+# --------------------------------------------------------------------------------------------------
+
+
+def trainable_frozen(inputs: PlanInputs, training: Training) -> tuple[int, int]:
+    total = inputs.model.params.total
+    if training.method == "full":
+        return total, 0
+    return inputs.model.lora_params(training.lora_rank, training.lora_targets), total
+
+
+def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, float]:
+    """(bytes, bytes/param) of the frozen base under bitsandbytes 4-bit: every `nn.Linear` but `lm_head`
+    packed to 0.5 B/weight + absmax constants (fp32 per 64 weights, or with double quantisation 1 byte per
+    64 + fp32 per 64x256); embeddings, norms, fused MoE experts (not `nn.Linear` in transformers 5) and the
+    output layer stay in the compute dtype."""
+    spec = inputs.model
+    quantized = sum(
+        lin.in_features * lin.out_features * lin.count
+        for lin in spec.linear_modules()
+        if not lin.path.endswith("lm_head")
+    )
+    if training.double_quant:
+        const = 1 / BNB_BLOCKSIZE + 4 / (BNB_BLOCKSIZE * BNB_NESTED_BLOCKSIZE)
+    else:
+        const = 4 / BNB_BLOCKSIZE
+    rest = spec.params.total - quantized
+    nbytes = math.ceil(quantized * (0.5 + const) + rest * training.param_bytes)
+    return nbytes, nbytes / spec.params.total
+
+
+def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
+    p = inputs.model.params
+    if training.method == "full":
+        return p.largest_module_numel
+    return training.lora_rank * max(p.largest_linear_in, p.largest_linear_out)
+
+
+def _pinned_host(c: ms.Component, zero: ZeroSettings, torch_version: str | None) -> tuple[int, str]:
+    """Bytes PyTorch really reserves for a pinned component: per-sub-group fp32 gradient buffers are
+    separate blocks (stage3.py initialize_optimizer_states), every other component is one block."""
+    if not c.pinned:
+        return c.bytes, ""
+    if c.name == ms.FP32_GRAD and zero.stage == 3 and zero.sub_group_size > 0:
+        block = zero.sub_group_size * ms.FP32_BYTES
+        full, rest = divmod(c.bytes, block)
+        rounded = full * ms.pinned_bytes(block, torch_version) + ms.pinned_bytes(rest, torch_version)
+    else:
+        rounded = ms.pinned_bytes(c.bytes, torch_version)
+    return (
+        rounded,
+        f"pinned: {c.bytes / GIB:.1f} GiB requested -> {rounded / GIB:.1f} GiB (power-of-two blocks)",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan of one strategy
+# --------------------------------------------------------------------------------------------------
+
+
+def plan_strategy(
+    inputs: PlanInputs,
+    zero: ZeroSettings,
+    training: Training | None = None,
+    *,
+    label: str = "",
+    margin: float = DEFAULT_SAFETY_MARGIN,
+) -> StrategyPlan:
+    """Evaluate one ZeRO strategy for the model, cluster and recipe in `inputs` (`training` overrides the
+    recipe, e.g. a LoRA variant of a full fine-tune)."""
+    t = training or inputs.training
+    c = inputs.cluster
+    spec = inputs.model
+    p = spec.params
+    n_local = c.gpus_per_node
+    world = c.world_size
+    pb = t.param_bytes
+    trainable, frozen = trainable_frozen(inputs, t)
+    if t.method == "qlora":
+        frozen_total_bytes, fbp = qlora_frozen_bytes(inputs, t)
+        frozen_partitioned = zero.stage == 3 and t.quant_storage != "uint8"
+    else:
+        frozen_total_bytes, fbp = frozen * pb, float(pb)
+        frozen_partitioned = True
+    components = ms.model_state_components(
+        trainable=trainable,
+        frozen=frozen,
+        stage=zero.stage,
+        world_size=world,
+        offload_optimizer=zero.offload_optimizer,
+        offload_param=zero.offload_param if zero.stage == 3 else "none",
+        param_bytes=pb,
+        frozen_bytes_per_param=fbp if frozen else None,
+        frozen_partitioned=frozen_partitioned,
+        optimizer=t.optimizer,
+        pin_memory=zero.pin_memory,
+        sub_group_size=max(zero.sub_group_size, 1),
+        reduce_bucket_size=zero.reduce_bucket_size,
+        overlap_comm=zero.overlap,
+        gradient_accumulation_steps=t.grad_accum,
+        deepspeed_version=inputs.deepspeed_version,
+        largest_param_numel=_largest_trainable_tensor(inputs, t),
+    )
+    act = activation_bytes(
+        spec,
+        micro_batch=t.micro_batch,
+        seq_len=t.seq_len,
+        attn_impl=t.attn,
+        gradient_checkpointing=t.gradient_checkpointing,
+        dtype_bytes=pb,
+        lora_rank=t.lora_rank if t.is_peft else 0,
+        lora_targets=_activation_targets(inputs, t),
+        sequence_parallel=t.sequence_parallel,
+    )
+
+    def gpu_states(*, lazy: bool, transient: bool) -> list[Item]:
+        items = []
+        for comp in components:
+            if comp.device != ms.GPU or (comp.lazy and not lazy) or (comp.transient and not transient):
+                continue
+            tags = [
+                x
+                for x, on in (("allocated at first step", comp.lazy), ("step transient", comp.transient))
+                if on
+            ]
+            items.append(Item(f"model states: {comp.name}", comp.bytes, ", ".join(tags), comp.source))
+        return items
+
+    def host_states(*, lazy: bool, transient: bool) -> list[Item]:
+        items = []
+        for comp in components:
+            if comp.device != ms.HOST or (comp.lazy and not lazy) or (comp.transient and not transient):
+                continue
+            per_rank, pin_note = _pinned_host(comp, zero, inputs.torch_version)
+            detail = f"{n_local} ranks x {per_rank / GIB:.2f} GiB"
+            if pin_note:
+                detail += f"; {pin_note}"
+            if comp.lazy:
+                detail += "; allocated at the first optimizer step"
+            items.append(Item(f"offloaded: {comp.name}", per_rank * n_local, detail, comp.source))
+        return items
+
+    reserve = Item(
+        "framework reserve",
+        FRAMEWORK_RESERVE_BYTES,
+        "CUDA context + NCCL + allocator fragmentation",
+        "phases.FRAMEWORK_RESERVE_BYTES (memory.md §14)",
+    )
+    baseline = Item(
+        "process baseline",
+        PER_RANK_HOST_BASELINE_BYTES * n_local,
+        f"{n_local} ranks x {PER_RANK_HOST_BASELINE_BYTES / GIB:.0f} GiB",
+        "phases.PER_RANK_HOST_BASELINE_BYTES (memory.md §13)",
+    )
+
+    # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
+    fwd_extra: list[Item] = []
+    gathered_bpp = fbp if t.method == "qlora" and frozen else float(pb)
+    if zero.stage == 3:
+        live = max(p.largest_module_numel, min(zero.max_live_parameters, p.total))
+        fwd_extra.append(
+            Item(
+                "gathered parameters",
+                math.ceil(live * gathered_bpp),
+                f"max(largest module {p.largest_module_name} {p.largest_module_numel:,}, "
+                f"min(max_live_parameters {zero.max_live_parameters:,}, model)) x {gathered_bpp:.2f} B",
+                "stage3 PartitionedParameterCoordinator (memory.md §11.1, §14)",
+            )
+        )
+        if zero.prefetch_bucket_size:
+            fwd_extra.append(
+                Item(
+                    "prefetch bucket",
+                    math.ceil(min(zero.prefetch_bucket_size, p.total) * gathered_bpp),
+                    f"stage3_prefetch_bucket_size {zero.prefetch_bucket_size:,} elements",
+                    "memory.md §11.1",
+                )
+            )
+        persistent = _persistent_params(inputs, zero.param_persistence_threshold)
+        if persistent:
+            fwd_extra.append(
+                Item(
+                    "persistent small parameters",
+                    persistent * pb,
+                    f"modules with <= {zero.param_persistence_threshold:,} parameters stay whole on every GPU",
+                    "stage3_param_persistence_threshold (memory.md §11.1)",
+                )
+            )
+    if t.method == "qlora":
+        lin = p.largest_linear_in * p.largest_linear_out
+        fwd_extra.append(
+            Item(
+                "bnb dequantised weight",
+                lin * pb,
+                f"largest Linear {p.largest_linear_name} dequantised to {pb} B during forward/backward",
+                "memory.md §14 (QLoRA extras)",
+            )
+        )
+    act_item = Item(
+        "activations + logits/loss",
+        int(act.peak),
+        f"micro batch {t.micro_batch} x seq {t.seq_len}, {t.attn}, gradient checkpointing "
+        f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
+        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
+        "plan/activations.py",
+    )
+
+    # ---- load -------------------------------------------------------------------------------------------
+    load_gpu = [reserve, *gpu_states(lazy=False, transient=False)]
+    load_host = [baseline, *host_states(lazy=False, transient=False)]
+    load_note = ""
+    whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
+    if t.method == "qlora":
+        # transformers skips zero.Init for quantised models (failures.md A4): each rank loads the whole 4-bit
+        # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
+        whole = frozen_total_bytes + trainable * pb
+        load_gpu = [
+            reserve,
+            Item(
+                "whole 4-bit model on every GPU",
+                whole,
+                f"{frozen_total_bytes / GIB:.1f} GiB quantised base + adapters: quantised loads skip zero.Init; "
+                "partitioned (if at all) only in deepspeed.initialize",
+                "failures.md A4; transformers modeling_utils (is_deepspeed_zero3_enabled and not is_quantized)",
+            ),
+            *(i for i in load_gpu[1:] if not i.name.endswith((ms.FROZEN16, ms.PARAM16))),
+        ]
+        load_host.append(
+            Item(
+                "checkpoint shards being read",
+                LOAD_SHARD_BYTES * n_local,
+                f"{n_local} ranks x one {LOAD_SHARD_BYTES / 10**9:.0f} GB safetensors shard",
+                "phases.LOAD_SHARD_BYTES",
+            )
+        )
+        load_note = "QLoRA: whole quantised model per GPU at load (no zero.Init)"
+    elif zero.stage < 3 or not inputs.zero3_init:
+        # Every local rank materialises the whole 16-bit model on the host, then DeepSpeed's ZeRO-1/2 flattening
+        # copies the trainable part once more (memory.md §11.3, §13).
+        per_rank = p.total * pb + (trainable * pb if zero.stage < 3 else 0)
+        load_host.append(
+            Item(
+                "whole model loaded per rank",
+                per_rank * n_local,
+                f"{n_local} ranks x ({p.total * pb / GIB:.1f} GiB model"
+                + (f" + {trainable * pb / GIB:.1f} GiB flatten copy)" if zero.stage < 3 else ")"),
+                "memory.md §11.3 init transient, §13 model loading",
+            )
+        )
+        load_note = "every rank loads the whole model (no zero.Init sharding)"
+    else:
+        shard = min(LOAD_SHARD_BYTES, p.total * pb)
+        load_host.append(
+            Item(
+                "checkpoint shards being read",
+                shard * n_local,
+                f"zero.Init: ranks read shards and keep 1/{world} each ({n_local} x one shard)",
+                "memory.md §13 (Z3 with zero.Init)",
+            )
+        )
+    load = Phase("load", tuple(load_gpu), tuple(load_host), load_note)
+
+    # ---- first optimizer step ---------------------------------------------------------------------------
+    first = Phase(
+        "first_step",
+        tuple([reserve, *gpu_states(lazy=True, transient=True)]),
+        tuple([baseline, *host_states(lazy=True, transient=True)]),
+        "optimizer state allocated lazily + the step's fp32 transients",
+    )
+
+    # ---- steady forward/backward ------------------------------------------------------------------------
+    steady = Phase(
+        "steady",
+        tuple([reserve, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
+        tuple([baseline, *host_states(lazy=True, transient=False)]),
+        "forward/backward with every model state resident",
+    )
+
+    # ---- checkpoint save --------------------------------------------------------------------------------
+    checkpoint, save_gpu_items, save_host_items, save_note = _save(
+        inputs, t, zero, trainable, frozen, whole_model_bytes, components
+    )
+    save = Phase(
+        "save",
+        tuple([reserve, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
+        tuple([baseline, *host_states(lazy=True, transient=False), *save_host_items]),
+        save_note,
+    )
+    return StrategyPlan(
+        zero=zero,
+        training=t,
+        cluster=c,
+        trainable_params=trainable,
+        frozen_params=frozen,
+        phases=(load, first, steady, save),
+        checkpoint=checkpoint,
+        components=tuple(components),
+        activation_notes=tuple(getattr(act, "notes", ()) or ()),
+        margin=margin,
+        label=label,
+    )
+
+
+def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
+    if not t.is_peft:
+        return ()
+    if isinstance(t.lora_targets, str):
+        return tuple(
+            sorted({lin.name for lin in inputs.model.linear_modules() if not lin.path.endswith("lm_head")})
+        )
+    return tuple(t.lora_targets)
+
+
+def _persistent_params(inputs: PlanInputs, threshold: int) -> int:
+    """Parameters of modules small enough to stay un-partitioned (norms, biases-only modules)."""
+    if threshold <= 0:
+        return 0
+    return sum(m.total for m in inputs.model.modules if 0 < m.numel <= threshold)
+
+
+def _save(
+    inputs: PlanInputs,
+    t: Training,
+    zero: ZeroSettings,
+    trainable: int,
+    frozen: int,
+    whole_model_bytes: int,
+    components: list[ms.Component],
+) -> tuple[Checkpoint, list[Item], list[Item], str]:
+    """The save spike and the bytes on disk (memory.md §12; transformers 5.23 Trainer._save_checkpoint)."""
+    p = inputs.model.params
+    pb = t.param_bytes
+    n_local = inputs.cluster.gpus_per_node
+    world = inputs.cluster.world_size
+    hf_like = inputs.framework in ("hf", "llamafactory")
+    hf_peft = (
+        hf_like and t.is_peft
+    )  # Trainer.save_model gathers only adapters (lint/rules/_common.is_hf_trainer_peft)
+    opt_state = ms.FP32_BYTES + ms.optimizer_state_bytes_per_param(t.optimizer)
+    optimizer_bytes = math.ceil(trainable * opt_state)
+    gpu: list[Item] = []
+    host: list[Item] = []
+    gather_gpu_bpp = (whole_model_bytes / p.total) if t.method == "qlora" else float(pb)
+
+    if zero.stage == 3 and zero.gather_16bit_on_save and not hf_peft:
+        gpu.append(
+            Item(
+                "16-bit gather of the largest module",
+                math.ceil(p.largest_module_numel * gather_gpu_bpp),
+                f"{p.largest_module_name}: {p.largest_module_numel:,} params, on every rank"
+                + (" (brought from host first: offload_param)" if zero.offload_param != "none" else ""),
+                "engine._zero3_consolidated_16bit_state_dict (memory.md §12)",
+            )
+        )
+        host.append(
+            Item(
+                "rank 0: consolidated 16-bit state dict",
+                whole_model_bytes,
+                f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model copied to rank 0's host",
+                "engine._zero3_consolidated_16bit_state_dict param.detach().cpu() (memory.md §12)",
+            )
+        )
+        host.append(
+            Item(
+                "safetensors shard being written",
+                min(LOAD_SHARD_BYTES, whole_model_bytes),
+                "node 0 only",
+                "memory.md §12 step 4",
+            )
+        )
+        weights, kind = whole_model_bytes, "consolidated 16-bit weights (rank 0)"
+    elif zero.stage == 3 and hf_peft:
+        gpu.append(
+            Item(
+                "16-bit gather of the adapters",
+                math.ceil(trainable * pb / max(p.num_layers, 1)),
+                "Trainer gathers only trainable weights (exclude_frozen_parameters=True), layer by layer",
+                "transformers 5.23 trainer.py save_model (lint/rules/_common.py is_hf_trainer_peft)",
+            )
+        )
+        host.append(Item("rank 0: adapter state dict", trainable * pb, "node 0 only", "memory.md §12"))
+        weights, kind = trainable * pb, "adapter weights only"
+    elif zero.stage == 3:
+        weights, kind = 0, "no 16-bit weights (gather_16bit_weights_on_model_save false: ZeRO shards only)"
+    else:
+        # ZeRO-1/2: get_state_dict clones the whole 16-bit model to CPU on every rank.
+        host.append(
+            Item(
+                "every rank: 16-bit state dict on CPU",
+                whole_model_bytes * n_local,
+                f"{n_local} ranks x {whole_model_bytes / GIB:.1f} GiB (clone_tensors_for_torch_save)",
+                "accelerator.get_state_dict, ZeRO-1/2 (memory.md §12)",
+            )
+        )
+        weights = trainable * pb if hf_peft else whole_model_bytes
+        kind = "adapter weights only" if hf_peft else "16-bit weights"
+
+    # What save_only_model skips (memory.md §12, failures.md A5).
+    gather_false_z3 = zero.stage == 3 and not zero.gather_16bit_on_save and not hf_peft
+    skips = not gather_false_z3
+    if gather_false_z3:
+        why = (
+            "ZeRO-3 with stage3_gather_16bit_weights_on_model_save false: Trainer.save_model falls back to "
+            "engine.save_checkpoint, which writes the optimizer states anyway; save_only_model only skips the "
+            "second copy"
+        )
+    else:
+        why = "save_only_model skips engine.save_checkpoint (optimizer states and ZeRO shards)"
+    optimizer_written = optimizer_bytes if (not t.save_only_model or gather_false_z3) else 0
+    if optimizer_written:
+        # torch.save copies each non-CPU storage to the host one at a time (torch/serialization.py::_save).
+        if zero.offload_optimizer == "none":
+            part = -(-trainable // world)
+            largest = (
+                ms.FP32_BYTES * min(max(zero.sub_group_size, 1), part)
+                if zero.stage == 3
+                else ms.FP32_BYTES * part
+            )
+            host.append(
+                Item(
+                    "torch.save staging of optimizer shards",
+                    largest * n_local,
+                    f"{n_local} ranks x largest GPU storage {largest / GIB:.1f} GiB copied to host",
+                    "torch/serialization.py::_save (memory.md §12 step 5)",
+                )
+            )
+        if gather_false_z3 and not t.save_only_model:
+            why += "; without save_only_model the optimizer states are written twice"
+    checkpoint = Checkpoint(weights, kind, optimizer_bytes, skips, why)
+    note = "node 0 (rank 0 consolidates)" if any(i.name.startswith("rank 0") for i in host) else ""
+    return checkpoint, gpu, host, note

@@ -1,0 +1,113 @@
+"""The diagnose corpus: realistic multi-rank logs, each with the diagnosis `zerodoctor diagnose` must produce.
+
+`corpus/expected.yaml` lists every log with its expected top finding (null = healthy or nothing known), the ids
+that must also be candidates, the look-alike ids that must not appear, the first failing rank and the phase.
+The coverage tests (every knowledge-base entry has a log, enough logs, enough healthy logs) run even before the
+diagnose command exists; the per-log tests need it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zerodoctor.kb.loader import load_entries
+
+CORPUS = Path(__file__).parent / "corpus"
+EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
+PHASES = {
+    "load",
+    "zero_init",
+    "engine_init",
+    "first_optimizer_step",
+    "training_step",
+    "epoch_end",
+    "evaluation",
+    "checkpoint_save",
+    "unknown",
+}
+
+
+# ---- coverage: these run whether or not the diagnose command exists --------------------------------------
+
+
+def test_corpus_size_and_healthy_logs():
+    assert len(EXPECTED) >= 30
+    assert sum(1 for case in EXPECTED if case["top"] is None) >= 4
+    assert sum(1 for case in EXPECTED if case["log"].startswith("healthy_")) >= 4
+
+
+def test_every_kb_entry_has_a_corpus_log():
+    named = set()
+    for case in EXPECTED:
+        if case["top"]:
+            named.add(case["top"])
+        named.update(case.get("also") or [])
+    missing = sorted(e.id for e in load_entries() if e.id not in named)
+    assert not missing, f"KB entries without a corpus log: {missing}"
+
+
+def test_expected_yaml_is_well_formed():
+    ids = {e.id for e in load_entries()}
+    names = [case["log"] for case in EXPECTED]
+    assert len(names) == len(set(names)), "duplicate log names"
+    for case in EXPECTED:
+        assert (CORPUS / case["log"]).is_file(), case["log"]
+        assert case.get("why"), case["log"]
+        for key in ("also", "absent"):
+            for entry_id in case.get(key) or []:
+                assert entry_id in ids, f"{case['log']}: unknown id {entry_id!r} in {key}"
+        if case["top"] is not None:
+            assert case["top"] in ids, f"{case['log']}: unknown top id {case['top']!r}"
+            assert case["top"] not in (case.get("absent") or []), case["log"]
+        assert case.get("phase") is None or case["phase"] in PHASES, case["log"]
+        rank = case.get("first_failure_rank")
+        assert rank is None or (isinstance(rank, int) and rank >= 0), case["log"]
+        if case.get("env"):
+            assert (CORPUS / case["env"]).is_file(), case["env"]
+
+
+# ---- the diagnoses ----------------------------------------------------------------------------------------
+
+
+def _diagnose(case, capsys):
+    from zerodoctor.cli.main import main
+
+    argv = ["diagnose", str(CORPUS / case["log"]), "--format", "json"]
+    if case.get("env"):
+        argv += ["--env", str(CORPUS / case["env"])]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in (0, 1), f"exit {code}: {err}"
+    report = json.loads(out)
+    findings = report["findings"] if isinstance(report, dict) else report
+    return findings
+
+
+@pytest.mark.parametrize("case", EXPECTED, ids=[c["log"] for c in EXPECTED])
+def test_corpus_log(case, capsys):
+    pytest.importorskip("zerodoctor.cli.diagnose_cmd")  # skipped until the command exists
+    findings = _diagnose(case, capsys)
+    ids = [f["id"] for f in findings]
+    if case["top"] is None:
+        errors = [f["id"] for f in findings if f["severity"] == "error"]
+        assert not errors, f"{case['log']}: expected no error finding, got {errors}"
+    else:
+        assert findings, f"{case['log']}: no finding, expected {case['top']}"
+        assert findings[0]["id"] == case["top"], (
+            f"{case['log']}: top {ids[0]!r}, expected {case['top']!r} ({ids})"
+        )
+    for entry_id in case.get("also") or []:
+        assert entry_id in ids, f"{case['log']}: {entry_id} should be a candidate ({ids})"
+    for entry_id in case.get("absent") or []:
+        assert entry_id not in ids, f"{case['log']}: look-alike {entry_id} must not appear ({ids})"
+    if case.get("first_failure_rank") is not None:
+        first = findings[0].get("data", {}).get("first_failure") or {}
+        assert first.get("rank") == case["first_failure_rank"], f"{case['log']}: first failure {first}"
+    if case.get("phase") is not None:
+        assert findings[0].get("data", {}).get("phase") == case["phase"], (
+            f"{case['log']}: {findings[0].get('data')}"
+        )
