@@ -98,8 +98,10 @@ def generate(path: Path, size_mb: int) -> int:
     blocks = [make_block(rng, b).encode() for b in range(64)]
     written = 0
     with path.open("wb") as f:
-        f.write(b"[2024-05-01 09:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
-                b"version=0.14.2, git-hash=unknown, git-branch=unknown\n***** Running training *****\n")
+        f.write(
+            b"[2024-05-01 09:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
+            b"version=0.14.2, git-hash=unknown, git-branch=unknown\n***** Running training *****\n"
+        )
         i = 0
         while written < target:
             b = blocks[i % len(blocks)]
@@ -143,7 +145,7 @@ def to_ere(rx: str) -> str:
             in_class = False
         out.append(c)
         i += 1
-    ere = "".join(out).replace("[^\"\n]", '[^"]').replace("\n", "")
+    ere = "".join(out).replace('[^"\n]', '[^"]').replace("\n", "")
     return ere
 
 
@@ -201,8 +203,10 @@ def main() -> int:
     print(f"{'grep -E -c -f':<22}{g[0]:>9.2f}{mb / g[0]:>9.0f}{g[1] / 1024:>14.1f}")
     print(f"{'zerodoctor diagnose':<22}{z[0]:>9.2f}{mb / z[0]:>9.0f}{z[1] / 1024:>14.1f}")
     print(f"ratio zerodoctor/grep time: {z[0] / g[0]:.2f}x (throughput {g[0] / z[0]:.2f} of grep's)")
-    print(f"grep matched lines: {g[2].strip().splitlines()[0] if g[2].strip() else '?'}; "
-          f"zerodoctor verdict: {verdict.group(1) if verdict else '?'}")
+    print(
+        f"grep matched lines: {g[2].strip().splitlines()[0] if g[2].strip() else '?'}; "
+        f"zerodoctor verdict: {verdict.group(1) if verdict else '?'}"
+    )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

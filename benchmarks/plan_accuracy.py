@@ -24,8 +24,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -317,9 +319,7 @@ def _run_case(case: Case, pinned_ptrs: set[int]) -> dict[str, Any]:
         "seconds": round(time.time() - t0, 2),
     }
     engine.destroy()
-    del engine, opt, model
-    import gc
-
+    engine = opt = model = None  # free this case's tensors before the next one
     gc.collect()
     return result
 
@@ -334,9 +334,14 @@ def worker(cases_path: Path, out_dir: Path) -> int:
     pinned_ptrs: set[int] = set()
     orig_pin = acc.pin_memory
 
+    keep: list[Any] = []  # hold pinned storages so a freed address cannot be reused and misread as pinned
+
     def pin_memory(tensor: Any, *a: Any, **k: Any) -> Any:
         out = orig_pin(tensor, *a, **k)
+        if not pinned_ptrs:
+            keep.clear()  # _run_case cleared the set: a new case
         pinned_ptrs.add(out.untyped_storage().data_ptr())
+        keep.append(out.untyped_storage())
         return out
 
     acc.pin_memory = pin_memory
@@ -348,7 +353,9 @@ def worker(cases_path: Path, out_dir: Path) -> int:
         except Exception as exc:  # report and go on: one broken case must not hide the others
             import traceback
 
-            results.append({"case": case.id, "error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()})
+            results.append(
+                {"case": case.id, "error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()}
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     versions = {"deepspeed": deepspeed.__version__}
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"versions": versions, "results": results}))
@@ -371,14 +378,26 @@ def launch(world_size: int, cases: Sequence[Case], *, timeout_s: int = 900) -> l
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world_size),
-        "--master_port", str(port), str(HERE), "--worker", str(cases_path), str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(world_size),
+        "--master_port",
+        str(port),
+        str(HERE),
+        "--worker",
+        str(cases_path),
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=work)
     files = sorted(out.glob("rank*.json")) if out.exists() else []
     if proc.returncode != 0 or len(files) != world_size:
-        raise RuntimeError(f"torchrun ws={world_size} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}")
+        raise RuntimeError(
+            f"torchrun ws={world_size} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
+        )
     ranks = [json.loads(p.read_text()) for p in files]
+    shutil.rmtree(work, ignore_errors=True)
     results = []
     for r in ranks:
         for res in r["results"]:
@@ -427,7 +446,9 @@ def compare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = ranks[0]
         pred = predict(first, with_layout=True)
         pred_counts = predict(first, with_layout=False)
-        names = sorted(set(pred) | {k for r in ranks for k, v in r["measured"].items() if v} - set(NOT_PREDICTED))
+        names = sorted(
+            set(pred) | {k for r in ranks for k, v in r["measured"].items() if v} - set(NOT_PREDICTED)
+        )
         for name in names:
             measured = max(r["measured"].get(name, 0) for r in ranks)
             pinned = [r["pinned"].get(name) for r in ranks if r["measured"].get(name)]
@@ -453,7 +474,8 @@ def compare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "lazy_measured": name == "optimizer_states"
                     and all(r["optimizer_states_before_first_step"] == 0 for r in ranks),
                     "transient_predicted": bool(p and p.transient),
-                    "transient_measured": name == "fp32_grad" and all(r["fp32_grad_after_step"] == 0 for r in ranks),
+                    "transient_measured": name == "fp32_grad"
+                    and all(r["fp32_grad_after_step"] == 0 for r in ranks),
                 }
             )
     return rows
@@ -481,9 +503,14 @@ def deepspeed_estimates(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ws, total, off = res["world_size"], res["total_params"], OFFLOADS[res["offload"]]
         if res["stage"] == 3:
             host, gpu, _ = estimate_zero3_model_states_mem_needs(
-                total, res["largest_layer_params"], ws, 1, cpu_offload=off[0] != "none",
-                cpu_offload_params=off[1] != "none", zero_init=True,
-            )  # fmt: skip
+                total,
+                res["largest_layer_params"],
+                ws,
+                1,
+                cpu_offload=off[0] != "none",
+                cpu_offload_params=off[1] != "none",
+                zero_init=True,
+            )
         else:
             host, gpu = estimate_zero2_model_states_mem_needs(total, ws, 1, cpu_offload=off[0] != "none")
         mine = [r for r in comp_rows if (r["case"], r["world_size"]) == key]
@@ -507,7 +534,9 @@ def deepspeed_estimates(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]], ds_rows: list[dict[str, Any]]) -> str:
     out = []
     comps = sorted({r["component"] for r in rows})
-    out.append("| component | cases | worst error (with layout) | worst error (counts only) | pin flag agrees | lazy/transient agree |")
+    out.append(
+        "| component | cases | worst error (with layout) | worst error (counts only) | pin flag agrees | lazy/transient agree |"
+    )
     out.append("|---|---|---|---|---|---|")
     for c in comps:
         rs = [r for r in rows if r["component"] == c]
@@ -557,14 +586,18 @@ def main(argv: list[str] | None = None) -> int:
         timings[ws] = round(time.time() - t, 1)
     rows = compare(results)
     ds_rows = deepspeed_estimates(results)
-    print(f"{'case':42} {'ws':>2} {'component':18} {'measured':>10} {'predicted':>10} {'error':>8}  pin(pred/req)")
+    print(
+        f"{'case':42} {'ws':>2} {'component':18} {'measured':>10} {'predicted':>10} {'error':>8}  pin(pred/req)"
+    )
     for r in rows:
         print(
             f"{r['case']:42} {r['world_size']:>2} {r['component']:18} {r['measured']:>10} {r['predicted']:>10} "
             f"{r['error']:>+8.3%}  {int(r['pinned_predicted'])}/{int(r['pinned_requested'])}"
         )
     print()
-    print(f"{'case':42} {'ws':>2} {'meas gpu':>10} {'DS gpu':>10} {'err':>8} {'meas host':>10} {'DS host/rank':>12} {'err':>8}")
+    print(
+        f"{'case':42} {'ws':>2} {'meas gpu':>10} {'DS gpu':>10} {'err':>8} {'meas host':>10} {'DS host/rank':>12} {'err':>8}"
+    )
     for r in ds_rows:
         print(
             f"{r['case']:42} {r['world_size']:>2} {r['measured_gpu']:>10} {r['ds_gpu']:>10} {r['ds_gpu_error']:>+8.0%} "
@@ -574,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows, ds_rows))
     flight = [r for r in results if r.get("measured", {}).get("grads_in_flight")]
     if flight:
-        worst = max(flight, key=lambda r: r["measured"]["grads_in_flight"] / max(r["largest_layer_params"], 1))
+        worst = max(
+            flight, key=lambda r: r["measured"]["grads_in_flight"] / max(r["largest_layer_params"], 1)
+        )
         print(
             f"\nZeRO-1/2 gradients in flight (not a model state, not predicted): seen in {len(flight)} rank-cases; "
             f"largest {worst['measured']['grads_in_flight']} B in {worst['case']} ws{worst['world_size']} "
@@ -590,4 +625,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "--worker" in sys.argv:  # a torchrun rank: see zerodoctor.engine.tiny_job.exit_without_teardown
+        from zerodoctor.engine.tiny_job import exit_without_teardown
+
+        exit_without_teardown(code)
+    sys.exit(code)

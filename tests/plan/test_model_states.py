@@ -62,9 +62,14 @@ def test_zero3_no_offload_16_bytes_plus_step_transients():
 
 def test_zero3_pin_memory_false_still_pins_the_16bit_param_buffer():
     comps = model_state_components(
-        trainable=8 * B, frozen=8 * B, stage=3, world_size=8, offload_optimizer="cpu",
-        offload_param="cpu", pin_memory=False,
-    )  # fmt: skip
+        trainable=8 * B,
+        frozen=8 * B,
+        stage=3,
+        world_size=8,
+        offload_optimizer="cpu",
+        offload_param="cpu",
+        pin_memory=False,
+    )
     c = by_name(comps)
     assert c["param16"].pinned
     assert not c["frozen16"].pinned and not c["grad16"].pinned and not c["fp32_grad"].pinned
@@ -80,9 +85,14 @@ def test_zero2_no_offload_matches_deepspeed_estimator_2p_plus_18p_over_n():
 
 def test_zero2_offload_buffers():
     comps = model_state_components(
-        trainable=7 * B, frozen=0, stage=2, world_size=8, offload_optimizer="cpu",
-        largest_param_numel=525_336_576, reduce_bucket_size=0,
-    )  # fmt: skip
+        trainable=7 * B,
+        frozen=0,
+        stage=2,
+        world_size=8,
+        offload_optimizer="cpu",
+        largest_param_numel=525_336_576,
+        reduce_bucket_size=0,
+    )
     c = by_name(comps)
     assert c["param16"].device == "gpu" and c["param16"].bytes == 14 * B  # the whole model on every rank
     assert c["fp32_master"].device == "host" and c["fp32_master"].pinned
@@ -97,7 +107,7 @@ def test_zero2_offload_buffers():
             world_size=8,
             offload_optimizer="cpu",
             gradient_accumulation_steps=4,
-        )  # fmt: skip
+        )
     )
     assert with_gas["grad16"].device == "host" and with_gas["grad16"].bytes == 2 * 7 * B // 8
 
@@ -112,7 +122,7 @@ def test_zero2_old_deepspeed_pins_master_unconditionally_and_has_no_staging_copy
             offload_optimizer="cpu",
             pin_memory=False,
             deepspeed_version="0.16.5",
-        )  # fmt: skip
+        )
     )
     assert comps["fp32_master"].pinned and "param16_staging" not in comps
     new = by_name(
@@ -124,7 +134,7 @@ def test_zero2_old_deepspeed_pins_master_unconditionally_and_has_no_staging_copy
             offload_optimizer="cpu",
             pin_memory=False,
             deepspeed_version="0.19.8",
-        )  # fmt: skip
+        )
     )
     assert not new["fp32_master"].pinned and "param16_staging" in new
 
@@ -161,7 +171,7 @@ def test_qlora_frozen_is_4bit_and_replicated_without_quant_storage():
             world_size=8,
             frozen_bytes_per_param=0.5,
             frozen_partitioned=False,
-        )  # fmt: skip
+        )
     )
     assert comps["frozen16"].bytes == 4 * B and comps["frozen16"].device == "gpu"
     sharded = by_name(

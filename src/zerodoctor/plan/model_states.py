@@ -150,10 +150,22 @@ def model_state_components(
 ) -> list[Component]:
     """Model-state components held by one rank (the largest rank where ranks differ).
 
-    `offload_param` only exists for ZeRO-3 (DeepSpeed ignores it below stage 3, and so does this).
-    `param_numels` (trainable tensor sizes, model order) makes padding and the ZeRO-2 gradient partition
-    exact; `largest_param_numel` sizes the ZeRO-1/2 offload staging buffers (taken from `param_numels`
-    when given; 0 otherwise). Raises `PlanError` on values DeepSpeed would reject.
+    `trainable`/`frozen` are element counts; `world_size` is the data-parallel size N. Offload devices
+    are "none", "cpu" or "nvme"; `offload_param` only exists for ZeRO-3 (DeepSpeed ignores it below
+    stage 3, and so does this). `param_bytes` is the width of the model dtype (2 bf16/fp16, 4 fp32),
+    which is also the gradient-partition dtype (DeepSpeed's default grad_accum_dtype). `frozen_bytes_per_param`
+    defaults to `param_bytes` (QLoRA nf4: ~0.5 plus quantisation constants); `frozen_partitioned=False`
+    keeps frozen weights whole on every GPU (QLoRA under ZeRO-3 without `bnb_4bit_quant_storage`).
+    `overlap_comm` None means DeepSpeed's default (False below ZeRO-3; ZeRO-3's single bucket does not
+    depend on it). `deepspeed_version` <= 0.16.5 selects the older ZeRO-1/2 offload layout.
+
+    `param_numels` (trainable tensor sizes, model order) makes per-tensor padding, ZeRO-3 sub-groups and
+    the ZeRO-2 gradient partition exact; `largest_param_numel` sizes the ZeRO-1/2 offload staging buffers
+    and bounds the ZeRO-3 sub-group overshoot (taken from `param_numels` when given; 0 otherwise).
+
+    Not included: gathered ZeRO-3 parameters, persistent small parameters (whole copies on every GPU),
+    gradients autograd holds before DeepSpeed copies them into a bucket, activations. Raises `PlanError`
+    on values DeepSpeed would reject.
     """
     _validate(stage, world_size, offload_optimizer, offload_param, param_bytes, optimizer, trainable, frozen)
     fb = float(param_bytes) if frozen_bytes_per_param is None else float(frozen_bytes_per_param)
@@ -166,6 +178,7 @@ def model_state_components(
         return _stage3(
             trainable,
             frozen,
+            largest,
             world_size,
             offload_optimizer,
             offload_param,
@@ -253,6 +266,7 @@ def optimizer_state_bytes_per_param(optimizer: str, state_dtype_bytes: int = FP3
 def _stage3(
     trainable: int,
     frozen: int,
+    largest: int,
     n: int,
     off_opt: str,
     off_param: str,
@@ -268,7 +282,13 @@ def _stage3(
     # Each parameter is padded to a multiple of N and split evenly (partition_parameters.py::_aligned_size).
     part = sum(_ceil_div(x, n) for x in numels) if numels is not None else _ceil_div(trainable, n)
     sub_groups = _stage3_sub_groups(numels, n, sub_group_size) if numels is not None else []
-    largest_sub = max(sub_groups) if sub_groups else min(part, max(sub_group_size, 1))
+    if sub_groups:
+        largest_sub = max(sub_groups)
+    else:
+        # A sub-group closes at the first parameter that takes it to sub_group_size or beyond, so it can
+        # overshoot by up to one parameter partition (upper bound when only counts are known).
+        overshoot = max(_ceil_div(largest, n) - 1, 0)
+        largest_sub = min(part, max(sub_group_size, 1) + overshoot)
     out: list[Component] = []
     param_dev = _device(off_param)
     opt_dev = _device(off_opt)
