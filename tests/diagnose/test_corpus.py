@@ -14,21 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from zerodoctor.diagnose.extract import PHASES as EXTRACTOR_PHASES
 from zerodoctor.kb.loader import load_entries
 
 CORPUS = Path(__file__).parent / "corpus"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
-PHASES = {
-    "load",
-    "zero_init",
-    "engine_init",
-    "first_optimizer_step",
-    "training_step",
-    "epoch_end",
-    "evaluation",
-    "checkpoint_save",
-    "unknown",
-}
+PHASES = set(EXTRACTOR_PHASES)  # the names diagnose reports
 
 
 # ---- coverage: these run whether or not the diagnose command exists --------------------------------------
