@@ -164,3 +164,17 @@ def test_unknown_failure_reports_last_error(tmp_path: Path) -> None:
 
 def test_first_failure_prefers_root_class() -> None:
     assert first_failure([]) is None
+
+
+def test_lower_candidates_without_their_own_failure_line_do_not_borrow_the_crash():
+    """seed 002: the SIGKILL is the first failure; the max_iters cap seen in the config dump is another
+    problem, and must not be described as "First failure: ... exitcode -9"."""
+    from pathlib import Path
+
+    from zerodoctor.diagnose import diagnose
+
+    log = Path(__file__).parent / "corpus" / "seed2b_xtuner_yi34b_sp8_ds0140_host_oom_iter31.log"
+    findings = diagnose([str(log)]).findings
+    assert findings[0].message.startswith("First failure: rank 2")
+    few = next(f for f in findings if f.id == "xtuner-few-iters")
+    assert "First failure" not in few.message and "exitcode" not in few.message

@@ -190,7 +190,7 @@ def judge(
         )
     candidates += _version_only_candidates(candidates, facts, all_versions, cfacts)
     candidates.sort(key=lambda c: (-c.score, _severity_rank(c.entry), c.entry.id))
-    findings = [_finding(c, first, oom, facts.end_phase) for c in candidates]
+    findings = [_finding(c, first, oom, facts.end_phase, top=i == 0) for i, c in enumerate(candidates)]
     if not any(f.severity is Severity.ERROR for f in findings):
         findings.append(_no_known_failure(facts, first, oom))
     echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
@@ -290,10 +290,12 @@ def _phase(c: Candidate, first: Event | None, end_phase: str) -> str:
 
 
 def _finding(
-    c: Candidate, first: Event | None, oom: OomNumbers | None, end_phase: str = "unknown"
+    c: Candidate, first: Event | None, oom: OomNumbers | None, end_phase: str = "unknown", *, top: bool = True
 ) -> Finding:
     entry = c.entry
-    ev = c.anchor or first
+    # A lower-ranked candidate with no failure line of its own is not "the first failure" (e.g. a config
+    # problem seen in the log next to an unrelated crash): do not describe it with that crash.
+    ev = c.anchor or (first if top else None)
     parts: list[str] = []
     if c.echo_of is not None:
         parts.append(
