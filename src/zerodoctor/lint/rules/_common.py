@@ -74,11 +74,6 @@ def offload_device(setup: TrainingSetup, part: str) -> str:
     return value if value in ("none", "cpu", "nvme") else "invalid"
 
 
-# Host bytes per trainable parameter, summed over a node's ranks (DeepSpeed source; memory.md §11.2 / §11.3).
-HOST_BYTES_OPTIMIZER_OFFLOAD = 18  # fp32 master 4 + fp32 grads 4 + Adam 8 + 16-bit grad partitions 2
-HOST_BYTES_PARAM_OFFLOAD = 2  # 16-bit parameter partitions (ZeRO-3 only)
-
-
 def node_count(setup: TrainingSetup) -> int | None:
     """Nodes of the job: --nodes, or world size / GPUs per node (--gpus-per-node, else the snapshot's GPUs)."""
     if setup.num_nodes:
@@ -89,21 +84,45 @@ def node_count(setup: TrainingSetup) -> int | None:
     return None
 
 
-def offloaded_host_bytes_per_node(setup: TrainingSetup) -> tuple[float, int, int] | None:
-    """(bytes, bytes per parameter, nodes) of offloaded model states on each node's host, for a full
-    fine-tune of a known model; None when it cannot be known (model, nodes) or nothing is offloaded."""
-    if setup.total_params is None or setup.method not in ("full", None):
+def offloaded_host_bytes_per_node(setup: TrainingSetup) -> tuple[float, float, int] | None:
+    """(bytes, bytes per parameter, nodes) of offloaded model states on each node's host after the first
+    optimizer step, for a full fine-tune of a known model, from the planner's model-state accounting
+    (`zerodoctor.plan.model_states`, measured against DeepSpeed) with pinned blocks rounded as PyTorch rounds
+    them; None when it cannot be known (model, nodes, world size) or nothing is offloaded to the host."""
+    if setup.total_params is None or setup.method not in ("full", None) or not setup.zero_stage:
         return None
     nodes = node_count(setup)
     if nodes is None:
         return None
+    per_node = setup.gpus_per_node or setup.facts().get("env.gpu_count")
+    world = setup.world_size or (nodes * int(per_node) if per_node else None)
+    # The node's share is about the same however many ranks share it; without the rank count the
+    # per-rank pinned blocks (and so their rounding) are unknown, so they are counted as requested.
+    exact_ranks = world is not None
+    world = world or nodes
     opt, param = offload_device(setup, "optimizer"), offload_device(setup, "param")
-    per = (HOST_BYTES_OPTIMIZER_OFFLOAD if opt == "cpu" and (setup.zero_stage or 0) >= 1 else 0) + (
-        HOST_BYTES_PARAM_OFFLOAD if param == "cpu" and setup.zero_stage == 3 else 0
-    )
-    if not per:
+    if "cpu" not in (opt, param):
         return None
-    return setup.total_params * per / nodes, per, nodes
+    from zerodoctor.plan.model_states import model_state_components, totals  # light: no torch
+
+    flat = setup.ds_flat()
+    pins = [truthy(flat.get(f"zero_optimization.offload_{p}.pin_memory")) for p in ("optimizer", "param")]
+    components = model_state_components(
+        trainable=setup.total_params,
+        frozen=0,
+        stage=setup.zero_stage,
+        world_size=world,
+        offload_optimizer=opt if opt in ("cpu", "nvme") else "none",
+        offload_param=param if param in ("cpu", "nvme") else "none",
+        pin_memory=any(p is True for p in pins),
+        deepspeed_version=setup.package_version("deepspeed"),
+    )
+    t = totals(components, after_first_step=True)
+    per_rank = t["host"] - t["host_pinned"] + t["host_pinned_rounded"] if exact_ranks else t["host"]
+    if per_rank <= 0:
+        return None
+    need = per_rank * world / nodes
+    return need, t["host"] * world / setup.total_params, nodes
 
 
 def is_hf_trainer_peft(setup: TrainingSetup) -> bool:
