@@ -90,3 +90,19 @@ def test_real_healthy_zero3_offload_run_has_no_error(
     assert main(["diagnose", "--format", "json", str(log)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]
+
+
+def test_warnings_that_matter_are_listed_in_the_timeline(run_cli):
+    """The KB's warning-kind signatures (here HF Trainer's "gather=false, saving the full checkpoint instead")
+    are reported in the timeline, once each, with where they are."""
+    import json
+    from pathlib import Path
+
+    log = Path(__file__).parent / "corpus" / "save_gather_false_then_empty_weights_at_inference.log"
+    code, out, _ = run_cli("diagnose", str(log), "--format", "json")
+    warnings = json.loads(out)["timeline"]["warnings"]
+    assert any("Saving the full checkpoint instead" in w["text"] for w in warnings), warnings
+    assert len({w["text"] for w in warnings}) == len(warnings)
+    assert all(":" in w["location"] for w in warnings)
+    code, text, _ = run_cli("diagnose", str(log))
+    assert "warning at " in text and "Saving the full checkpoint instead" in text

@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
             "first_failure": None if ff is None else ff.describe(),
             "phase": None if ff is None else ff.phase,
             "echoes": [e.describe() for e in result.echoes[:20]],
+            "warnings": [
+                {"entry": entry, "location": line.location(), "text": line.text.strip()[:300]}
+                for entry, line in result.facts.warnings
+            ],
             "last_progress": None
             if result.facts.last_progress is None
             else {
@@ -109,6 +113,8 @@ def _text(result: Any, extra: dict[str, Any]) -> str:
         out.append(f"  last progress: {', '.join(x for x in (step, epoch) if x)}\n")
     for e in tl["echoes"][:10]:
         out.append(f"  then: {e}\n")
+    for w in tl["warnings"][:10]:
+        out.append(f"  warning at {w['location']} ({w['entry']}): {w['text']}\n")
     if extra["versions"]:
         out.append(
             "  versions: " + ", ".join(f"{k} {v}" for k, v in sorted(extra["versions"].items())) + "\n"

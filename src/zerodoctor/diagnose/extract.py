@@ -13,11 +13,19 @@ from dataclasses import dataclass, field
 from zerodoctor.diagnose.patterns import ACCUM
 from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.diagnose.scan import Hit, Progress
+from zerodoctor.kb.loader import load_entries
 
 MAX_EVENTS = 2000
 MAX_TRACEBACKS = 200
 MAX_FRAMES = 200
 MAX_EVIDENCE = 8
+
+# DeepSpeed / transformers warnings that matter: the KB's signatures of kind "warning" (each names the failure it
+# announces), reported even when the run did not die of it.
+_WARNING_SIGNATURES = frozenset(
+    (e.id, sig.id) for e in load_entries() for sig in e.symptoms.signatures if sig.kind == "warning"
+)
+MAX_WARNINGS = 20
 
 PHASES = (
     "load",
@@ -294,7 +302,7 @@ class Facts:
     markers: list[tuple[str, LogLine, int]] = field(default_factory=list)  # (phase marker, line, seq)
     signature_hits: dict[str, dict[str, int]] = field(default_factory=dict)  # entry -> sig -> count
     signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
-    warnings: list[LogLine] = field(default_factory=list)
+    warnings: list[tuple[str, LogLine]] = field(default_factory=list)  # (KB entry id, line), deduplicated
     last_progress: Progress | None = None
     accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
     end_phase: str = (
@@ -358,6 +366,8 @@ class Extractor:
         for k in keys:
             if k.startswith("kb:"):
                 _, entry, sig = k.split(":", 2)
+                if (entry, sig) in _WARNING_SIGNATURES:
+                    self._warning(entry, line)
                 counts = self.facts.signature_hits.setdefault(entry, {})
                 counts[sig] = counts.get(sig, 0) + 1
                 lines = self.facts.signature_lines.setdefault(entry, {}).setdefault(sig, [])
@@ -393,6 +403,14 @@ class Extractor:
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
                 if len(self.facts.markers) > 4 * MAX_EVENTS:
                     del self.facts.markers[:MAX_EVENTS]
+
+    def _warning(self, entry: str, line: LogLine) -> None:
+        """Keep the first occurrence of each distinct warning text the KB marks as mattering."""
+        text = line.text.strip()
+        if len(self.facts.warnings) < MAX_WARNINGS and all(
+            w.text.strip() != text for _e, w in self.facts.warnings
+        ):
+            self.facts.warnings.append((entry, line))
 
     def _start_tb(self, line: LogLine) -> Traceback:
         tb = Traceback(line.source, line.rank, line)
