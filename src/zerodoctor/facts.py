@@ -40,6 +40,11 @@ def all_of(values: list[Tri]) -> Tri:
 AUTO = "auto"
 
 
+def is_auto(value: Any) -> bool:
+    """HF's placeholder: "auto" in any case and spacing."""
+    return isinstance(value, str) and value.strip().lower() == AUTO
+
+
 def as_number(value: Any) -> float | None:
     """A config value as a number: 5e8, "5e8" and 500000000 alike; None for anything else (bools too)."""
     if isinstance(value, bool) or value is None:
@@ -95,7 +100,7 @@ def evaluate_predicate(facts: Mapping[str, Any], key: str, op: str, expected: An
     if not present:
         return Tri.UNKNOWN
     value = facts[key]
-    if isinstance(value, str) and value.strip().lower() == AUTO:
+    if is_auto(value):
         return Tri.UNKNOWN
     if op == "truthy" or op == "falsy":
         t = truthy(value)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from zerodoctor.errors import PlanError
-from zerodoctor.facts import as_number, truthy
+from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.plan.models import LORA_ALL_LINEAR, ModelSpec, resolve_model
+from zerodoctor.setup.model import normalize_dtype
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
@@ -225,10 +226,6 @@ class PlanOptions:
     framework: str | None = None
 
 
-def is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value.strip().lower() == "auto"
-
-
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     low = value.strip().lower()
     if low in allowed:
@@ -252,10 +249,10 @@ def _gib(value: float, what: str) -> int:
 
 
 def _normalize_dtype(value: Any) -> str:
-    text = str(value).strip().lower().removeprefix("torch.")
-    return {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "none": "uint8"}.get(
-        text, text
-    )
+    """setup's dtype spelling, plus "none" for "no quant storage" (bitsandbytes then packs into uint8)."""
+    if str(value).strip().lower() == "none":
+        return "uint8"
+    return normalize_dtype(value) or "uint8"
 
 
 def _targets(value: Any) -> str | tuple[str, ...]:

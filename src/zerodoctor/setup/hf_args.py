@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor.facts import is_auto
+
 # TrainingArguments defaults (transformers 5.23.0; tests/setup/test_hf_args.py checks them against the
 # installed transformers). The type drives the coercion HfArgumentParser does on YAML/CLI strings.
 HF_DEFAULTS: dict[str, tuple[type, Any]] = {
@@ -103,10 +105,6 @@ def _node(config: dict[str, Any], dotted: str) -> tuple[dict[str, Any] | None, s
     return (node if isinstance(node, dict) else None), last
 
 
-def _is_auto(v: Any) -> bool:
-    return isinstance(v, str) and v.strip().lower() == "auto"
-
-
 def resolve_hf_auto(
     ds_config: dict[str, Any],
     args: dict[str, Any],
@@ -124,7 +122,7 @@ def resolve_hf_auto(
         node, key = _node(cfg, ds_key)
         if node is None or key not in node:
             return
-        if _is_auto(node[key]):
+        if is_auto(node[key]):
             if hf_val is None:
                 res.unresolved.append(ds_key)
                 return

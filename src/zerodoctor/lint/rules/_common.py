@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerodoctor.facts import as_number, truthy
+from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.setup.model import TrainingSetup
 
-__all__ = ["as_number", "truthy"]  # re-exported for the rules
+__all__ = ["as_number", "is_auto", "truthy"]  # re-exported for the rules
 
 # Keys whose "auto" HF Trainer / accelerate fill (transformers integrations/deepspeed.py
 # trainer_config_process + trainer_config_finalize; accelerate prepare_deepspeed uses the same set).
@@ -51,10 +51,6 @@ def fillable_auto_keys(framework: str | None) -> set[str] | None:
     if framework == "deepspeed":
         return set()
     return None
-
-
-def is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value.strip().lower() == "auto"
 
 
 def auto_keys(node: Any, prefix: str = "") -> list[str]:
