@@ -182,3 +182,30 @@ def test_cluster_defaults_from_env_snapshot(run_cli, tmp_path):
     assert doc["cluster"]["gpu_memory_bytes"] == 80 * 2**30
     assert doc["cluster"]["host_ram_bytes"] == 2048 * 2**30
     assert doc["sources"]["gpu_memory"].startswith("--env")
+
+
+def test_trl_style_quant_storage_follows_torch_dtype_and_says_so(run_cli, tmp_path):
+    """TRL's get_quantization_config sets bnb_4bit_quant_storage from torch_dtype in some releases: the plan
+    assumes that case (QLoRA weights partitioned) and names where the value came from."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    (tmp_path / "args.yaml").write_text(
+        "model_name_or_path: meta-llama/Meta-Llama-3-8B\noutput_dir: out\ndeepspeed: ds.json\n"
+        "torch_dtype: bfloat16\nuse_peft: true\nload_in_4bit: true\n"
+    )
+    code, out, _ = run_cli(
+        "plan",
+        str(tmp_path / "args.yaml"),
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--gpu-memory",
+        "80",
+        "--host-ram",
+        "512",
+        "--format",
+        "json",
+    )
+    doc = json.loads(out)
+    assert doc["training"]["quant_storage"] == "bfloat16"
+    assert "TRL" in doc["sources"]["quant_storage"]

@@ -432,10 +432,14 @@ def build_inputs(
         )
     )
     quant = dict(setup.quant) if setup is not None else {}
+    # TRL-style load_in_4bit + torch_dtype: some TRL releases set the storage to torch_dtype (lint QL001 warns);
+    # plan that case, and say so in the value's source.
+    maybe_dtype = quant.get("bnb_4bit_compute_dtype") if quant.get("quant_storage_maybe_from_dtype") else None
     storage_raw = r.pick(
         "quant_storage",
         (opts.quant_storage, "--quant-storage"),
         (quant.get("bnb_4bit_quant_storage"), "files"),
+        (maybe_dtype, "torch_dtype (as TRL's get_quantization_config sets it in some releases)"),
         ("uint8", "default (bitsandbytes: uint8)"),
     )
     storage = _choice(_normalize_dtype(storage_raw), QUANT_STORAGES, "--quant-storage")

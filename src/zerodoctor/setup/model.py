@@ -406,9 +406,19 @@ def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> Non
     )
     peft = any(given.get(k) for k in ("use_peft_lora", "use_peft", "lora_r", "lora_target_modules"))
     if _truthy(load4):
+        # TRL's ModelConfig (`load_in_4bit` at top level, no block): its get_quantization_config has passed
+        # bnb_4bit_quant_storage=torch_dtype in some releases and its own bnb_4bit_quant_storage argument in
+        # others, so with a torch_dtype/dtype and no explicit storage the storage is not known here.
+        trl_style = "load_in_4bit" in given and not block and storage_key is None
+        dtype_given = normalize_dtype(given.get("torch_dtype", given.get("dtype"))) in (
+            "bfloat16",
+            "float16",
+            "float32",
+        )
         s.quant = {
             "load_in_4bit": True,
             "bnb_4bit_quant_storage": normalize_dtype(storage),
+            "quant_storage_maybe_from_dtype": trl_style and dtype_given,
             "bnb_4bit_compute_dtype": normalize_dtype(compute) or _compute_dtype_from_args(s.args),
         }
         key = (

@@ -11,7 +11,10 @@ skips `zero.Init` (transformers only enters it when the model is not quantized),
 What frameworks do for you: LLaMA-Factory builds its BitsAndBytesConfig with `bnb_4bit_quant_storage =
 compute dtype` for every 4-bit load (`model/model_utils/quantization.py`), so a LLaMA-Factory
 `quantization_bit: 4` setup is not reported. PEFT's example `train.py` defaults `bnb_4bit_quant_storage_dtype`
-to "uint8", so leaving the argument out reproduces the failure.
+to "uint8", so leaving the argument out reproduces the failure. TRL's `get_quantization_config` passes
+`bnb_4bit_quant_storage=torch_dtype` in some releases and its own `bnb_4bit_quant_storage` argument in others
+(huggingface/trl trl/trainer/utils.py), so TRL-style `load_in_4bit` + `torch_dtype` without an explicit storage
+is a warning, not an error.
 
 Example (fails): `use_4bit_quantization: true` with ZeRO-3 and no `bnb_4bit_quant_storage_dtype`.
 Use instead: `bnb_4bit_quant_storage_dtype: bfloat16` (and `torch_dtype`/`bf16` matching). Fix: safe.
@@ -60,6 +63,17 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     size = ""
     if setup.total_params:
         size = f" For this model that is about {setup.total_params * 0.5 / 2**30:,.0f} GiB of 4-bit weights per GPU."
+    if storage is None and setup.quant.get("quant_storage_maybe_from_dtype"):
+        yield RULE.finding(
+            f"4-bit quantization with ZeRO-3 through TRL-style arguments (load_in_4bit + torch_dtype) and no "
+            f"{key}: TRL's get_quantization_config sets the storage to torch_dtype in some releases and reads its "
+            "own bnb_4bit_quant_storage argument in others (then None: uint8, and every GPU keeps the whole "
+            f"quantized model).{size} Set it explicitly.",
+            evidence=evidence,
+            severity=Severity.WARNING,
+            fixes=[Fix(f"Set {key}: {want}", target=target, patch={patch_key: want})],
+        )
+        return
     if storage in (None, "uint8"):
         how = "is not set (bitsandbytes packs into uint8)" if storage is None else "is uint8"
         yield RULE.finding(
