@@ -263,6 +263,17 @@ def optimizer_state_bytes_per_param(optimizer: str, state_dtype_bytes: int = FP3
 # --------------------------------------------------------------------------------------------------
 
 
+def _optimizer_states(part: int, optimizer: str, device: str) -> Component:
+    """The optimizer's own state for a rank's partition, created at the first step (every stage alike)."""
+    return Component(
+        OPTIMIZER_STATES,
+        math.ceil(part * optimizer_state_bytes_per_param(optimizer)),
+        device,
+        lazy=True,
+        source="deepspeed/ops/adam/cpu_adam.py::DeepSpeedCPUAdam.step (lazy)",
+    )
+
+
 def _stage3(
     trainable: int,
     frozen: int,
@@ -380,16 +391,7 @@ def _stage3(
                 source=f"{src}::initialize_optimizer_states subgroup_gradient_buffer",
             )
         )
-    state = optimizer_state_bytes_per_param(optimizer)
-    out.append(
-        Component(
-            OPTIMIZER_STATES,
-            math.ceil(part * state),
-            opt_dev,
-            lazy=True,
-            source="deepspeed/ops/adam/cpu_adam.py::DeepSpeedCPUAdam.step (lazy)",
-        )
-    )
+    out.append(_optimizer_states(part, optimizer, opt_dev))
     if bucket:
         # One contiguous IPG buffer per communication dtype, allocated at init (contiguous_gradients).
         out.append(
@@ -556,16 +558,7 @@ def _stage012(
             source=f"{src}::__init__ single_partition_of_fp32_groups",
         )
     )
-    state = optimizer_state_bytes_per_param(optimizer)
-    out.append(
-        Component(
-            OPTIMIZER_STATES,
-            math.ceil(part * state),
-            opt_dev,
-            lazy=True,
-            source="deepspeed/ops/adam/cpu_adam.py::DeepSpeedCPUAdam.step (lazy)",
-        )
-    )
+    out.append(_optimizer_states(part, optimizer, opt_dev))
     if bucket and stage == 2:
         # setup_buckets: one buffer, a second with overlap_comm (default False below stage 3).
         out.append(
