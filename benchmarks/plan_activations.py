@@ -29,8 +29,8 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from zerodoctor.models.spec import ModelSpec, model_from_config
 from zerodoctor.plan.activations import activation_bytes
-from zerodoctor.plan.models import ModelSpec, model_from_config
 
 TARGET = 0.05
 

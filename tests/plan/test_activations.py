@@ -17,8 +17,8 @@ from types import ModuleType
 import pytest
 
 from zerodoctor.errors import PlanError
+from zerodoctor.models.spec import ModelSpec, model_from_config, resolve_model
 from zerodoctor.plan.activations import ActivationEstimate, activation_bytes
-from zerodoctor.plan.models import ModelSpec, model_from_config, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +167,7 @@ def test_bad_arguments(tiny: ModelSpec) -> None:
 
 def test_import_is_light() -> None:
     code = (
-        "import sys, zerodoctor.plan.activations as a, zerodoctor.plan.models as m; "
+        "import sys, zerodoctor.plan.activations as a, zerodoctor.models.spec as m; "
         "a.activation_bytes(m.resolve_model('llama-3.1-8b'), micro_batch=1, seq_len=8192); "
         "bad = [x for x in ('torch', 'transformers') if x in sys.modules]; assert not bad, bad"
     )

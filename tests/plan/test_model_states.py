@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from zerodoctor.errors import PlanError
+from zerodoctor.models.spec import resolve_model
 from zerodoctor.plan.model_states import (
     Component,
     model_state_components,
     pinned_bytes,
     totals,
 )
-from zerodoctor.plan.models import resolve_model
 
 B = 1_000_000_000
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from zerodoctor.errors import PlanError
-from zerodoctor.plan.models import CATALOG_META_KEY, ModelSpec, catalog, resolve_model
+from zerodoctor.models.spec import CATALOG_META_KEY, ModelSpec, catalog, resolve_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -279,7 +279,7 @@ def test_lora_counts() -> None:
 
 def test_import_does_not_pull_in_torch() -> None:
     code = (
-        "import sys, zerodoctor.plan.models as m; m.resolve_model('llama-3.1-405b'); "
+        "import sys, zerodoctor.models.spec as m; m.resolve_model('llama-3.1-405b'); "
         "bad = [x for x in ('torch', 'transformers', 'deepspeed') if x in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -10,7 +10,7 @@ Modules, in the order the planner uses them:
 * `emit`: a ready DeepSpeed config for a strategy.
 
 This package must stay import-light: `zerodoctor plan` starts without importing torch, transformers or
-DeepSpeed. Import submodules explicitly (`from zerodoctor.plan.models import resolve_model`); nothing is
+DeepSpeed. Import submodules explicitly (`from zerodoctor.models.spec import resolve_model`); nothing is
 re-exported here so that `import zerodoctor.plan` costs nothing.
 """
 

@@ -63,7 +63,7 @@ import math
 from dataclasses import dataclass
 
 from zerodoctor.errors import PlanError
-from zerodoctor.plan.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
 
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 """Attention back ends the estimate knows (HF `attn_implementation` values; flash = flash_attention_2)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodoctor.errors import PlanError
 from zerodoctor.facts import as_number, is_auto, truthy
-from zerodoctor.plan.models import LORA_ALL_LINEAR, ModelSpec, resolve_model
+from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec, resolve_model
 from zerodoctor.setup.model import normalize_dtype
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ def resolve_model_quietly(model_ref: str | None) -> tuple[object | None, str | N
     Imported lazily: the catalog is the planner's, and lint must not pay for it when no model is named."""
     if not model_ref:
         return None, None
-    from zerodoctor.plan.models import resolve_model
+    from zerodoctor.models import resolve_model
 
     try:
         return resolve_model(model_ref), None

@@ -63,7 +63,7 @@ class TrainingSetup:
     mixed_precision_evidence: Evidence | None = None  # where accelerate's fp16/bf16 choice comes from
     dataset_samples: int | None = None  # --samples: training examples per epoch, for step-count checks
     model_spec: Any = (
-        None  # zerodoctor.plan.models.ModelSpec when the model is known (catalog or config.json)
+        None  # zerodoctor.models.spec.ModelSpec when the model is known (catalog or config.json)
     )
     model_note: str | None = None  # why the model is not known, when a model was named
 

@@ -358,7 +358,7 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         raise PlanError(
             f"unknown model '{text}': not a file here and not in the bundled catalog{similar}",
             hint="pass the path to the model's config.json (or its directory), or a bundled name such as "
-            f"llama-3.1-8b ({len(catalog())} bundled: see zerodoctor.plan.models.catalog())",
+            f"llama-3.1-8b ({len(catalog())} bundled: see zerodoctor.models.catalog())",
         )
     entry = next(e for e in catalog() if e.slug == slug)
     return model_from_config_file(entry.path)
