@@ -1,0 +1,1003 @@
+"""RunDescription: the one frozen, typed description of a training run that every judge reads.
+
+Built once, by `describe_run`, from the user's files (a TrainingSetup), the command-line flags, an optional
+`cluster.yaml` and the environment snapshot. Every value is a `Known[T]`: the value plus its `Origin` (a file
+line and key, an "auto" filled by the framework, a framework or DeepSpeed default, a flag, the environment),
+so a finding can point at the line that caused it. A value nobody gave and no default implies is `None`:
+an unknown is never shown as a pass.
+
+Lint rules, the planner (`zerodoctor.plan.inputs.inputs_from_run`), `check`, the selftest and the runtime
+guard all read this; none of them re-reads framework keys on its own. Precedence, for every value: flag >
+cluster.yaml > the training files (framework arguments, then the DeepSpeed JSON) > environment > default.
+
+Nothing here imports torch, transformers or DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from zerodoctor.errors import SetupError
+from zerodoctor.facts import as_number, is_auto, truthy
+from zerodoctor.findings import Evidence
+from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.setup.deepspeed_config import pin_memory_default
+from zerodoctor.setup.model import FILLS_AUTO, TrainingSetup, normalize_dtype
+
+if TYPE_CHECKING:
+    from zerodoctor.env.model import Environment
+
+T = TypeVar("T")
+GIB = 2**30
+
+METHODS = ("full", "lora", "qlora", "freeze")
+PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd")
+ATTN_IMPLS = ("flash", "sdpa", "eager")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
+
+DEFAULT_SEQ_LEN = 2048
+"""LLaMA-Factory's `cutoff_len` default (hparams/data_args.py): used when neither a flag nor a file says."""
+DEFAULT_LORA_RANK = 8
+"""PEFT `LoraConfig.r` and LLaMA-Factory `lora_rank` default."""
+
+# DeepSpeed's code defaults for the ZeRO knobs that move memory (DeepSpeed 0.19.8 runtime/zero/config.py,
+# offload_config.py; the same values as setup.deepspeed_config.DS_DEFAULTS).
+DS_DEFAULT_REDUCE_BUCKET = 500_000_000
+DS_DEFAULT_ALLGATHER_BUCKET = 500_000_000
+DS_DEFAULT_PREFETCH_BUCKET = 50_000_000
+DS_DEFAULT_MAX_LIVE = 1_000_000_000
+DS_DEFAULT_MAX_REUSE = 1_000_000_000
+DS_DEFAULT_PERSISTENCE = 100_000
+DS_DEFAULT_SUB_GROUP = 1_000_000_000
+DS_DEFAULT_NVME_PARAM_BUFFER_COUNT = 5
+DS_DEFAULT_NVME_PARAM_BUFFER_SIZE = 100_000_000
+DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT = 4
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Provenance
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from. `kind` is one of: file, auto (a framework filled a DeepSpeed "auto"),
+    framework (the framework's own default or behaviour), deepspeed (DeepSpeed's code default), flag,
+    cluster-file, environment, default (zerodoctor's documented assumption)."""
+
+    kind: str
+    detail: str
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    key: str | None = None
+
+    def describe(self) -> str:
+        """`train_args.yaml:12:1 (per_device_train_batch_size)`, `--micro-batch`, `default: ...`."""
+        if self.file:
+            ev = Evidence(file=self.file, line=self.line, column=self.column, key=self.key)
+            loc = ev.location()
+            return f"{loc}: {self.detail}" if self.detail and self.detail != self.key else loc
+        return self.detail if self.kind in ("flag", "environment") else f"{self.kind}: {self.detail}"
+
+    def evidence(self, text: str | None = None) -> Evidence:
+        return Evidence(file=self.file, line=self.line, column=self.column, key=self.key, text=text)
+
+    @classmethod
+    def of_evidence(cls, ev: Evidence, kind: str = "file", detail: str | None = None) -> Origin:
+        return cls(kind, detail or ev.key or "", ev.file, ev.line, ev.column, ev.key)
+
+
+@dataclass(frozen=True)
+class Known(Generic[T]):
+    """A value and where it came from."""
+
+    value: T
+    origin: Origin
+
+
+def _flag(name: str) -> Origin:
+    return Origin("flag", name)
+
+
+def _default(why: str) -> Origin:
+    return Origin("default", why)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The description
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameworkTraits:
+    """What the launcher does for the user (docs/framework-facts.md): fills DeepSpeed "auto" values; builds
+    the model under `deepspeed.zero.Init` for ZeRO-3 (so weights are partitioned while loading); hands
+    DeepSpeed an optimizer built outside it (a client optimizer)."""
+
+    name: str | None
+    fills_auto: bool | None
+    zero_init: bool | None
+    client_optimizer: bool | None
+
+
+@dataclass(frozen=True)
+class ZeroDescription:
+    """ZeRO settings as DeepSpeed will run them: after the framework filled "auto" and DeepSpeed's defaults.
+    `offload_param` is the effective device (DeepSpeed ignores parameter offload below stage 3, and any
+    offload at stage 0); `offload_*_written` keeps what the file says, for the rule that reports the gap."""
+
+    stage: Known[int]
+    offload_optimizer: Known[str]
+    offload_param: Known[str]
+    offload_optimizer_written: str
+    offload_param_written: str
+    pin_memory: Known[bool]
+    reduce_bucket_size: Known[int]
+    allgather_bucket_size: Known[int]
+    prefetch_bucket_size: Known[int]
+    max_live_parameters: Known[int]
+    max_reuse_distance: Known[int]
+    param_persistence_threshold: Known[int]
+    sub_group_size: Known[int]
+    overlap_comm: Known[bool]
+    gather_16bit_on_save: Known[bool]
+    zero3_init: Known[bool]
+    gradient_clipping: Known[float] | None
+    nvme_param_buffer_count: int = DS_DEFAULT_NVME_PARAM_BUFFER_COUNT
+    nvme_param_buffer_size: int = DS_DEFAULT_NVME_PARAM_BUFFER_SIZE
+    nvme_optimizer_buffer_count: int = DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT
+
+    @property
+    def offloads(self) -> bool:
+        return self.offload_optimizer.value != "none" or self.offload_param.value != "none"
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """Homogeneous nodes; any value may be unknown (None)."""
+
+    nodes: Known[int] | None
+    gpus_per_node: Known[int] | None
+    world_size: Known[int] | None
+    gpu_memory_bytes: Known[int] | None
+    host_ram_bytes: Known[int] | None
+
+
+@dataclass(frozen=True)
+class RunDescription:
+    """One training run, resolved. `files` holds the parsed documents (for evidence positions and the
+    rules that judge how a file is written); every decision-relevant value is a field here."""
+
+    files: TrainingSetup = field(compare=False, repr=False)
+    env: Environment | None = field(compare=False, repr=False)
+    framework: FrameworkTraits
+    model_ref: Known[str] | None
+    model: ModelSpec | None
+    model_note: str | None
+    method: Known[str]
+    lora_rank: Known[int]
+    lora_targets: Known[str | tuple[str, ...]]
+    quant_storage: Known[str]
+    quant_storage_by_framework: bool
+    precision: Known[str]
+    optimizer: Known[str]
+    micro_batch: Known[int]
+    grad_accum: Known[int]
+    seq_len: Known[int]
+    gradient_checkpointing: Known[bool]
+    use_reentrant: Known[bool] | None
+    attn: Known[str]
+    sequence_parallel: Known[int]
+    samples: Known[int] | None
+    epochs: Known[float] | None
+    max_steps: Known[int] | None
+    save_only_model: Known[bool]
+    zero: ZeroDescription | None
+    cluster: ClusterDescription
+    notes: tuple[str, ...] = ()
+
+    # ---- derived --------------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int | None:
+        return self.cluster.world_size.value if self.cluster.world_size else None
+
+    @property
+    def data_parallel(self) -> int | None:
+        ws = self.world_size
+        return ws // self.sequence_parallel.value if ws else None
+
+    def steps_per_epoch(self) -> int | None:
+        """Optimizer steps per epoch: ceil(samples / (micro x dp)) batches per rank, // grad_accum (HF Trainer
+        `num_update_steps_per_epoch = len_dataloader // gradient_accumulation_steps`, at least 1). With
+        sequence parallelism the ranks of one group share a sample, so dp = world / sp (XTuner)."""
+        dp = self.data_parallel
+        if self.samples is None or not dp:
+            return None
+        per_rank = -(-self.samples.value // (self.micro_batch.value * dp))
+        return max(per_rank // self.grad_accum.value, 1)
+
+    @property
+    def deepspeed_version(self) -> str | None:
+        return self.env.version_of("deepspeed") if self.env is not None else None
+
+    def sources(self) -> dict[str, str]:
+        """Every known value's origin, one line each (what `plan --format json` reports as `sources`)."""
+        out: dict[str, str] = {}
+        for holder in (self, self.cluster, self.zero):
+            for f in fields(holder) if holder is not None else ():
+                value = getattr(holder, f.name)
+                if isinstance(value, Known):
+                    out[f.name.removesuffix("_bytes")] = value.origin.describe()
+        return out
+
+    def facts(self) -> dict[str, Any]:
+        """Facts the knowledge base matches (see kb/schema.py): the files' facts, overridden by the values
+        this description resolved, so a KB condition sees what the run will do, not only what a file says
+        (e.g. LLaMA-Factory turns gradient checkpointing on unless `disable_gradient_checkpointing`)."""
+        f = self.files.facts()
+        f["hf.gradient_checkpointing"] = self.gradient_checkpointing.value
+        f["setup.gradient_checkpointing"] = self.gradient_checkpointing.value
+        if self.use_reentrant is not None:
+            f["hf.gradient_checkpointing_kwargs.use_reentrant"] = self.use_reentrant.value
+        f["setup.method"] = self.method.value
+        f["setup.precision"] = self.precision.value
+        f["setup.micro_batch"] = self.micro_batch.value
+        f["setup.grad_accum"] = self.grad_accum.value
+        f["setup.seq_len"] = self.seq_len.value
+        f["setup.sequence_parallel"] = self.sequence_parallel.value
+        if self.world_size:
+            f["setup.world_size"] = self.world_size
+        if self.zero is not None:
+            z = self.zero
+            f["setup.zero_stage"] = z.stage.value
+            f["setup.offload_optimizer"] = z.offload_optimizer.value
+            f["setup.offload_param"] = z.offload_param.value
+            f["setup.pin_memory"] = z.pin_memory.value
+            f["setup.zero3_init"] = z.zero3_init.value
+        return f
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flags
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunFlags:
+    """Command-line values (None = not given), the same for `plan`, `check`, `selftest`. Sizes in GiB."""
+
+    model: str | None = None
+    files: tuple[str, ...] = ()
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    gpu_memory_gib: float | None = None
+    host_ram_gib: float | None = None
+    method: str | None = None
+    lora_rank: int | None = None
+    lora_targets: str | None = None
+    quant_storage: str | None = None
+    precision: str | None = None
+    optimizer: str | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    gradient_checkpointing: bool | None = None
+    attn: str | None = None
+    sequence_parallel: int | None = None
+    samples: int | None = None
+    deepspeed: str | None = None
+    stage: int | None = None
+    offload_optimizer: str | None = None
+    offload_param: str | None = None
+    save_only_model: bool | None = None
+    framework: str | None = None
+    world_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterFile:
+    """Values of a `cluster.yaml` (nodes, gpus_per_node, gpu_memory_gib, host_ram_gib) with their origins."""
+
+    values: Mapping[str, Known[Any]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building it
+# ---------------------------------------------------------------------------------------------------------
+
+
+def choice(value: str, allowed: tuple[str, ...], what: str) -> str:
+    low = str(value).strip().lower()
+    if low in allowed:
+        return low
+    close = difflib.get_close_matches(low, allowed, n=3, cutoff=0.4)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"use one of: {', '.join(allowed)}"
+    raise SetupError(f"{what} '{value}' is not known", hint=hint)
+
+
+def positive(value: Any, what: str) -> int:
+    num = as_number(value)
+    if num is None or num != num or num in (float("inf"), float("-inf")) or num != int(num) or num <= 0:
+        raise SetupError(f"{what} must be a whole number above 0, got {value!r}")
+    return int(num)
+
+
+def _positive_known(k: Known[Any], what: str) -> Known[int]:
+    """A count that must be a whole number above 0; the error names the flag or the file line it came from."""
+    o = k.origin
+    where = o.detail if o.kind == "flag" else (f"{o.describe()}: {what}" if o.file else what)
+    return Known(positive(k.value, where), o)
+
+
+def _gib_bytes(value: Any, what: str) -> int:
+    num = as_number(value)
+    if num is None or num != num or num in (float("inf"), float("-inf")) or num <= 0 or num > 2**40:
+        raise SetupError(f"{what} must be a size in GiB above 0, got {value!r}")
+    return int(num * GIB)
+
+
+def lora_targets(value: Any) -> str | tuple[str, ...]:
+    """PEFT / LLaMA-Factory target spelling: "all", "all-linear", "q_proj,v_proj", a list."""
+    if isinstance(value, list | tuple):
+        names = tuple(str(v).strip() for v in value if str(v).strip())
+    else:
+        text = str(value).strip()
+        if text.lower() in ("all", "all-linear", "all_linear"):
+            return LORA_ALL_LINEAR
+        names = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not names:
+        raise SetupError(
+            "the LoRA target list is empty", hint=f"use '{LORA_ALL_LINEAR}' or q_proj,v_proj,..."
+        )
+    return names
+
+
+def _first(*candidates: Known[Any] | None) -> Known[Any] | None:
+    return next((c for c in candidates if c is not None and c.value is not None), None)
+
+
+class _Reader:
+    """Reads the values the framework files give, each as a Known with its file position."""
+
+    def __init__(self, setup: TrainingSetup | None) -> None:
+        self.s = setup
+
+    def arg(self, *names: str) -> Known[Any] | None:
+        """First of `names` given in the HF / LLaMA-Factory arguments file (not a default)."""
+        s = self.s
+        if s is None or s.args_doc is None:
+            return None
+        for name in names:
+            if name in s.args_doc.data and s.args_doc.data[name] is not None:
+                return Known(
+                    s.args.get(name, s.args_doc.data[name]), Origin.of_evidence(s.arg_evidence(name))
+                )
+        return None
+
+    def xt(self, *paths: tuple[str, ...] | str) -> Known[Any] | None:
+        s = self.s
+        if s is None or s.xtuner_doc is None:
+            return None
+        for path in paths:
+            value = s.xtuner_doc.get(path)
+            if value is not None and isinstance(value, int | float | str | bool):
+                return Known(value, Origin.of_evidence(s.xtuner_doc.evidence(path)))
+        return None
+
+    def ds(self, key: str, *, concrete: bool = False) -> Known[Any] | None:
+        """A DeepSpeed key: as written (with its position), or DeepSpeed's default; with `concrete`, only a
+        written non-"auto" value."""
+        s = self.s
+        if s is None or s.ds_written is None:
+            return None
+        written = s.ds_written_value(key)
+        if concrete and (written is None or is_auto(written)):
+            return None
+        filled = s.resolution.filled.get(key) if s.resolution is not None else None
+        if filled is not None and is_auto(written):
+            value, from_key = filled
+            return Known(value, Origin("auto", f'"auto" filled from {from_key}', *_pos(s, key)))
+        value = s.ds_flat().get(key)
+        if value is None:
+            return None
+        if written is None:
+            return Known(value, Origin("deepspeed", f"DeepSpeed default for {key}", key=key))
+        return Known(value, Origin.of_evidence(s.ds_evidence(key)))
+
+
+def _pos(s: TrainingSetup, key: str) -> tuple[str | None, int | None, int | None, str]:
+    ev = s.ds_evidence(key)
+    return ev.file, ev.line, ev.column, key
+
+
+def describe_run(
+    setup: TrainingSetup | None,
+    flags: RunFlags | None = None,
+    *,
+    env: Environment | None = None,
+    cluster_file: ClusterFile | None = None,
+) -> RunDescription:
+    """Resolve files + flags + cluster file + environment into one RunDescription.
+
+    Raises SetupError only for values that are wrong (a method that does not exist, a zero micro batch);
+    values nobody gave stay unknown (None) or take a documented default that says so in its origin."""
+    flags = flags or RunFlags()
+    if setup is None:
+        from zerodoctor.setup.model import build_setup
+
+        setup = build_setup([], env=env, framework=flags.framework)
+    env = env if env is not None else setup.env
+    rd = _Reader(setup if setup.documents else None)
+    cf = dict(cluster_file.values) if cluster_file is not None else {}
+    env_facts = env.facts() if env is not None else {}
+    notes: list[str] = []
+
+    def fl(name: str, value: Any) -> Known[Any] | None:
+        return Known(value, _flag("--" + name.replace("_", "-"))) if value is not None else None
+
+    def envk(key: str, what: str) -> Known[Any] | None:
+        value = env_facts.get(key)
+        return Known(value, Origin("environment", f"--env ({what})")) if value else None
+
+    # ---- framework -----------------------------------------------------------------------------------
+    fw_name = flags.framework or setup.framework
+    traits = FrameworkTraits(
+        name=fw_name,
+        fills_auto=(fw_name in FILLS_AUTO) if fw_name else None,
+        zero_init=_zero_init_trait(setup, fw_name),
+        client_optimizer=setup.client_optimizer(),
+    )
+
+    # ---- model ---------------------------------------------------------------------------------------
+    model_ref = _first(fl("model", flags.model), _model_ref_from_files(setup))
+    model: ModelSpec | None = None
+    model_note: str | None = None
+    if model_ref is not None:
+        if setup.model_spec is not None and flags.model is None:
+            model = setup.model_spec
+        else:
+            from zerodoctor.setup.load import resolve_model_quietly
+
+            spec, model_note = resolve_model_quietly(str(model_ref.value))
+            model = spec if isinstance(spec, ModelSpec) else None
+        if model is None and model_note is None:
+            model_note = setup.model_note
+
+    # ---- cluster -------------------------------------------------------------------------------------
+    gpn_k = _first(
+        fl("gpus_per_node", flags.gpus_per_node),
+        cf.get("gpus_per_node"),
+        envk("env.gpu_count", "GPUs in the snapshot"),
+    )
+    gpn = _positive_known(gpn_k, "GPUs per node") if gpn_k else None
+    world_k = _first(
+        fl("world_size", flags.world_size),
+        Known(flags.nodes * flags.gpus_per_node, _flag("--nodes x --gpus-per-node"))
+        if flags.nodes and flags.gpus_per_node
+        else None,
+        Known(setup.world_size, _world_origin(setup)) if setup.world_size else None,
+    )
+    nodes_k = _first(fl("nodes", flags.nodes), cf.get("nodes"))
+    if nodes_k is None and world_k is not None and gpn is not None and world_k.value % gpn.value == 0:
+        nodes_k = Known(world_k.value // gpn.value, Origin("default", "world size / GPUs per node"))
+    if nodes_k is None and gpn is not None:
+        nodes_k = Known(1, _default("1 node (pass --nodes)"))
+    nodes = _positive_known(nodes_k, "number of nodes") if nodes_k else None
+    if world_k is None and nodes is not None and gpn is not None:
+        world_k = Known(nodes.value * gpn.value, Origin("default", "nodes x GPUs per node"))
+    world = _positive_known(world_k, "world size") if world_k else None
+    gpu_mem = _first(
+        fl("gpu_memory", _gib_bytes(flags.gpu_memory_gib, "--gpu-memory") if flags.gpu_memory_gib else None),
+        _bytes_from_gib(cf.get("gpu_memory_gib"), "gpu_memory_gib"),
+        envk("env.gpu_memory_bytes", "smallest GPU"),
+    )
+    host = _first(
+        fl("host_ram", _gib_bytes(flags.host_ram_gib, "--host-ram") if flags.host_ram_gib else None),
+        _bytes_from_gib(cf.get("host_ram_gib"), "host_ram_gib"),
+        envk("env.host_ram_bytes", "host RAM"),
+    )
+    cluster = ClusterDescription(nodes, gpn, world, gpu_mem, host)
+
+    # ---- recipe --------------------------------------------------------------------------------------
+    method_k = _first(
+        fl("method", flags.method),
+        Known(setup.method, _method_origin(setup)) if setup.method else None,
+    ) or Known("full", _default("full fine-tuning"))
+    method = Known(choice(method_k.value, METHODS, "finetuning method"), method_k.origin)
+    rank_k = _first(fl("lora_rank", flags.lora_rank), rd.arg("lora_rank", "lora_r")) or Known(
+        DEFAULT_LORA_RANK, _default("PEFT r=8")
+    )
+    rank = _positive_known(rank_k, "LoRA rank")
+    targets_k = _first(
+        fl("lora_targets", flags.lora_targets),
+        rd.arg("lora_target", "lora_target_modules", "target_modules"),
+    ) or Known(LORA_ALL_LINEAR, _default("all linear layers"))
+    targets = Known(lora_targets(targets_k.value), targets_k.origin)
+
+    quant = dict(setup.quant)
+    # TRL-style load_in_4bit + torch_dtype: some TRL releases set the storage to torch_dtype (lint QL001 warns);
+    # plan that case, and say so in the value's origin.
+    maybe_dtype = quant.get("bnb_4bit_compute_dtype") if quant.get("quant_storage_maybe_from_dtype") else None
+    quant_origin = (
+        Origin.of_evidence(setup.quant_evidence) if setup.quant_evidence else Origin("file", "quantization")
+    )
+    storage_k = _first(
+        fl("quant_storage", flags.quant_storage),
+        Known(quant.get("bnb_4bit_quant_storage"), quant_origin),
+        Known(maybe_dtype, Origin("framework", "torch_dtype (as TRL's get_quantization_config sets it)")),
+    ) or Known("uint8", _default("bitsandbytes: uint8"))
+    storage = Known(
+        choice(_storage_dtype(storage_k.value), QUANT_STORAGES, "quant storage"), storage_k.origin
+    )
+    by_framework = bool(quant.get("quant_storage_set_by_framework")) and flags.quant_storage is None
+
+    precision_k = _first(fl("precision", flags.precision), _precision(setup, rd)) or Known(
+        "bf16", _default("bf16")
+    )
+    precision = Known(choice(precision_k.value, PRECISIONS, "precision"), precision_k.origin)
+    optimizer_k = _first(fl("optimizer", flags.optimizer), _optimizer(rd)) or Known(
+        "adamw", _default("AdamW")
+    )
+    optimizer = Known(choice(optimizer_k.value, OPTIMIZERS, "optimizer"), optimizer_k.origin)
+
+    micro_k = _first(
+        fl("micro_batch", flags.micro_batch),
+        rd.xt(("train_dataloader", "batch_size"), "batch_size"),
+        rd.arg("per_device_train_batch_size"),
+        rd.ds("train_micro_batch_size_per_gpu", concrete=True),
+    ) or _micro_default(setup)
+    micro = _positive_known(micro_k, "micro batch")
+    accum_k = _first(
+        fl("grad_accum", flags.grad_accum),
+        rd.xt(("optim_wrapper", "accumulative_counts"), "accumulative_counts"),
+        rd.arg("gradient_accumulation_steps"),
+        rd.ds("gradient_accumulation_steps", concrete=True),
+    ) or Known(1, _default("1 (HF and DeepSpeed default)"))
+    accum = _positive_known(accum_k, "gradient accumulation steps")
+    seq_k = _first(
+        fl("seq_len", flags.seq_len),
+        rd.xt("max_length"),
+        rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length"),
+    ) or Known(DEFAULT_SEQ_LEN, _default(f"{DEFAULT_SEQ_LEN} (LLaMA-Factory cutoff_len default)"))
+    seq = _positive_known(seq_k, "sequence length")
+    gc_k = _first(
+        fl("gradient_checkpointing", flags.gradient_checkpointing), _gradient_checkpointing(setup, rd)
+    )
+    gc = (
+        Known(bool(truthy(gc_k.value)), gc_k.origin)
+        if gc_k
+        else Known(True, _default("on (pass --no-gradient-checkpointing)"))
+    )
+    reentrant = setup.use_reentrant()
+    use_reentrant = (
+        Known(reentrant, _reentrant_origin(setup, rd)) if reentrant is not None and gc.value else None
+    )
+    attn_k = _first(fl("attn", flags.attn), _attn(setup, rd)) or Known("sdpa", _default("transformers: sdpa"))
+    attn = Known(choice(attn_k.value, ATTN_IMPLS, "attention implementation"), attn_k.origin)
+    sp_k = _first(
+        fl("sequence_parallel", flags.sequence_parallel),
+        rd.xt("sequence_parallel_size"),
+        rd.arg("sequence_parallel_size"),
+    ) or Known(1, _default("no sequence parallelism"))
+    sp = _positive_known(sp_k, "sequence parallel size")
+    if world is not None and world.value % sp.value:
+        raise SetupError(
+            f"world size {world.value} is not divisible by sequence parallel size {sp.value}",
+            hint="choose a sequence parallel size that divides the number of GPUs",
+        )
+    if seq.value % sp.value:
+        notes.append(
+            f"sequence length {seq.value} is not a multiple of sequence parallel {sp.value}; rounded up per rank"
+        )
+    samples_v = flags.samples if flags.samples is not None else setup.dataset_samples
+    samples = Known(positive(samples_v, "--samples"), _flag("--samples")) if samples_v is not None else None
+    epochs_k = _first(rd.arg("num_train_epochs"), rd.xt("max_epochs"))
+    epochs = None
+    if epochs_k is not None and as_number(epochs_k.value) is not None:
+        epochs = Known(float(as_number(epochs_k.value) or 0), epochs_k.origin)
+    steps_k = _first(rd.arg("max_steps"), rd.xt("max_iters"))
+    max_steps = None
+    if steps_k is not None and as_number(steps_k.value) is not None and (as_number(steps_k.value) or 0) > 0:
+        max_steps = Known(int(as_number(steps_k.value) or 0), steps_k.origin)
+    save_only_k = _first(fl("save_only_model", flags.save_only_model), rd.arg("save_only_model")) or Known(
+        False, Origin("framework", "HF save_only_model default false")
+    )
+    save_only = Known(bool(truthy(save_only_k.value)), save_only_k.origin)
+
+    # ---- ZeRO ----------------------------------------------------------------------------------------
+    zero = _zero(setup, rd, model, traits, flags, notes)
+    if traits.name is None and setup.ds_written is not None:
+        notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
+
+    return RunDescription(
+        files=setup,
+        env=env,
+        framework=traits,
+        model_ref=Known(str(model_ref.value), model_ref.origin) if model_ref else None,
+        model=model,
+        model_note=model_note,
+        method=method,
+        lora_rank=rank,
+        lora_targets=targets,
+        quant_storage=storage,
+        quant_storage_by_framework=by_framework,
+        precision=precision,
+        optimizer=optimizer,
+        micro_batch=micro,
+        grad_accum=accum,
+        seq_len=seq,
+        gradient_checkpointing=gc,
+        use_reentrant=use_reentrant,
+        attn=attn,
+        sequence_parallel=sp,
+        samples=samples,
+        epochs=epochs,
+        max_steps=max_steps,
+        save_only_model=save_only,
+        zero=zero,
+        cluster=cluster,
+        notes=tuple(notes),
+    )
+
+
+# ---- pieces ---------------------------------------------------------------------------------------------
+
+
+def _bytes_from_gib(k: Known[Any] | None, what: str) -> Known[int] | None:
+    return Known(_gib_bytes(k.value, what), k.origin) if k is not None else None
+
+
+def _world_origin(s: TrainingSetup) -> Origin:
+    src = s.world_size_source or "files"
+    if s.accelerate_doc is not None and "num_processes" in src:
+        return Origin.of_evidence(s.accelerate_doc.evidence(("num_processes",)))
+    return Origin("flag", src) if src.startswith("--") else Origin("file", src)
+
+
+def _model_ref_from_files(s: TrainingSetup) -> Known[Any] | None:
+    if not s.model_ref:
+        return None
+    if s.args_doc is not None and s.args_doc.has("model_name_or_path"):
+        return Known(s.model_ref, Origin.of_evidence(s.args_doc.evidence(("model_name_or_path",))))
+    if s.xtuner_doc is not None and s.xtuner_doc.has("pretrained_model_name_or_path"):
+        return Known(
+            s.model_ref, Origin.of_evidence(s.xtuner_doc.evidence(("pretrained_model_name_or_path",)))
+        )
+    return Known(s.model_ref, Origin("file", "model"))
+
+
+def _method_origin(s: TrainingSetup) -> Origin:
+    if s.quant_evidence is not None:
+        return Origin.of_evidence(s.quant_evidence)
+    if s.args_doc is not None:
+        for key in ("finetuning_type", "use_peft_lora", "use_peft", "lora_r", "lora_target_modules"):
+            if s.args_doc.has(key):
+                return Origin.of_evidence(s.args_doc.evidence((key,)))
+        if s.args_doc.kind == "llamafactory":
+            return Origin.of_evidence(
+                s.args_doc.file_evidence(), "framework", "LLaMA-Factory finetuning_type default lora"
+            )
+    if s.xtuner_doc is not None and s.xtuner_doc.has(("model", "lora")):
+        return Origin.of_evidence(s.xtuner_doc.evidence(("model", "lora")))
+    return Origin("framework", "no adapter or quantization configured: full fine-tuning")
+
+
+def _storage_dtype(value: Any) -> str:
+    """setup's dtype spelling, plus "none" for "no quant storage" (bitsandbytes then packs into uint8)."""
+    if str(value).strip().lower() == "none":
+        return "uint8"
+    return normalize_dtype(value) or "uint8"
+
+
+def _micro_default(s: TrainingSetup) -> Known[int]:
+    if s.args_doc is not None:
+        # transformers TrainingArguments.per_device_train_batch_size default 8; LLaMA-Factory inherits it.
+        return Known(8, Origin("framework", "HF per_device_train_batch_size default 8"))
+    return Known(1, Origin("deepspeed", "DeepSpeed train_micro_batch_size_per_gpu default 1"))
+
+
+def _precision(s: TrainingSetup, rd: _Reader) -> Known[str] | None:
+    for name in ("bf16", "fp16"):
+        k = rd.arg(name)
+        if k is not None and truthy(k.value):
+            return Known(name, k.origin)
+    if s.mixed_precision_evidence is not None and s.accelerate_doc is not None:
+        mp = str(s.accelerate_doc.get("mixed_precision") or "").lower()
+        if mp in ("bf16", "fp16"):
+            return Known(mp, Origin.of_evidence(s.mixed_precision_evidence))
+    if s.ds_written is not None:
+        for name in ("bf16", "fp16"):
+            k = rd.ds(f"{name}.enabled")
+            if k is not None and k.value is True:
+                return Known(name, k.origin)
+        if s.args_doc is None and s.xtuner_doc is None and s.framework == "deepspeed":
+            return Known("fp32", Origin("deepspeed", "neither bf16 nor fp16 enabled: fp32"))
+    return None
+
+
+def _optimizer(rd: _Reader) -> Known[str] | None:
+    k = rd.arg("optim")
+    if k is not None and isinstance(k.value, str):
+        low = k.value.lower()
+        name = (
+            "adamw_8bit" if "8bit" in low else "sgd" if "sgd" in low else "adamw" if "adam" in low else None
+        )
+        if name:
+            return Known(name, k.origin)
+    k = rd.ds("optimizer.type", concrete=True)
+    if k is not None and isinstance(k.value, str):
+        return Known("sgd" if "sgd" in k.value.lower() else "adamw", k.origin)
+    return None
+
+
+def _gradient_checkpointing(s: TrainingSetup, rd: _Reader) -> Known[bool] | None:
+    if s.args_doc is not None and s.args_doc.kind == "llamafactory":
+        k = rd.arg("disable_gradient_checkpointing")
+        if k is not None:
+            return Known(not truthy(k.value), k.origin)
+        return Known(True, Origin("framework", "LLaMA-Factory turns gradient checkpointing on by default"))
+    k = rd.arg("gradient_checkpointing")
+    if k is not None:
+        return Known(bool(truthy(k.value)), k.origin)
+    if s.args_doc is not None:
+        return Known(False, Origin("framework", "HF gradient_checkpointing default false"))
+    if s.xtuner_doc is not None:
+        return Known(True, Origin("framework", "XTuner enables gradient checkpointing by default"))
+    return None
+
+
+def _reentrant_origin(s: TrainingSetup, rd: _Reader) -> Origin:
+    k = rd.arg("gradient_checkpointing_kwargs", "use_reentrant")
+    if k is not None:
+        return k.origin
+    return Origin("framework", "transformers 5.23 default use_reentrant=False")
+
+
+def _attn(s: TrainingSetup, rd: _Reader) -> Known[str] | None:
+    k = rd.arg("attn_implementation", "flash_attn")
+    if k is not None and isinstance(k.value, str):
+        low = k.value.lower()
+        if "flash" in low or low in ("fa2", "fa3"):
+            return Known("flash", k.origin)
+        return Known("eager" if low in ("eager", "disabled") else "sdpa", k.origin)
+    k = rd.arg("use_flash_attn")
+    if k is not None and truthy(k.value):
+        return Known("flash", k.origin)
+    sp = rd.xt("sequence_parallel_size")
+    if sp is not None and sp.value not in (1, None):
+        return Known("flash", Origin("framework", "XTuner sequence parallelism dispatches flash attention"))
+    return None
+
+
+def _zero_init_trait(s: TrainingSetup, framework: str | None) -> bool | None:
+    """Whether the model is built under zero.Init for ZeRO-3: accelerate's zero3_init_flag; HF Trainer and
+    LLaMA-Factory and XTuner do (docs/framework-facts.md); plain DeepSpeed only if the user's script does."""
+    flag = s.zero3_init_flag()
+    if flag is not None:
+        return flag
+    if framework in ("hf", "llamafactory", "xtuner"):
+        return True
+    return None
+
+
+def _num(value: Any, fallback: int) -> int:
+    num = as_number(value)
+    if num is None or num != num or num in (float("inf"), float("-inf")):
+        return fallback
+    return int(num)
+
+
+def _zero(
+    s: TrainingSetup,
+    rd: _Reader,
+    model: ModelSpec | None,
+    traits: FrameworkTraits,
+    flags: RunFlags,
+    notes: list[str],
+) -> ZeroDescription | None:
+    """The ZeRO configuration as DeepSpeed will run it: "auto" bucket values as HF fills them from the
+    model's hidden size (HF-like frameworks; transformers integrations/deepspeed.py trainer_config_finalize),
+    DeepSpeed's code defaults for absent keys, flags over both."""
+    if s.ds_written is None and flags.stage is None and not (flags.offload_optimizer or flags.offload_param):
+        return None
+    h = model.params.hidden_size if model is not None else None
+    hf_like = traits.name in ("hf", "llamafactory", "accelerate")
+
+    def knob(key: str, ds_default: int, hf_auto: int | None) -> Known[int]:
+        full = f"zero_optimization.{key}"
+        k = rd.ds(full)
+        if k is None:
+            return Known(ds_default, Origin("deepspeed", f"DeepSpeed default for {full}", key=full))
+        if is_auto(k.value):
+            if hf_like and hf_auto is not None:
+                return Known(
+                    hf_auto,
+                    Origin(
+                        "auto", f'"auto" -> {hf_auto:,} (HF: from hidden size {h})', *_pos(s, full)[:3], full
+                    ),
+                )
+            return Known(
+                ds_default,
+                Origin("deepspeed", f'"auto" left unfilled: DeepSpeed default {ds_default:,}', key=full),
+            )
+        return Known(_num(k.value, ds_default), k.origin)
+
+    stage_k = rd.ds("zero_optimization.stage") or Known(0, Origin("deepspeed", "DeepSpeed default stage 0"))
+    if flags.stage is not None:
+        if flags.stage not in (0, 1, 2, 3):
+            raise SetupError(f"--stage must be 0, 1, 2 or 3, got {flags.stage}")
+        stage_k = Known(flags.stage, _flag("--stage"))
+    stage = Known(_num(stage_k.value, 0), stage_k.origin)
+    if stage.value not in (0, 1, 2, 3):
+        raise SetupError(
+            f"zero_optimization.stage is {stage_k.value!r}", hint="DeepSpeed accepts stage 0, 1, 2 or 3"
+        )
+
+    def device(part: str) -> tuple[Known[str], str]:
+        key = f"zero_optimization.offload_{part}.device"
+        flag_value = getattr(flags, f"offload_{part}")
+        k = Known(flag_value, _flag(f"--offload-{part}")) if flag_value else rd.ds(key)
+        k = k or Known("none", Origin("deepspeed", "no offload", key=key))
+        written = choice(str(k.value or "none"), OFFLOAD_DEVICES, key)
+        return Known(written, k.origin), written
+
+    opt_k, opt_written = device("optimizer")
+    par_k, par_written = device("param")
+    # DeepSpeed ignores parameter offload below stage 3 and any offload at stage 0 (lint DS005 says so).
+    if stage.value < 3 and par_written != "none":
+        par_k = Known(
+            "none",
+            Origin(
+                "deepspeed",
+                f"ignored at ZeRO stage {stage.value}",
+                *_pos(s, "zero_optimization.offload_param.device")[:3],
+                "zero_optimization.offload_param.device",
+            ),
+        )
+        notes.append(
+            f"offload_param.device is {par_written!r} but ZeRO stage is {stage.value}: DeepSpeed ignores it, "
+            "so parameters stay on the GPU"
+        )
+    if stage.value == 0 and opt_written != "none":
+        opt_k = Known("none", Origin("deepspeed", "ignored at ZeRO stage 0"))
+        notes.append("offload_optimizer is ignored at ZeRO stage 0 (no ZeRO optimizer is built)")
+
+    pin = _pin_memory(s, rd, opt_k.value, par_k.value)
+    overlap_k = rd.ds("zero_optimization.overlap_comm")
+    overlap = (
+        Known(bool(truthy(overlap_k.value)), overlap_k.origin)
+        if overlap_k is not None and overlap_k.value is not None
+        else Known(stage.value == 3, Origin("deepspeed", "overlap_comm default: on for ZeRO-3 only"))
+    )
+    gather_k = rd.ds("zero_optimization.stage3_gather_16bit_weights_on_model_save")
+    gather = (
+        Known(bool(truthy(gather_k.value)), gather_k.origin)
+        if gather_k is not None
+        else Known(False, Origin("deepspeed", "stage3_gather_16bit_weights_on_model_save default false"))
+    )
+    zero3_init = Known(
+        traits.zero_init if traits.zero_init is not None else True,
+        _zero_init_origin(s, traits),
+    )
+    if zero3_init.value is False and stage.value == 3:
+        notes.append(
+            "the model is not built under zero.Init: every rank loads the whole model before partitioning"
+        )
+    clip_k = rd.ds("gradient_clipping")
+    clip = None
+    if clip_k is not None and as_number(clip_k.value) is not None:
+        clip = Known(float(as_number(clip_k.value) or 0.0), clip_k.origin)
+    elif clip_k is not None and is_auto(clip_k.value):
+        mgn = rd.arg("max_grad_norm")
+        if mgn is not None and as_number(mgn.value) is not None:
+            clip = Known(
+                float(as_number(mgn.value) or 0.0),
+                Origin(
+                    "auto",
+                    '"auto" filled from max_grad_norm',
+                    *_pos(s, "gradient_clipping")[:3],
+                    "gradient_clipping",
+                ),
+            )
+        elif traits.fills_auto:
+            clip = Known(
+                1.0,
+                Origin("auto", '"auto" filled from HF max_grad_norm default 1.0', key="gradient_clipping"),
+            )
+    flat = s.ds_flat() if s.ds_written is not None else {}
+    return ZeroDescription(
+        stage=stage,
+        offload_optimizer=opt_k,
+        offload_param=par_k,
+        offload_optimizer_written=opt_written,
+        offload_param_written=par_written,
+        pin_memory=pin,
+        reduce_bucket_size=knob("reduce_bucket_size", DS_DEFAULT_REDUCE_BUCKET, h * h if h else None),
+        allgather_bucket_size=knob("allgather_bucket_size", DS_DEFAULT_ALLGATHER_BUCKET, None),
+        prefetch_bucket_size=knob(
+            "stage3_prefetch_bucket_size", DS_DEFAULT_PREFETCH_BUCKET, int(0.9 * h * h) if h else None
+        ),
+        max_live_parameters=knob("stage3_max_live_parameters", DS_DEFAULT_MAX_LIVE, None),
+        max_reuse_distance=knob("stage3_max_reuse_distance", DS_DEFAULT_MAX_REUSE, None),
+        param_persistence_threshold=knob(
+            "stage3_param_persistence_threshold", DS_DEFAULT_PERSISTENCE, 10 * h if h else None
+        ),
+        sub_group_size=knob("sub_group_size", DS_DEFAULT_SUB_GROUP, None),
+        overlap_comm=overlap,
+        gather_16bit_on_save=gather,
+        zero3_init=zero3_init,
+        gradient_clipping=clip,
+        nvme_param_buffer_count=_num(
+            flat.get("zero_optimization.offload_param.buffer_count"), DS_DEFAULT_NVME_PARAM_BUFFER_COUNT
+        ),
+        nvme_param_buffer_size=_num(
+            flat.get("zero_optimization.offload_param.buffer_size"), DS_DEFAULT_NVME_PARAM_BUFFER_SIZE
+        ),
+        nvme_optimizer_buffer_count=_num(
+            flat.get("zero_optimization.offload_optimizer.buffer_count"),
+            DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT,
+        ),
+    )
+
+
+def _zero_init_origin(s: TrainingSetup, traits: FrameworkTraits) -> Origin:
+    if s.accelerate_doc is not None:
+        section = s.accelerate_doc.get("deepspeed_config") or {}
+        if isinstance(section, dict) and "zero3_init_flag" in section:
+            return Origin.of_evidence(s.accelerate_doc.evidence(("deepspeed_config", "zero3_init_flag")))
+        return Origin("framework", "accelerate zero3_init_flag default: on for ZeRO-3")
+    if traits.zero_init:
+        return Origin("framework", f"{traits.name} builds the model under zero.Init for ZeRO-3")
+    return _default("assumed built under zero.Init (a plain deepspeed.initialize script must do it itself)")
+
+
+def _pin_memory(s: TrainingSetup, rd: _Reader, opt: str, par: str) -> Known[bool]:
+    """pin_memory of the offloaded parts, as DeepSpeed resolves it. Not written and DeepSpeed's version
+    unknown: assume pinned (the default since DeepSpeed PR #8207, and the larger host footprint, so the host
+    RAM check errs on the safe side). One value for lint and plan."""
+    offloaded = [p for p, dev in (("optimizer", opt), ("param", par)) if dev != "none"]
+    if not offloaded:
+        return Known(False, Origin("deepspeed", "nothing offloaded"))
+    for part in offloaded:
+        key = f"zero_optimization.offload_{part}.pin_memory"
+        written = s.ds_written_value(key) if s.ds_written is not None else None
+        if written is not None and truthy(written):
+            return Known(True, Origin.of_evidence(s.ds_evidence(key)))
+    for part in offloaded:
+        key = f"zero_optimization.offload_{part}.pin_memory"
+        written = s.ds_written_value(key) if s.ds_written is not None else None
+        if written is None:
+            default = pin_memory_default(s.package_version("deepspeed"))
+            if default is None:
+                return Known(
+                    True,
+                    Origin(
+                        "default",
+                        "pin_memory not written and DeepSpeed version unknown: assumed on (its "
+                        "default since DeepSpeed PR #8207; the larger host footprint)",
+                        key=key,
+                    ),
+                )
+            if default:
+                return Known(
+                    True,
+                    Origin(
+                        "deepspeed",
+                        f"pin_memory default on in DeepSpeed {s.package_version('deepspeed')}",
+                        key=key,
+                    ),
+                )
+    key = f"zero_optimization.offload_{offloaded[0]}.pin_memory"
+    written = s.ds_written_value(key) if s.ds_written is not None else None
+    if written is not None:
+        return Known(False, Origin.of_evidence(s.ds_evidence(key)))
+    return Known(
+        False,
+        Origin("deepspeed", f"pin_memory default off in DeepSpeed {s.package_version('deepspeed')}", key=key),
+    )
