@@ -1,24 +1,29 @@
-"""Speed of `zerodoctor diagnose` against `grep -E` with the same patterns, on a generated multi-rank log.
+"""Speed of `zerodoctor diagnose` against `grep -E` with the same patterns, on two generated multi-rank logs.
 
     python benchmarks/diagnose_speed.py [--size-mb 1024] [--repeat 2] [--keep DIR]
 
-The log (default 1 GiB) imitates an 8-rank DeepSpeed ZeRO-3 run: torchrun rank prefixes, pdsh host
-prefixes, timestamps, tqdm bars with carriage returns, trainer loss dicts, DeepSpeed info lines, warnings,
-and near the end a rank OOM-killed (SIGKILL) with NCCL errors on the other ranks. grep gets every pattern
-the diagnose scan uses (all KB signatures and the extractor patterns) translated from Python `re` to POSIX
-ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_]; `(?i)` dropped, the
-two case-insensitive context patterns then match case-sensitively), run as `LC_ALL=C grep -E -c -f`.
-Both read the same file from the page cache (one warm-up read first); the best of --repeat runs is shown.
-Peak RSS is the child's ru_maxrss.
+Two logs (default 1 GiB each), measured one after the other in the same run:
+  * generated: few hits per MB. It imitates an 8-rank DeepSpeed ZeRO-3 run: torchrun rank prefixes, pdsh
+    host prefixes, timestamps, tqdm bars with carriage returns, trainer loss dicts, DeepSpeed info lines,
+    warnings, and near the end a rank OOM-killed (SIGKILL) with NCCL errors on the other ranks.
+  * dense: built from the lines real DeepSpeed 0.14.4 ZeRO-3 offload runs print every step on 8 ranks
+    (`see_memory_usage` lines, `Invalidate trace cache` warnings, timer and log_dist lines, loss dicts), about
+    8 % of lines hitting a knowledge-base signature; a normal save in the middle (transformers'
+    `stage3_gather_16bit_weights_on_model_save=false` message) and a host OOM kill at the end.
+grep gets every pattern the diagnose scan uses (all KB signatures and the extractor patterns) translated from
+Python `re` to POSIX ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_]; `(?i)`
+dropped, the two case-insensitive context patterns then match case-sensitively), run as
+`LC_ALL=C grep -E -c -f`. Both read the same file from the page cache (one warm-up read first); the best of
+--repeat runs is shown. Peak RSS is the child's ru_maxrss.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -92,23 +97,113 @@ FAILURE = (
 )
 
 
-def generate(path: Path, size_mb: int) -> int:
+def make_dense_block(rng: random.Random, block: int) -> str:
+    """One step of every rank of an 8-rank ZeRO-3 offload run, with the lines real runs print per step
+    (DeepSpeed 0.14.4: `see_memory_usage` per step, `Invalidate trace cache` warnings from a model whose
+    module order changes, timer and log_dist lines, the trainer loss dict, a tqdm update): about 8 % of the
+    lines hit a knowledge-base signature, as in the 8-rank log of issue 10 (174,000 of 2.2 M lines)."""
+    out: list[str] = []
+    for i in range(50):
+        step = block * 50 + i + 1
+        ts = f"[2024-06-21 {10 + step // 3600 % 10:02d}:{step // 60 % 60:02d}:{step % 60:02d},{rng.randrange(1000):03d}]"
+        for r in range(8):
+            pre = f"[rank{r}]: "
+            out.append(
+                f"{pre}{ts} [INFO] [logging.py:96:log_dist] [Rank {r}] step={step}, skipped=0, "
+                f"lr=[{2e-5 * (1 - step / 90000):.6e}], mom=[(0.9, 0.999)]\n"
+            )
+            out.append(
+                f"{pre}{ts} [INFO] [timer.py:259:stop] epoch=0/micro_step={step}/global_step={step}, "
+                f"RunningAvgSamplesPerSec=10.8{r}, CurrSamplesPerSec=10.90, MemAllocated=6.61GB, "
+                "MaxMemAllocated=21.3GB\n"
+            )
+            out.append(f"{pre}{ts} [INFO] [utils.py:779:see_memory_usage] After step {step}\n")
+            out.append(
+                f"{pre}{ts} [INFO] [utils.py:780:see_memory_usage] MA 6.61 GB         Max_MA 21.3 GB         "
+                f"CA 23.{r} GB         Max_CA 24 GB \n"
+            )
+            out.append(
+                f"{pre}{ts} [INFO] [utils.py:787:see_memory_usage] CPU Virtual Memory:  used = "
+                f"{391 + rng.random():.1f} GB, percent = 38.9%\n"
+            )
+            if (step + r) % 12 == 0:
+                out.append(
+                    f"{pre}Invalidate trace cache @ step {step % 7}: expected module {rng.randrange(400)}, "
+                    f"but got module {rng.randrange(400)}\n"
+                )
+            out.append(
+                f"{pre}/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:464: UserWarning: "
+                "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly.\n"
+            )
+            out.append(f"{pre}  return fn(*args, **kwargs)\n")
+            out.append(
+                f"{pre}{ts} [INFO] [stage3.py:2069:step] optimizer step done, micro_step={step}, params=291\n"
+            )
+            out.append(f"{pre}{ts} [INFO] [engine.py:2210:_take_model_step] reduce-scatter of 291 buckets\n")
+            out.append(f"{pre}{ts} [INFO] [partitioned_param_coordinator.py:405:fetch] prefetch 12 params\n")
+            out.append(f"{pre}{ts} [INFO] [engine.py:1951:backward] backward done in 2{r}1 ms\n")
+        out.append(
+            f"[rank0]: {{'loss': {rng.random() + 1:.4f}, 'grad_norm': {rng.random():.4f}, "
+            f"'learning_rate': 1.98e-05, 'epoch': {step / 90000:.2f}}}\n"
+        )
+        out.append(
+            f"[rank0]: \r  {step * 100 // 90000}%|#         | {step}/90000 [1:00:00<40:00:00,  1.61s/it]\n"
+        )
+    return "".join(out)
+
+
+DENSE_HEAD = (
+    "[rank0]: [2024-06-21 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
+    "version=0.14.4, git-hash=unknown, git-branch=unknown\n"
+    "[rank0]: ***** Running training *****\n"
+)
+# A healthy save (transformers' message for stage3_gather_16bit_weights_on_model_save=false), then, at the
+# end, rank 3 killed by the kernel's OOM killer and the launcher tearing the job down.
+DENSE_SAVE = (
+    "[rank0]: [2024-06-21 11:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint "
+    "global_step500 is about to be saved!\n"
+    "[rank0]: stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead, use "
+    "zero_to_fp32.py to recover weights\n"
+    "[rank0]: [2024-06-21 11:00:03,000] [INFO] [engine.py:3536:_save_zero_checkpoint] zero checkpoint saved "
+    "ckpt/checkpoint-500/global_step500/zero_pp_rank_0_mp_rank_00_optim_states.pt\n"
+)
+DENSE_FAILURE = (
+    "[Fri Jun 21 13:59:58 2024] Out of memory: Killed process 4242 (python) total-vm:812345678kB, "
+    "anon-rss:498765432kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:987654kB oom_score_adj:0\n"
+    "[2024-06-21 14:00:00,002] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 4242\n"
+    "[2024-06-21 14:00:00,003] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', "
+    "'train.py', '--local_rank=3'] exits with return code = -9\n"
+)
+
+
+GENERATED_HEAD = (
+    b"[2024-05-01 09:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
+    b"version=0.14.2, git-hash=unknown, git-branch=unknown\n***** Running training *****\n"
+)
+
+
+def generate(path: Path, size_mb: int, *, dense: bool = False) -> int:
+    """Write the generated log (`dense`: the hit-dense one built from real-run lines)."""
     rng = random.Random(0)
     target = size_mb << 20
-    blocks = [make_block(rng, b).encode() for b in range(64)]
+    if dense:
+        blocks = [make_dense_block(rng, b).encode() for b in range(64)]
+        head, middle, tail = DENSE_HEAD.encode(), DENSE_SAVE.encode(), DENSE_FAILURE.encode()
+    else:
+        blocks = [make_block(rng, b).encode() for b in range(64)]
+        head, middle, tail = GENERATED_HEAD, b"", FAILURE.encode()
     written = 0
     with path.open("wb") as f:
-        f.write(
-            b"[2024-05-01 09:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
-            b"version=0.14.2, git-hash=unknown, git-branch=unknown\n***** Running training *****\n"
-        )
+        f.write(head)
         i = 0
         while written < target:
             b = blocks[i % len(blocks)]
             f.write(b)
             written += len(b)
             i += 1
-        f.write(FAILURE.encode())
+            if i == 3:
+                f.write(middle)
+        f.write(tail)
     return path.stat().st_size
 
 
@@ -156,57 +251,83 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
         "t = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
         "dt = time.perf_counter() - t\n"
         "print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
-        "sys.stderr.write(p.stdout[:4000] + p.stderr[-2000:])\n"
+        "sys.stderr.write(p.stdout if p.stdout.strip() else p.stderr[-2000:])\n"
     )
     p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env)
     dt, rss, _rc = p.stdout.split()
     return float(dt), int(rss), p.stderr
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--keep", type=Path, help="write the log here and keep it")
-    ap.add_argument("--engine", default=None, help="force a scan engine (python|hyperscan)")
-    args = ap.parse_args()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="zd-speed-"))
-    work.mkdir(parents=True, exist_ok=True)
-    log = work / "multirank.log"
-    t0 = time.perf_counter()
-    size = generate(log, args.size_mb)
-    gen_s = time.perf_counter() - t0
-    pats = work / "patterns.ere"
-    regexes = pattern_set().regexes
-    pats.write_text("\n".join(to_ere(r) for r in regexes) + "\n")
+def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str, object]:
+    """grep and zerodoctor over one log, alternating, best of `repeat`."""
     with log.open("rb") as f:  # warm the page cache
         while f.read(64 << 20):
             pass
-    env = {**os.environ, "LC_ALL": "C"}
-    if args.engine:
-        env["ZERODOCTOR_SCAN_ENGINE"] = args.engine
     grep = shutil.which("grep") or "grep"
     zd = [sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never", str(log)]
     g_runs, z_runs = [], []
     z_out = ""
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         g_runs.append(timed([grep, "-E", "-c", "-f", str(pats), str(log)], env))
         z_runs.append(timed(zd, env))
         z_out = z_runs[-1][2]
-    g = min(g_runs)
-    z = min(z_runs)
-    mb = size / (1 << 20)
-    verdict = re.search(r'"id": "([^"]+)"', z_out)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"log: {mb:.0f} MiB ({size} bytes), generated in {gen_s:.1f} s; {len(regexes)} patterns")
-    print(f"{'tool':<22}{'seconds':>9}{'MiB/s':>9}{'peak RSS MiB':>14}")
-    print(f"{'grep -E -c -f':<22}{g[0]:>9.2f}{mb / g[0]:>9.0f}{g[1] / 1024:>14.1f}")
-    print(f"{'zerodoctor diagnose':<22}{z[0]:>9.2f}{mb / z[0]:>9.0f}{z[1] / 1024:>14.1f}")
-    print(f"ratio zerodoctor/grep time: {z[0] / g[0]:.2f}x (throughput {g[0] / z[0]:.2f} of grep's)")
-    print(
-        f"grep matched lines: {g[2].strip().splitlines()[0] if g[2].strip() else '?'}; "
-        f"zerodoctor verdict: {verdict.group(1) if verdict else '?'}"
+    try:
+        top = json.loads(z_out)["findings"][0]
+        verdict, severity = top["id"], top["severity"]
+    except (ValueError, KeyError, IndexError):
+        verdict, severity = "?", z_out[-300:]
+    return {
+        "grep": min(g_runs),
+        "zd": min(z_runs),
+        "grep_lines": g_runs[-1][2].strip().splitlines()[0] if g_runs[-1][2].strip() else "?",
+        "verdict": verdict,
+        "severity": severity,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--keep", type=Path, help="write the logs here and keep them")
+    ap.add_argument("--engine", default=None, help="force a scan engine (python|hyperscan)")
+    ap.add_argument(
+        "--logs", default="generated,dense", help="which logs: generated (few hits), dense (real-run lines)"
     )
+    args = ap.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="zd-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    pats = work / "patterns.ere"
+    regexes = pattern_set().regexes
+    pats.write_text("\n".join(to_ere(r) for r in regexes) + "\n")
+    env = {**os.environ, "LC_ALL": "C"}
+    if args.engine:
+        env["ZERODOCTOR_SCAN_ENGINE"] = args.engine
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"{len(regexes)} patterns")
+    print(f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'seconds':>9}{'MiB/s':>8}{'RSS MiB':>9}")
+    for kind in args.logs.split(","):
+        log = work / f"{kind}.log"
+        t0 = time.perf_counter()
+        size = generate(log, args.size_mb, dense=kind == "dense")
+        gen_s = time.perf_counter() - t0
+        r = measure(log, pats, env, args.repeat)
+        g, z = r["grep"], r["zd"]
+        assert isinstance(g, tuple) and isinstance(z, tuple)
+        mb = size / (1 << 20)
+        hits = r["grep_lines"]
+        print(
+            f"{kind:<11}{mb:>6.0f}{hits:>11}{'grep -E -c -f':>22}{g[0]:>9.2f}{mb / g[0]:>8.0f}{g[1] / 1024:>9.1f}"
+        )
+        print(
+            f"{'':<11}{'':>6}{'':>11}{'zerodoctor diagnose':>22}{z[0]:>9.2f}{mb / z[0]:>8.0f}{z[1] / 1024:>9.1f}"
+        )
+        print(
+            f"  {kind}: generated in {gen_s:.1f} s; ratio zerodoctor/grep time {z[0] / g[0]:.2f}x "
+            f"(throughput {g[0] / z[0]:.2f} of grep's); verdict {r['verdict']} ({r['severity']})"
+        )
+        if not args.keep:
+            log.unlink()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

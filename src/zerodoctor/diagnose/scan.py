@@ -83,6 +83,9 @@ class ScanStats:
 
     lines: dict[str, int] = field(default_factory=dict)
     hit_lines: int = 0
+    counted_only: int = (
+        0  # raw matches of saturated knowledge-base patterns, not decoded (see SATURATE_AFTER)
+    )
     engine: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -93,6 +96,13 @@ class _Engine(Protocol):
     def find(self, data: bytes) -> list[tuple[int, int]]:
         """(pattern index, match end offset) for every match."""
         ...
+
+
+# A knowledge-base pattern that has passed the re-check on this many lines is "saturated": its evidence
+# (extract.MAX_EVIDENCE lines), its distinct warnings (extract.MAX_WARNINGS) and its presence are already
+# known, so further raw matches are only counted, not decoded. Per-step lines (DeepSpeed's see_memory_usage,
+# trace-cache warnings) would otherwise cost a decode and a regex per line on logs where 8 % of lines hit.
+SATURATE_AFTER = 64
 
 
 @dataclass(frozen=True)
@@ -168,8 +178,12 @@ def engine(kind: str | None = None) -> _Engine:
     return _PythonEngine(regexes)
 
 
-def _last_progress(chunk: bytes, lo: int, hi: int, base_line: int) -> Progress | None:
-    """The last progress update in chunk[lo:hi] (rfind on literals, then parse that line)."""
+def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progress | None:
+    """The last progress update in chunk[lo:hi] (rfind on literals, then parse that line).
+
+    `lineno_at_hi` is the line number of the line that starts at `hi`: the progress line's number is found by
+    counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
+    the cost per MB does not grow with the number of hits (counting from the chunk start was quadratic)."""
     while hi > lo:
         pos = max(chunk.rfind(lit, lo, hi) for lit in PROGRESS_LITERALS)
         if pos < 0:
@@ -180,7 +194,7 @@ def _last_progress(chunk: bytes, lo: int, hi: int, base_line: int) -> Progress |
         parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
         if parsed is not None:
             kind, step, total, epoch = parsed
-            return Progress(kind, step, total, epoch, base_line + chunk.count(b"\n", 0, start) + 1)
+            return Progress(kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi))
         hi = max(start - 1, lo) if start > lo else lo
     return None
 
@@ -193,24 +207,43 @@ def _line_bounds(chunk: bytes, end: int) -> tuple[int, int]:
 
 
 def scan_source(
-    src: Source, file_index: int, *, chunk_bytes: int = CHUNK_BYTES, eng: _Engine | None = None
+    src: Source,
+    file_index: int,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    eng: _Engine | None = None,
+    verified: dict[int, int] | None = None,
+    stats: ScanStats | None = None,
 ) -> Iterator[Hit | int]:
-    """Yield the Hits of one source in line order, then its line count (an int) last."""
+    """Yield the Hits of one source in line order, then its line count (an int) last.
+
+    `verified` (pattern index -> lines that passed the re-check) is shared by the sources of one scan, so a
+    knowledge-base pattern saturates once for the whole run (SATURATE_AFTER)."""
     ps = pattern_set()
     eng = eng or engine()
+    verified = verified if verified is not None else {}
+    kb_only = [all(k.startswith("kb:") for k in keys) for keys in ps.keys]
+    saturated: set[int] = {pid for pid, n in verified.items() if n >= SATURATE_AFTER and kb_only[pid]}
     base_line = 0
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     for chunk in iter_chunks(src, chunk_bytes):
         matches = eng.find(chunk)
         per_line: dict[int, set[int]] = {}
+        skipped = 0
         for pid, end in matches:
+            if pid in saturated:
+                skipped += 1
+                continue
             start, _stop = _line_bounds(chunk, end)
             per_line.setdefault(start, set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         for start in sorted(per_line):
             pids = per_line[start]
+            if saturated and pids <= saturated:  # saturated earlier in this chunk
+                skipped += len(pids)
+                continue
             counted_lines += chunk.count(b"\n", counted_to, start)
             counted_to = start
             lineno = counted_lines + 1
@@ -222,23 +255,31 @@ def scan_source(
                     candidates = {pid for pid, _end in eng.find(line.text.encode("utf-8"))}
                 else:
                     candidates = pids
-                keys = [k for pid in candidates if ps.compiled[pid].search(line.text) for k in ps.keys[pid]]
-                if not keys:
+                passed = [pid for pid in candidates if ps.compiled[pid].search(line.text)]
+                if not passed:
                     continue
+                keys = [k for pid in passed for k in ps.keys[pid]]
+                for pid in passed:
+                    n = verified[pid] = verified.get(pid, 0) + 1
+                    if n >= SATURATE_AFTER and kb_only[pid]:
+                        saturated.add(pid)
                 kset = frozenset(keys)
                 hit_progress = None
                 if kset & FAILURE_KEYS or any(k.startswith("kb:") for k in kset):
-                    found = _last_progress(chunk, searched_to, start, base_line)
+                    found = _last_progress(chunk, searched_to, start, lineno)
                     if found is not None:
                         progress = found
                     searched_to = start
                     hit_progress = progress
                 yield Hit(line, kset, file_index * (1 << 40) + lineno, file_index, hit_progress)
+        if stats is not None:
+            stats.counted_only += skipped
+        chunk_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         if searched_to < len(chunk):
-            found = _last_progress(chunk, searched_to, len(chunk), base_line)
+            found = _last_progress(chunk, searched_to, len(chunk), base_line + chunk_lines + 1)
             if found is not None:
                 progress = found
-        base_line += chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        base_line += chunk_lines
     yield base_line
 
 
@@ -251,9 +292,12 @@ def iter_hits(
     sources = [open_source(p) for p in paths]
     eng = engine()
     stats.engine = eng.name
+    verified: dict[int, int] = {}
     try:
         for index, src in enumerate(sources):
-            for item in scan_source(src, index, chunk_bytes=chunk_bytes, eng=eng):
+            for item in scan_source(
+                src, index, chunk_bytes=chunk_bytes, eng=eng, verified=verified, stats=stats
+            ):
                 if isinstance(item, int):
                     stats.lines[src.name] = item
                 else:
