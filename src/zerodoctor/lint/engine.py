@@ -10,6 +10,7 @@ from zerodoctor.findings import Finding, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
 from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription, describe_run
 
 
 class RuleCrash(Exception):
@@ -32,10 +33,15 @@ def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | No
 
 
 def lint_setup(setup: TrainingSetup, rules: list[Rule] | None = None) -> list[Finding]:
+    """Describe the run leniently (a wrong value is the rules' to report, not an error) and lint it."""
+    return lint_run(describe_run(setup, strict=False), rules)
+
+
+def lint_run(run: RunDescription, rules: list[Rule] | None = None) -> list[Finding]:
     findings: list[Finding] = []
     for rule in rules if rules is not None else select_rules():
         try:
-            findings.extend(rule.check(setup))
+            findings.extend(rule.check(run))
         except Exception as exc:  # a rule bug must be visible, not fatal to the other rules
             raise RuleCrash(f"rule {rule.code} crashed: {exc!r}\n{traceback.format_exc()}") from exc
     return sort_findings(findings)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 
 if TYPE_CHECKING:
-    from zerodoctor.setup.model import TrainingSetup
+    from zerodoctor.setup.run import RunDescription
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Rule:
     title: str
     severity: Severity  # the default; a finding may be milder when facts are incomplete
     references: tuple[str, ...]
-    check: Callable[[TrainingSetup], Iterable[Finding]]
+    check: Callable[[RunDescription], Iterable[Finding]]
     fix_safety: str | None = None  # "safe", "unsafe" (changes semantics), or None (no automatic fix)
 
     def finding(

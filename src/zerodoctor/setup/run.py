@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from zerodoctor.errors import SetupError
@@ -239,27 +239,33 @@ class RunDescription:
     def facts(self) -> dict[str, Any]:
         """Facts the knowledge base matches (see kb/schema.py): the files' facts, overridden by the values
         this description resolved, so a KB condition sees what the run will do, not only what a file says
-        (e.g. LLaMA-Factory turns gradient checkpointing on unless `disable_gradient_checkpointing`)."""
+        (e.g. LLaMA-Factory turns gradient checkpointing on unless `disable_gradient_checkpointing`).
+        zerodoctor's own assumptions (origin "default") are not facts: they stay unknown, so they can never
+        rule a known failure in or out."""
         f = self.files.facts()
-        f["hf.gradient_checkpointing"] = self.gradient_checkpointing.value
-        f["setup.gradient_checkpointing"] = self.gradient_checkpointing.value
-        if self.use_reentrant is not None:
-            f["hf.gradient_checkpointing_kwargs.use_reentrant"] = self.use_reentrant.value
-        f["setup.method"] = self.method.value
-        f["setup.precision"] = self.precision.value
-        f["setup.micro_batch"] = self.micro_batch.value
-        f["setup.grad_accum"] = self.grad_accum.value
-        f["setup.seq_len"] = self.seq_len.value
-        f["setup.sequence_parallel"] = self.sequence_parallel.value
-        if self.world_size:
-            f["setup.world_size"] = self.world_size
+
+        def put(key: str, k: Known[Any] | None) -> None:
+            if k is not None and k.origin.kind != "default":
+                f[key] = k.value
+
+        put("hf.gradient_checkpointing", self.gradient_checkpointing)
+        put("setup.gradient_checkpointing", self.gradient_checkpointing)
+        if self.gradient_checkpointing.value:
+            put("hf.gradient_checkpointing_kwargs.use_reentrant", self.use_reentrant)
+        put("setup.method", self.method)
+        put("setup.precision", self.precision)
+        put("setup.micro_batch", self.micro_batch)
+        put("setup.grad_accum", self.grad_accum)
+        put("setup.seq_len", self.seq_len)
+        put("setup.sequence_parallel", self.sequence_parallel)
+        put("setup.world_size", self.cluster.world_size)
         if self.zero is not None:
             z = self.zero
-            f["setup.zero_stage"] = z.stage.value
-            f["setup.offload_optimizer"] = z.offload_optimizer.value
-            f["setup.offload_param"] = z.offload_param.value
-            f["setup.pin_memory"] = z.pin_memory.value
-            f["setup.zero3_init"] = z.zero3_init.value
+            put("setup.zero_stage", z.stage)
+            put("setup.offload_optimizer", z.offload_optimizer)
+            put("setup.offload_param", z.offload_param)
+            put("setup.pin_memory", z.pin_memory)
+            put("setup.zero3_init", z.zero3_init)
         return f
 
 
@@ -328,11 +334,37 @@ def positive(value: Any, what: str) -> int:
     return int(num)
 
 
-def _positive_known(k: Known[Any], what: str) -> Known[int]:
-    """A count that must be a whole number above 0; the error names the flag or the file line it came from."""
-    o = k.origin
-    where = o.detail if o.kind == "flag" else (f"{o.describe()}: {what}" if o.file else what)
-    return Known(positive(k.value, where), o)
+class _Validate:
+    """Checks values as they are resolved. Strict (plan, check): a wrong value is a one-line SetupError naming
+    the flag or file line. Lenient (lint, whose rules report bad values as findings with their own fixes): the
+    value is replaced by `fallback`, and a note says so."""
+
+    def __init__(self, strict: bool, notes: list[str]) -> None:
+        self.strict = strict
+        self.notes = notes
+
+    def _fail(self, err: SetupError, k: Known[Any], fallback: Any) -> Known[Any]:
+        if self.strict:
+            raise err
+        self.notes.append(f"{err}; assumed {fallback!r}")
+        return Known(fallback, Origin("default", f"invalid value replaced by {fallback!r}", key=k.origin.key))
+
+    def count(self, k: Known[Any], what: str, fallback: int = 1) -> Known[int]:
+        """A whole number above 0; the error names the flag or the file line it came from."""
+        o = k.origin
+        where = o.detail if o.kind == "flag" else (f"{o.describe()}: {what}" if o.file else what)
+        try:
+            return Known(positive(k.value, where), o)
+        except SetupError as err:
+            return self._fail(err, k, fallback)
+
+    def one_of(self, k: Known[Any], allowed: tuple[str, ...], what: str, fallback: str) -> Known[str]:
+        o = k.origin
+        where = o.detail if o.kind == "flag" else (f"{o.describe()}: {what}" if o.file else what)
+        try:
+            return Known(choice(k.value, allowed, where), o)
+        except SetupError as err:
+            return self._fail(err, k, fallback)
 
 
 def _gib_bytes(value: Any, what: str) -> int:
@@ -422,21 +454,31 @@ def describe_run(
     *,
     env: Environment | None = None,
     cluster_file: ClusterFile | None = None,
+    strict: bool = True,
 ) -> RunDescription:
     """Resolve files + flags + cluster file + environment into one RunDescription.
 
-    Raises SetupError only for values that are wrong (a method that does not exist, a zero micro batch);
-    values nobody gave stay unknown (None) or take a documented default that says so in its origin."""
+    With `strict`, raises SetupError for values that are wrong (a method that does not exist, a zero micro
+    batch); without it (lint), such a value is replaced by its default and a note says so. Values nobody
+    gave stay unknown (None) or take a documented default that says so in its origin."""
     flags = flags or RunFlags()
     if setup is None:
         from zerodoctor.setup.model import build_setup
 
         setup = build_setup([], env=env, framework=flags.framework)
     env = env if env is not None else setup.env
+    # `load_setup` callers (lint) pass the cluster flags to the setup; they are flags all the same.
+    flags = replace(
+        flags,
+        nodes=flags.nodes if flags.nodes is not None else setup.num_nodes,
+        gpus_per_node=flags.gpus_per_node if flags.gpus_per_node is not None else setup.gpus_per_node,
+        samples=flags.samples if flags.samples is not None else setup.dataset_samples,
+    )
     rd = _Reader(setup if setup.documents else None)
     cf = dict(cluster_file.values) if cluster_file is not None else {}
     env_facts = env.facts() if env is not None else {}
     notes: list[str] = []
+    check = _Validate(strict, notes)
 
     def fl(name: str, value: Any) -> Known[Any] | None:
         return Known(value, _flag("--" + name.replace("_", "-"))) if value is not None else None
@@ -475,7 +517,7 @@ def describe_run(
         cf.get("gpus_per_node"),
         envk("env.gpu_count", "GPUs in the snapshot"),
     )
-    gpn = _positive_known(gpn_k, "GPUs per node") if gpn_k else None
+    gpn = check.count(gpn_k, "GPUs per node") if gpn_k else None
     world_k = _first(
         fl("world_size", flags.world_size),
         Known(flags.nodes * flags.gpus_per_node, _flag("--nodes x --gpus-per-node"))
@@ -488,10 +530,10 @@ def describe_run(
         nodes_k = Known(world_k.value // gpn.value, Origin("default", "world size / GPUs per node"))
     if nodes_k is None and gpn is not None:
         nodes_k = Known(1, _default("1 node (pass --nodes)"))
-    nodes = _positive_known(nodes_k, "number of nodes") if nodes_k else None
+    nodes = check.count(nodes_k, "number of nodes") if nodes_k else None
     if world_k is None and nodes is not None and gpn is not None:
         world_k = Known(nodes.value * gpn.value, Origin("default", "nodes x GPUs per node"))
-    world = _positive_known(world_k, "world size") if world_k else None
+    world = check.count(world_k, "world size") if world_k else None
     gpu_mem = _first(
         fl("gpu_memory", _gib_bytes(flags.gpu_memory_gib, "--gpu-memory") if flags.gpu_memory_gib else None),
         _bytes_from_gib(cf.get("gpu_memory_gib"), "gpu_memory_gib"),
@@ -509,11 +551,11 @@ def describe_run(
         fl("method", flags.method),
         Known(setup.method, _method_origin(setup)) if setup.method else None,
     ) or Known("full", _default("full fine-tuning"))
-    method = Known(choice(method_k.value, METHODS, "finetuning method"), method_k.origin)
+    method = check.one_of(method_k, METHODS, "finetuning method", "full")
     rank_k = _first(fl("lora_rank", flags.lora_rank), rd.arg("lora_rank", "lora_r")) or Known(
         DEFAULT_LORA_RANK, _default("PEFT r=8")
     )
-    rank = _positive_known(rank_k, "LoRA rank")
+    rank = check.count(rank_k, "LoRA rank")
     targets_k = _first(
         fl("lora_targets", flags.lora_targets),
         rd.arg("lora_target", "lora_target_modules", "target_modules"),
@@ -532,19 +574,19 @@ def describe_run(
         Known(quant.get("bnb_4bit_quant_storage"), quant_origin),
         Known(maybe_dtype, Origin("framework", "torch_dtype (as TRL's get_quantization_config sets it)")),
     ) or Known("uint8", _default("bitsandbytes: uint8"))
-    storage = Known(
-        choice(_storage_dtype(storage_k.value), QUANT_STORAGES, "quant storage"), storage_k.origin
+    storage = check.one_of(
+        Known(_storage_dtype(storage_k.value), storage_k.origin), QUANT_STORAGES, "quant storage", "uint8"
     )
     by_framework = bool(quant.get("quant_storage_set_by_framework")) and flags.quant_storage is None
 
     precision_k = _first(fl("precision", flags.precision), _precision(setup, rd)) or Known(
         "bf16", _default("bf16")
     )
-    precision = Known(choice(precision_k.value, PRECISIONS, "precision"), precision_k.origin)
+    precision = check.one_of(precision_k, PRECISIONS, "precision", "bf16")
     optimizer_k = _first(fl("optimizer", flags.optimizer), _optimizer(rd)) or Known(
         "adamw", _default("AdamW")
     )
-    optimizer = Known(choice(optimizer_k.value, OPTIMIZERS, "optimizer"), optimizer_k.origin)
+    optimizer = check.one_of(optimizer_k, OPTIMIZERS, "optimizer", "adamw")
 
     micro_k = _first(
         fl("micro_batch", flags.micro_batch),
@@ -552,20 +594,20 @@ def describe_run(
         rd.arg("per_device_train_batch_size"),
         rd.ds("train_micro_batch_size_per_gpu", concrete=True),
     ) or _micro_default(setup)
-    micro = _positive_known(micro_k, "micro batch")
+    micro = check.count(micro_k, "micro batch")
     accum_k = _first(
         fl("grad_accum", flags.grad_accum),
         rd.xt(("optim_wrapper", "accumulative_counts"), "accumulative_counts"),
         rd.arg("gradient_accumulation_steps"),
         rd.ds("gradient_accumulation_steps", concrete=True),
     ) or Known(1, _default("1 (HF and DeepSpeed default)"))
-    accum = _positive_known(accum_k, "gradient accumulation steps")
+    accum = check.count(accum_k, "gradient accumulation steps")
     seq_k = _first(
         fl("seq_len", flags.seq_len),
         rd.xt("max_length"),
         rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length"),
     ) or Known(DEFAULT_SEQ_LEN, _default(f"{DEFAULT_SEQ_LEN} (LLaMA-Factory cutoff_len default)"))
-    seq = _positive_known(seq_k, "sequence length")
+    seq = check.count(seq_k, "sequence length")
     gc_k = _first(
         fl("gradient_checkpointing", flags.gradient_checkpointing), _gradient_checkpointing(setup, rd)
     )
@@ -579,24 +621,28 @@ def describe_run(
         Known(reentrant, _reentrant_origin(setup, rd)) if reentrant is not None and gc.value else None
     )
     attn_k = _first(fl("attn", flags.attn), _attn(setup, rd)) or Known("sdpa", _default("transformers: sdpa"))
-    attn = Known(choice(attn_k.value, ATTN_IMPLS, "attention implementation"), attn_k.origin)
+    attn = check.one_of(attn_k, ATTN_IMPLS, "attention implementation", "sdpa")
     sp_k = _first(
         fl("sequence_parallel", flags.sequence_parallel),
         rd.xt("sequence_parallel_size"),
         rd.arg("sequence_parallel_size"),
     ) or Known(1, _default("no sequence parallelism"))
-    sp = _positive_known(sp_k, "sequence parallel size")
+    sp = check.count(sp_k, "sequence parallel size")
     if world is not None and world.value % sp.value:
-        raise SetupError(
-            f"world size {world.value} is not divisible by sequence parallel size {sp.value}",
-            hint="choose a sequence parallel size that divides the number of GPUs",
+        sp = check._fail(
+            SetupError(
+                f"world size {world.value} is not divisible by sequence parallel size {sp.value}",
+                hint="choose a sequence parallel size that divides the number of GPUs",
+            ),
+            sp,
+            1,
         )
     if seq.value % sp.value:
         notes.append(
             f"sequence length {seq.value} is not a multiple of sequence parallel {sp.value}; rounded up per rank"
         )
-    samples_v = flags.samples if flags.samples is not None else setup.dataset_samples
-    samples = Known(positive(samples_v, "--samples"), _flag("--samples")) if samples_v is not None else None
+    samples_v = flags.samples
+    samples = check.count(Known(samples_v, _flag("--samples")), "samples") if samples_v is not None else None
     epochs_k = _first(rd.arg("num_train_epochs"), rd.xt("max_epochs"))
     epochs = None
     if epochs_k is not None and as_number(epochs_k.value) is not None:
@@ -611,7 +657,7 @@ def describe_run(
     save_only = Known(bool(truthy(save_only_k.value)), save_only_k.origin)
 
     # ---- ZeRO ----------------------------------------------------------------------------------------
-    zero = _zero(setup, rd, model, traits, flags, notes)
+    zero = _zero(setup, rd, model, traits, flags, notes, check)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
 
@@ -800,6 +846,7 @@ def _zero(
     traits: FrameworkTraits,
     flags: RunFlags,
     notes: list[str],
+    check: _Validate,
 ) -> ZeroDescription | None:
     """The ZeRO configuration as DeepSpeed will run it: "auto" bucket values as HF fills them from the
     model's hidden size (HF-like frameworks; transformers integrations/deepspeed.py trainer_config_finalize),
@@ -833,10 +880,15 @@ def _zero(
         if flags.stage not in (0, 1, 2, 3):
             raise SetupError(f"--stage must be 0, 1, 2 or 3, got {flags.stage}")
         stage_k = Known(flags.stage, _flag("--stage"))
-    stage = Known(_num(stage_k.value, 0), stage_k.origin)
+    stage = Known(_num(stage_k.value, -1), stage_k.origin)
     if stage.value not in (0, 1, 2, 3):
-        raise SetupError(
-            f"zero_optimization.stage is {stage_k.value!r}", hint="DeepSpeed accepts stage 0, 1, 2 or 3"
+        stage = check._fail(
+            SetupError(
+                f"{stage_k.origin.describe()}: zero_optimization.stage is {stage_k.value!r}",
+                hint="DeepSpeed accepts stage 0, 1, 2 or 3",
+            ),
+            stage_k,
+            0,
         )
 
     def device(part: str) -> tuple[Known[str], str]:
@@ -844,8 +896,8 @@ def _zero(
         flag_value = getattr(flags, f"offload_{part}")
         k = Known(flag_value, _flag(f"--offload-{part}")) if flag_value else rd.ds(key)
         k = k or Known("none", Origin("deepspeed", "no offload", key=key))
-        written = choice(str(k.value or "none"), OFFLOAD_DEVICES, key)
-        return Known(written, k.origin), written
+        checked = check.one_of(Known(str(k.value or "none"), k.origin), OFFLOAD_DEVICES, key, "none")
+        return checked, checked.value
 
     opt_k, opt_written = device("optimizer")
     par_k, par_written = device("param")

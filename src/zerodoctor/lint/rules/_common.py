@@ -6,6 +6,7 @@ from typing import Any
 
 from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 __all__ = ["as_number", "is_auto", "truthy"]  # re-exported for the rules
 
@@ -70,55 +71,57 @@ def offload_device(setup: TrainingSetup, part: str) -> str:
     return value if value in ("none", "cpu", "nvme") else "invalid"
 
 
-def node_count(setup: TrainingSetup) -> int | None:
-    """Nodes of the job: --nodes, or world size / GPUs per node (--gpus-per-node, else the snapshot's GPUs)."""
-    if setup.num_nodes:
-        return setup.num_nodes
-    per_node = setup.gpus_per_node or setup.facts().get("env.gpu_count")
-    if setup.world_size and per_node:
-        return max(1, setup.world_size // int(per_node))
-    return None
+def given_cluster(run: RunDescription) -> tuple[int | None, int | None]:
+    """(nodes, world size) as the user or the environment gave them; zerodoctor's own assumptions (one node)
+    are not facts a rule may judge by (a 48-GPU job assumed to be 8 would be a false alarm)."""
+    c = run.cluster
+    nodes = c.nodes.value if c.nodes is not None and c.nodes.origin.kind != "default" else None
+    world = c.world_size.value if c.world_size is not None and c.world_size.origin.kind != "default" else None
+    if nodes is None and world is not None and c.gpus_per_node is not None:
+        nodes = max(1, world // c.gpus_per_node.value)
+    if world is None and nodes is not None and c.gpus_per_node is not None:
+        world = nodes * c.gpus_per_node.value
+    return nodes, world
 
 
-def offloaded_host_bytes_per_node(setup: TrainingSetup) -> tuple[float, float, int] | None:
+def offloaded_host_bytes_per_node(run: RunDescription) -> tuple[float, float, int] | None:
     """(bytes, bytes per parameter, nodes) of offloaded model states on each node's host after the first
     optimizer step, for a full fine-tune of a known model, from the planner's model-state accounting
     (`zerodoctor.plan.model_states`, measured against DeepSpeed) with pinned blocks rounded as PyTorch rounds
-    them; None when it cannot be known (model, nodes, world size) or nothing is offloaded to the host."""
-    if setup.total_params is None or setup.method not in ("full", None) or not setup.zero_stage:
+    them; None when it cannot be known (model, nodes, world size) or nothing is offloaded to the host.
+    Offload devices and pinning are the run description's (the planner reads the same values)."""
+    z = run.zero
+    if run.model is None or run.method.value != "full" or z is None or not z.stage.value:
         return None
-    nodes = node_count(setup)
+    total = int(run.model.params.total)
+    nodes, world = given_cluster(run)
     if nodes is None:
         return None
-    per_node = setup.gpus_per_node or setup.facts().get("env.gpu_count")
-    world = setup.world_size or (nodes * int(per_node) if per_node else None)
     # The node's share is about the same however many ranks share it; without the rank count the
     # per-rank pinned blocks (and so their rounding) are unknown, so they are counted as requested.
     exact_ranks = world is not None
     world = world or nodes
-    opt, param = offload_device(setup, "optimizer"), offload_device(setup, "param")
+    opt, param = z.offload_optimizer.value, z.offload_param.value
     if "cpu" not in (opt, param):
         return None
     from zerodoctor.plan.model_states import model_state_components, totals  # light: no torch
 
-    flat = setup.ds_flat()
-    pins = [truthy(flat.get(f"zero_optimization.offload_{p}.pin_memory")) for p in ("optimizer", "param")]
     components = model_state_components(
-        trainable=setup.total_params,
+        trainable=total,
         frozen=0,
-        stage=setup.zero_stage,
+        stage=z.stage.value,
         world_size=world,
-        offload_optimizer=opt if opt in ("cpu", "nvme") else "none",
-        offload_param=param if param in ("cpu", "nvme") else "none",
-        pin_memory=any(p is True for p in pins),
-        deepspeed_version=setup.package_version("deepspeed"),
+        offload_optimizer=opt,
+        offload_param=param,
+        pin_memory=z.pin_memory.value,
+        deepspeed_version=run.deepspeed_version,
     )
     t = totals(components, after_first_step=True)
     per_rank = t["host"] - t["host_pinned"] + t["host_pinned_rounded"] if exact_ranks else t["host"]
     if per_rank <= 0:
         return None
     need = per_rank * world / nodes
-    return need, t["host"] * world / setup.total_params, nodes
+    return need, t["host"] * world / total, nodes
 
 
 def is_hf_trainer_peft(setup: TrainingSetup) -> bool:

@@ -34,6 +34,7 @@ from zerodoctor.lint.rules._common import HF_FILLABLE_AUTO, fillable_auto_keys, 
 from zerodoctor.setup.deepspeed_config import DEEPSPEED_TOP_KEYS as TOP_KEYS
 from zerodoctor.setup.deepspeed_config import ZERO_ALIASES
 from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 # DeepSpeedZeroConfig fields and aliases (DeepSpeed 0.19.8, runtime/zero/config.py; extra="forbid").
 ZERO_KEYS = {
@@ -231,7 +232,8 @@ def _canonical_key(dotted: str) -> str:
     return ".".join(parts)
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     doc = setup.ds_doc
     if doc is None:
         return

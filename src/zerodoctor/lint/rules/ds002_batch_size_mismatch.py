@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import as_number, is_auto
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
 def _int(value: object) -> int | None:
@@ -31,7 +31,8 @@ def _int(value: object) -> int | None:
     return int(n) if n is not None and n.is_integer() else None
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_written is None or setup.ds_from_accelerate_plugin:
         return
     tbs_raw = setup.ds_value("train_batch_size")

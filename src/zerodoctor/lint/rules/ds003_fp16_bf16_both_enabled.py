@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import truthy
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_written is None:
         return
     fp16 = truthy(setup.ds_value("fp16.enabled"))

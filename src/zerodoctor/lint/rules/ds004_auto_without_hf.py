@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import auto_keys
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_doc is None or setup.ds_written is None:
         return
     keys = auto_keys(setup.ds_doc.data)

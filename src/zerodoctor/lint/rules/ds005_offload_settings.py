@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import as_number, offload_device
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_written is None:
         return
     stage = setup.zero_stage

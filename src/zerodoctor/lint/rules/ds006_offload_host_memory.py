@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import gib, offload_device, offloaded_host_bytes_per_node, truthy
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.lint.rules._common import gib, offloaded_host_bytes_per_node
+from zerodoctor.setup.run import RunDescription
 
 MEMLOCK_SMALL = 64 * 2**20  # below this, pinning more than a few buffers needs a raised limit
 
@@ -34,22 +34,20 @@ def _size(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
-    if setup.ds_written is None:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
+    if setup.ds_written is None or run.zero is None:
         return
-    opt, param = offload_device(setup, "optimizer"), offload_device(setup, "param")
-    if setup.zero_stage != 3:
-        param = "none"  # ignored below ZeRO-3 (DS005)
-    if not setup.zero_stage:
-        opt = "none"  # stage 0 builds no ZeRO optimizer
+    # Effective devices: the run description already drops what DeepSpeed ignores (param offload below
+    # ZeRO-3, any offload at stage 0; DS005 reports those) and spellings DeepSpeed rejects (DS001).
+    opt, param = run.zero.offload_optimizer.value, run.zero.offload_param.value
     if opt != "cpu" and param != "cpu":
         return
-    flat = setup.ds_flat()
-    pinned = [
-        p
-        for p, d in (("optimizer", opt), ("param", param))
-        if d == "cpu" and truthy(flat.get(f"zero_optimization.offload_{p}.pin_memory"))
-    ]
+    pinned = (
+        [p for p, d in (("optimizer", opt), ("param", param)) if d == "cpu"]
+        if run.zero.pin_memory.value
+        else []
+    )
     facts = setup.facts()
     memlock = facts.get("env.memlock_bytes")
     if pinned and memlock is not None and memlock != float("inf") and memlock < MEMLOCK_SMALL:
@@ -78,7 +76,7 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
             severity=Severity.INFO,
         )
     ram = facts.get("env.host_ram_bytes")
-    share = offloaded_host_bytes_per_node(setup)
+    share = offloaded_host_bytes_per_node(run)
     if share is None or not ram:
         return
     need, per_byte, nodes = share
@@ -86,6 +84,14 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
     if need < 0.8 * ram:
         return
     severity = Severity.ERROR if need > ram else Severity.WARNING
+    pin = run.zero.pin_memory
+    assumed = (
+        f" This assumes pin_memory is on ({pin.origin.detail}); give --env with the installed DeepSpeed to know."
+        if pin.origin.kind == "default"
+        else ""
+    )
+    if assumed:
+        severity = Severity.WARNING  # a verdict that rests on an assumption is not an error
     when = (
         "from the first optimizer step on (the Adam moments are allocated then), and this node has "
         if opt == "cpu"
@@ -98,7 +104,8 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         f"{when}{gib(ram)}. Expect the kernel OOM killer "
         f"(exitcode -9)"
         + (" at the first optimizer step" if opt == "cpu" else "")
-        + (" (pinned buffers make it worse: they cannot swap)." if pinned else "."),
+        + (" (pinned buffers make it worse: they cannot swap)." if pinned else ".")
+        + assumed,
         evidence=[
             setup.ds_evidence(f"zero_optimization.offload_{where}.device"),
             Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram)),

@@ -27,12 +27,13 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import is_hf_trainer_peft, truthy
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_written is None or setup.zero_stage != 3 or is_hf_trainer_peft(setup):
         return
     gather = truthy(setup.ds_flat().get(KEY))

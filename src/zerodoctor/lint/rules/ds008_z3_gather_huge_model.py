@@ -20,14 +20,15 @@ from collections.abc import Iterator
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import gib, is_hf_trainer_peft, offloaded_host_bytes_per_node, truthy
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 BYTES_16BIT = 2
 LARGE_GATHER = 100 * 2**30  # above this a rank-0 spike is worth knowing about even without host facts
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if (
         setup.ds_written is None
         or setup.zero_stage != 3
@@ -39,7 +40,7 @@ def check(setup: TrainingSetup) -> Iterator[Finding]:
         return
     spike = setup.total_params * BYTES_16BIT
     ram = setup.facts().get("env.host_ram_bytes")
-    share = offloaded_host_bytes_per_node(setup)
+    share = offloaded_host_bytes_per_node(run)
     held = share[0] if share else 0.0
     fixes = [
         Fix(

@@ -23,13 +23,14 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import offload_device
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 from zerodoctor.versions import parse_version
 
 INTRODUCED = "0.8.3"  # DeepSpeed PR #2971
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.ds_written is None or offload_device(setup, "optimizer") not in ("cpu", "nvme"):
         return
     have = parse_version(setup.package_version("deepspeed"))

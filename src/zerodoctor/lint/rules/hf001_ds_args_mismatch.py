@@ -22,10 +22,11 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.resolution is None or not setup.resolution.mismatches:
         return
     lines = [f"- ds {k}={dv} vs hf {hk}={hv}" for k, dv, hk, hv in setup.resolution.mismatches]

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     ev = setup.device_map_evidence
     if ev is None or setup.zero_stage != 3:
         return

@@ -19,14 +19,15 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import gib, truthy
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 GATHER = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 OPTIMIZER_STATE_BYTES = 12  # fp32 master 4 + Adam exp_avg 4 + exp_avg_sq 4, per trainable parameter
 LARGE_FULL_FT = 100e9  # failures.md Part C: save_only_model for > 100B full fine-tunes
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.args_doc is None or setup.ds_written is None:
         return
     save_only = truthy(setup.args.get("save_only_model")) is True

@@ -22,11 +22,21 @@ from dataclasses import replace
 from zerodoctor.findings import Evidence, Finding, Severity
 from zerodoctor.kb.preflight import known_failures
 from zerodoctor.lint.rule import Rule
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
-def _where(setup: TrainingSetup, fact_key: str, text: str) -> Evidence:
+def _where(run: RunDescription, fact_key: str, text: str) -> Evidence:
+    setup = run.files
     namespace, _, key = fact_key.partition(".")
+    # Values the run description resolved (e.g. LLaMA-Factory's gradient checkpointing, on unless disabled)
+    # point at where they were resolved from.
+    resolved = {
+        "hf.gradient_checkpointing": run.gradient_checkpointing,
+        "setup.gradient_checkpointing": run.gradient_checkpointing,
+        "hf.gradient_checkpointing_kwargs.use_reentrant": run.use_reentrant,
+    }.get(fact_key)
+    if resolved is not None and (resolved.origin.file or namespace != "hf" or setup.args_doc is None):
+        return resolved.origin.evidence(f"{text} ({resolved.origin.describe()})")
     if namespace == "ds" and setup.ds_written is not None:
         if setup.resolution and key in setup.resolution.filled:
             value, source = setup.resolution.filled[key]
@@ -39,15 +49,16 @@ def _where(setup: TrainingSetup, fact_key: str, text: str) -> Evidence:
     return Evidence(key=fact_key, text=text)
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if setup.env is None:
         return
-    for f in known_failures(setup.env.versions(), setup.facts()):
+    for f in known_failures(setup.env.versions(), run.facts()):
         evidence = []
         for ev in f.evidence:
             key = ev.key or ""
-            if key.split(".")[0] in ("ds", "hf", "quant"):
-                evidence.append(_where(setup, key, ev.text or key))
+            if key.split(".")[0] in ("ds", "hf", "quant", "setup"):
+                evidence.append(_where(run, key, ev.text or key))
             else:
                 evidence.append(Evidence(file=setup.env.source, key=key, text=ev.text))
         # Point at the config lines first (what CI annotates), then the installed versions.

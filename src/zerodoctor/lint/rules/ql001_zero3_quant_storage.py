@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 
 
 def _storage_key(setup: TrainingSetup) -> tuple[str, str, str]:
@@ -48,7 +49,8 @@ def _storage_key(setup: TrainingSetup) -> tuple[str, str, str]:
     return "bnb_4bit_quant_storage", "bnb_4bit_quant_storage", "hf"
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if not setup.quant.get("load_in_4bit") or setup.zero_stage != 3:
         return
     if setup.quant.get("quant_storage_set_by_framework"):

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules._common import gib
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.run import RunDescription
 from zerodoctor.versions import parse_version
 
 # (package, operator, version) from the PEFT docs (docs/source/accelerate/deepspeed.md, PR #2151).
@@ -35,7 +35,8 @@ MINIMUMS = (
 BYTES_PER_4BIT_PARAM = 0.5
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     if not setup.quant.get("load_in_4bit") or setup.zero_stage != 3:
         return
     if setup.env is not None:

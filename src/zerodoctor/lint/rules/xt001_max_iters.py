@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.setup.model import TrainingSetup
 from zerodoctor.setup.python_reader import Symbol
+from zerodoctor.setup.run import RunDescription
 
 
 def _int(value: object) -> int | None:
@@ -37,7 +37,8 @@ def expected_steps(samples: int, world: int, sp: int, batch: int, accum: int) ->
     return iters, iters // max(1, accum)
 
 
-def check(setup: TrainingSetup) -> Iterator[Finding]:
+def check(run: RunDescription) -> Iterator[Finding]:
+    setup = run.files
     doc = setup.xtuner_doc
     if doc is None:
         return
