@@ -1,0 +1,207 @@
+"""The planner against published measurements of real runs (benchmarks/plan_published.yaml).
+
+Each case is a run someone published with its config: a measured per-GPU peak, a real CUDA OOM, a host-RAM
+kill, or a run that trained. For every case this prints the planner's per-GPU peak (load, first optimizer
+step, steady step; the save phase is judged only where a case says so) and its verdict at the default
+margin, next to the published figure, for the train split and the held-out split separately.
+
+    python benchmarks/plan_published.py            # markdown table + summary (for RESULTS.md, "Issue 9")
+    python benchmarks/plan_published.py --json     # one JSON object per case
+
+No GPU is needed: the planner is arithmetic. The held-out split (`split: heldout` in the data file) was
+marked before any constant was tuned and is never used to tune.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zerodoctor.models import ModelSpec, model_from_config_file, resolve_model
+from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_strategy
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "plan_published.yaml"
+MODELS = HERE / "published_models"
+UNKNOWN_HOST_GIB = 4096
+"""Host RAM where a case does not report it: large enough that only the GPU is judged."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: dict[str, Any]
+    plan: StrategyPlan
+    predicted_gpu: int
+    predicted_phase: str
+    predicted_host: int
+    measured_bytes: int | None
+    verdict_right: bool
+    raw_fits: bool
+
+    @property
+    def error(self) -> float | None:
+        if self.measured_bytes is None:
+            return None
+        return (self.predicted_gpu - self.measured_bytes) / self.measured_bytes
+
+
+def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = yaml.safe_load(path.read_text())
+    return cases
+
+
+def _model(name: str) -> ModelSpec:
+    local = MODELS / f"{name}.json"
+    return model_from_config_file(local) if local.is_file() else resolve_model(name)
+
+
+def _zero(case: dict[str, Any], spec: ModelSpec) -> ZeroSettings:
+    z = dict(case.get("zero") or {"stage": 0})
+    h = spec.params.hidden_size
+    auto = z.pop("hf_auto_buckets", False)
+    if auto:  # HF Trainer fills "auto" from the hidden size (transformers integrations/deepspeed.py)
+        z.setdefault("reduce_bucket_size", h * h)
+        z.setdefault("prefetch_bucket_size", int(0.9 * h * h))
+        z.setdefault("param_persistence_threshold", 10 * h)
+    return ZeroSettings(**z)
+
+
+def _training(case: dict[str, Any]) -> Training:
+    t = {k: v for k, v in case["training"].items() if k != "quant"}
+    if isinstance(t.get("lora_targets"), list):
+        t["lora_targets"] = tuple(t["lora_targets"])
+    if t.get("method") == "qlora":
+        t.setdefault("quant_storage", "uint8")
+    return Training(**t)
+
+
+def build(case: dict[str, Any]) -> tuple[PlanInputs, ZeroSettings]:
+    spec = _model(case["model"])
+    c = case["cluster"]
+    cluster = Cluster(
+        nodes=c["nodes"],
+        gpus_per_node=c["gpus_per_node"],
+        gpu_memory_bytes=int(c["gpu_gib"] * GIB),
+        host_ram_bytes=int((c.get("host_gib") or UNKNOWN_HOST_GIB) * GIB),
+    )
+    inputs = PlanInputs(
+        model=spec,
+        cluster=cluster,
+        training=_training(case),
+        framework=case.get("framework"),
+        zero3_init=bool(case.get("zero3_init", True)),
+    )
+    return inputs, _zero(case, spec)
+
+
+def _measured_bytes(case: dict[str, Any]) -> int | None:
+    value = case.get("measured")
+    if value is None:
+        return None
+    unit = str(case.get("unit", ""))
+    return int(float(value) * (10**9 if unit.startswith("GB") else GIB))
+
+
+def evaluate(case: dict[str, Any], margin: float = DEFAULT_SAFETY_MARGIN) -> Outcome:
+    inputs, zero = build(case)
+    plan = plan_strategy(inputs, zero, margin=margin)
+    with_save = case.get("phase") == "save"
+    gpu, phase = plan.gpu_peak(include_save=with_save)
+    host, _ = plan.host_peak(include_save=with_save)
+    gpu_fits = gpu <= plan.gpu_limit()
+    host_fits = host <= plan.host_limit()
+    kind = case["kind"]
+    if kind == "gpu_oom":
+        right, raw = not gpu_fits, gpu <= plan.cluster.gpu_memory_bytes
+    elif kind == "host_oom":
+        right, raw = not host_fits, host <= plan.cluster.host_ram_bytes
+    else:  # a run that trained: gpu_peak or fits
+        right, raw = gpu_fits, True
+    return Outcome(case, plan, gpu, phase, host, _measured_bytes(case), right, raw)
+
+
+def _fmt_err(e: float | None) -> str:
+    return "" if e is None else f"{e * 100:+.1f} %"
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    errs = [abs(o.error) for o in outcomes if o.error is not None]
+    ooms = [o for o in outcomes if o.case["kind"].endswith("_oom")]
+    return {
+        "cases": len(outcomes),
+        "verdicts_right": sum(o.verdict_right for o in outcomes),
+        "gpu_peaks": len(errs),
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "worst_abs_error": max(errs) if errs else None,
+        "within_10pct": sum(e <= 0.10 for e in errs),
+        "real_ooms": len(ooms),
+        "real_ooms_predicted_raw_fit": sum(o.raw_fits for o in ooms),
+    }
+
+
+def markdown(outcomes: list[Outcome]) -> str:
+    lines = []
+    for split in ("train", "heldout"):
+        part = [o for o in outcomes if o.case["split"] == split]
+        s = summary(part)
+        med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error'] * 100:.1f} %"
+        lines.append(
+            f"**{split}** ({s['cases']} cases): verdicts right {s['verdicts_right']}/{s['cases']}; "
+            f"GPU peaks: median |error| {med}, {s['within_10pct']}/{s['gpu_peaks']} within 10 %; "
+            f"real OOMs predicted to fit even without margin: {s['real_ooms_predicted_raw_fit']}/{s['real_ooms']}"
+        )
+        lines.append("")
+        lines.append("| case | kind | published | predicted (phase) | error | verdict |")
+        lines.append("|---|---|---|---|---|---|")
+        for o in part:
+            pub = "OOM" if o.case["kind"].endswith("oom") else "trains"
+            if o.measured_bytes is not None:
+                pub = f"{o.case['measured']} {'GB' if str(o.case['unit']).startswith('GB') else 'GiB'}"
+            pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
+            if o.case["kind"] == "host_oom":
+                pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
+            lines.append(
+                f"| [{o.case['id']}]({o.case['source']}) | {o.case['kind']} | {pub} | {pred} | "
+                f"{_fmt_err(o.error)} | {o.plan.status}{'' if o.verdict_right else ' **WRONG**'} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--split", choices=("train", "heldout", "all"), default="all")
+    args = ap.parse_args(argv)
+    cases = [c for c in load_cases() if args.split in ("all", c["split"])]
+    outcomes = [evaluate(c) for c in cases]
+    if args.json:
+        for o in outcomes:
+            row = {
+                "id": o.case["id"],
+                "split": o.case["split"],
+                "kind": o.case["kind"],
+                "predicted_gpu_bytes": o.predicted_gpu,
+                "predicted_phase": o.predicted_phase,
+                "predicted_host_bytes": o.predicted_host,
+                "measured_bytes": o.measured_bytes,
+                "error": o.error,
+                "status": o.plan.status,
+                "verdict_right": o.verdict_right,
+            }
+            sys.stdout.write(json.dumps(row) + "\n")
+    else:
+        sys.stdout.write(markdown(outcomes) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
