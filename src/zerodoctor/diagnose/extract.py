@@ -7,6 +7,7 @@ MAX_EVIDENCE lines of each signature are kept, whatever the log size.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -20,11 +21,16 @@ MAX_TRACEBACKS = 200
 MAX_FRAMES = 200
 MAX_EVIDENCE = 8
 
-# DeepSpeed / transformers warnings that matter: the KB's signatures of kind "warning" (each names the failure it
-# announces), reported even when the run did not die of it.
-_WARNING_SIGNATURES = frozenset(
-    (e.id, sig.id) for e in load_entries() for sig in e.symptoms.signatures if sig.kind == "warning"
-)
+
+@functools.cache
+def _warning_signatures() -> frozenset[tuple[str, str]]:
+    """DeepSpeed / transformers warnings that matter: the KB's signatures of kind "warning" (each names the
+    failure it announces), reported even when the run did not die of it."""
+    return frozenset(
+        (e.id, sig.id) for e in load_entries() for sig in e.symptoms.signatures if sig.kind == "warning"
+    )
+
+
 MAX_WARNINGS = 20
 
 PHASES = (
@@ -363,10 +369,13 @@ class Extractor:
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
         keys = hit.keys
-        for k in keys:
+        warning_sigs = _warning_signatures()
+        # sorted: a line that two entries' signatures match (the trace-cache warning) must give the same
+        # entry whatever the hash seed (frozenset order)
+        for k in sorted(keys):
             if k.startswith("kb:"):
                 _, entry, sig = k.split(":", 2)
-                if (entry, sig) in _WARNING_SIGNATURES:
+                if (entry, sig) in warning_sigs:
                     self._warning(entry, line)
                 counts = self.facts.signature_hits.setdefault(entry, {})
                 counts[sig] = counts.get(sig, 0) + 1
@@ -398,7 +407,7 @@ class Extractor:
             m = ACCUM.search(line.text)
             if m:
                 self.facts.accumulation = int(m.group(1))
-        for k in keys:
+        for k in sorted(keys):
             if k.startswith("x:phase-"):
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
                 if len(self.facts.markers) > 4 * MAX_EVENTS:

@@ -1,4 +1,10 @@
-"""Load and validate the bundled knowledge-base entries (one YAML file per entry)."""
+"""Load and validate the bundled knowledge-base entries (one YAML file per entry).
+
+The entries stay YAML (people edit them). Parsing them is the larger part of a cold start, so a validated copy
+is cached as JSON (`kb.cache`, keyed by the SHA-256 of every entry file's name and bytes and the versions of
+zerodoctor and pydantic): an edited, added or removed entry changes the key and the cache is rebuilt from the
+YAML. YAML is read with libyaml's C loader where PyYAML has it.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,26 @@ import functools
 from importlib import resources
 from pathlib import Path
 
+import pydantic
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from zerodoctor import __version__
 from zerodoctor.errors import KnowledgeBaseError
+from zerodoctor.kb import cache
 from zerodoctor.kb.schema import Entry
 
 ENTRIES_DIR = Path(str(resources.files("zerodoctor.kb") / "entries"))
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_entry_file(path: Path) -> Entry:
+    return _entry_from_text(path, path.read_text(encoding="utf-8"))
+
+
+def _entry_from_text(path: Path, text: str) -> Entry:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -34,8 +48,32 @@ def load_entry_file(path: Path) -> Entry:
 
 
 @functools.cache
+def _adapter() -> TypeAdapter[list[Entry]]:
+    return TypeAdapter(list[Entry])
+
+
+def _parse_all(files: list[tuple[Path, bytes]], key: str) -> tuple[Entry, ...]:
+    entries = tuple(_entry_from_text(p, b.decode("utf-8")) for p, b in files)
+    cache.write("kb", key, _adapter().dump_json(list(entries)))
+    return entries
+
+
+@functools.cache
 def _load_all(directory: str) -> tuple[Entry, ...]:
-    entries = tuple(load_entry_file(p) for p in sorted(Path(directory).glob("*.yaml")))
+    files = [(p, p.read_bytes()) for p in sorted(Path(directory).glob("*.yaml"))]
+    key = cache.key_of(
+        [__version__.encode(), pydantic.VERSION.encode()]
+        + [x for p, b in files for x in (p.name.encode(), b)]
+    )
+    cached = cache.read("kb", key)
+    entries: tuple[Entry, ...] | None = None
+    if cached is not None:
+        try:
+            entries = tuple(_adapter().validate_json(cached))
+        except (ValidationError, ValueError):
+            entries = None
+    if entries is None or len(entries) != len(files):
+        entries = _parse_all(files, key)
     ids = [e.id for e in entries]
     dupes = {i for i in ids if ids.count(i) > 1}
     if dupes:
