@@ -38,5 +38,5 @@ def test_no_real_gpu_oom_is_predicted_to_fit_without_margin_on_the_train_split()
     assert not [c["id"] for c in ooms if pp.evaluate(c).raw_fits and c["id"] not in KNOWN_MISSES]
 
 
-KNOWN_MISSES = {"lf5977-llama3-8b-full-z3-8x3090", "dscoder78-33b-full-z3-8xa800"}
+KNOWN_MISSES = {"dscoder78-33b-full-z3-8xa800"}
 """Real OOMs the planner still calls a fit without margin (reported in benchmarks/RESULTS.md, Issue 9)."""

@@ -195,6 +195,11 @@ class ModelSpec:
     catalog_slug: str | None = None
     count_method: str = ""
     notes: str = ""
+    loss_in_model_dtype: bool = False
+    """True when the model's own forward computes the loss on 16-bit logits (remote-code models such as
+    Qwen (v1) `modeling_qwen.py`: `CrossEntropyLoss()(shift_logits, ...)` without `.float()`); False for
+    transformers' native models, whose `ForCausalLMLoss` upcasts the logits (`loss/loss_utils.py`). Set in
+    a config's `_zerodoctor` block as `"loss_dtype": "model"`."""
 
     def linear_modules(self, *, components: Iterable[str] | None = None) -> tuple[LinearModule, ...]:
         """Every kind of `nn.Linear` in the model, with in/out features and how many there are.
@@ -383,6 +388,7 @@ def model_from_config_file(path: Path) -> ModelSpec:
         hub_ids=tuple(str(h) for h in meta.get("hub_ids", ())),
         catalog_slug=path.stem if is_catalog else None,
         notes=str(meta.get("notes", "")),
+        loss_in_model_dtype=str(meta.get("loss_dtype", "fp32")) == "model",
     )
 
 
@@ -395,6 +401,7 @@ def model_from_config(
     hub_ids: tuple[str, ...] = (),
     catalog_slug: str | None = None,
     notes: str = "",
+    loss_in_model_dtype: bool = False,
 ) -> ModelSpec:
     """Count the parameters of a parsed config dict (see `resolve_model` for the usual entry point)."""
     cfg = _Cfg(config, source)
@@ -419,6 +426,7 @@ def model_from_config(
         catalog_slug=catalog_slug,
         count_method=_ANALYTIC_ONLY.get(model_type, _TESTED_AGAINST_META),
         notes=notes,
+        loss_in_model_dtype=loss_in_model_dtype,
     )
 
 

@@ -260,6 +260,7 @@ def activation_bytes(
     lora_targets: tuple[str, ...] = (),
     sequence_parallel: int = 1,
     lora_adapter_bytes: int | None = None,
+    loss_dtype_bytes: int = FP32,
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -270,6 +271,10 @@ def activation_bytes(
     `lora_adapter_bytes`: dtype bytes of the adapter weights; None = the model dtype, which is what
     DeepSpeed bf16/fp16 gives (the engine casts every parameter); 4 = PEFT's default fp32 adapters on a
     16-bit model without DeepSpeed (`autocast_adapter_dtype=True`).
+    `loss_dtype_bytes`: 4 = transformers' `ForCausalLMLoss` (logits upcast to fp32); the model dtype =
+    a model whose own forward calls `CrossEntropyLoss` on the 16-bit logits after
+    `logits[..., :-1, :].contiguous()` (remote-code Qwen (v1)): a shifted 16-bit copy, 16-bit
+    log-probabilities and 16-bit gradients instead of the fp32 ones.
     """
     if attn_impl not in ATTN_IMPLS:
         raise PlanError(f"unknown attention implementation '{attn_impl}'", hint=f"use one of {ATTN_IMPLS}")
@@ -342,7 +347,8 @@ def activation_bytes(
     # (`pad(labels, (0, 1))[..., 1:].contiguous()`: for b = 1 the slice is already contiguous, so the
     # padded storage of s + 1 ids is what is kept) and nll_loss's total weight.
     labels = INT64 * (seq + 1 if micro_batch == 1 else t.tokens)
-    loss_saved = FP32 * t.tokens * t.vocab + labels + FP32
+    lb = FP32 if loss_dtype_bytes >= FP32 or t.d >= FP32 else t.d
+    loss_saved = lb * t.tokens * t.vocab + labels + FP32
     head += loss_saved
 
     ckpt_input = t.d * t.tokens * t.hidden
@@ -351,9 +357,16 @@ def activation_bytes(
 
     # Around the loss: bf16 logits (alive in the model output) + fp32 upcast + log-probabilities in
     # forward; in backward the saved log-probabilities + nll's grad + log_softmax's input grad (all fp32).
-    upcast = FP32 * t.tokens * t.vocab if t.d < FP32 else 0
-    loss_fwd = t.d * t.tokens * t.vocab + upcast + FP32 * t.tokens * t.vocab
-    loss_bwd = 3 * FP32 * t.tokens * t.vocab
+    # In the model dtype instead: logits + the shifted contiguous copy + log-probabilities, and three
+    # 16-bit tensors in backward.
+    if t.d < lb:
+        copy_or_upcast = FP32 * t.tokens * t.vocab  # logits.float()
+    elif t.d < FP32:
+        copy_or_upcast = t.d * t.tokens * t.vocab  # shift_logits.contiguous()
+    else:
+        copy_or_upcast = 0
+    loss_fwd = t.d * t.tokens * t.vocab + copy_or_upcast + lb * t.tokens * t.vocab
+    loss_bwd = 3 * lb * t.tokens * t.vocab
     logits_and_loss = max(loss_fwd, loss_bwd)
 
     moe_rows = t.tokens * max(p.experts_per_token, 1) if n_moe else 0
@@ -361,7 +374,7 @@ def activation_bytes(
     backward_transient = grads + (per_layer if gradient_checkpointing else 0)
     # Phases: at the loss (everything saved so far + the loss transient, which includes the saved
     # log-probabilities) and inside the first layer backward (the head's tensors are freed by then).
-    at_loss = saved_total - FP32 * t.tokens * t.vocab + logits_and_loss
+    at_loss = saved_total - lb * t.tokens * t.vocab + logits_and_loss
     in_backward = layers_kept + extras + backward_transient
     peak = max(at_loss, in_backward)
     return ActivationEstimate(

@@ -165,6 +165,8 @@ class PlanInputs:
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     zero3_init: bool = True
+    expandable_segments: bool = False
+    """PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True (less allocator slack per GPU)."""
 
     @property
     def data_parallel(self) -> int:

@@ -35,11 +35,29 @@ PHASE_TITLES = {
     "save": "checkpoint save",
 }
 
-FRAMEWORK_RESERVE_BYTES = int(3.0 * GIB)
-"""Per GPU, outside what PyTorch's allocator reports as tensors: CUDA context and kernels (~0.5-1 GiB),
-NCCL communicator buffers (~0.5-1 GiB per communicator) and allocator fragmentation/caching. Between
-gpu_poor's 650 MB single-GPU constant and the ~5 GiB per GPU EleutherAI's calculator cannot explain on
-Megatron-DeepSpeed (memory.md §14, §6); to be calibrated on a GPU run (memory.md §16)."""
+CUDA_CONTEXT_BYTES = int(1.0 * GIB)
+"""Per process, outside PyTorch's allocator: the CUDA context, loaded kernels (torch, cuBLAS, flash-attn)
+and cuBLAS workspaces. What `nvidia-smi` shows for a process that allocated nothing (memory.md §13-§14;
+gpu_poor budgets 650 MB for "cuda + other overhead" on one GPU). Not calibrated on a GPU here."""
+
+NCCL_BUFFER_BYTES = int(0.5 * GIB)
+"""Per process when the world has more than one rank: NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB per
+channel and peer connection, several channels) plus the communicator's own device state (memory.md §14).
+Not calibrated on a GPU here."""
+
+ALLOCATOR_SLACK_BYTES = int(1.5 * GIB)
+"""PyTorch's caching allocator keeps freed blocks reserved, rounds large requests up to 2 MiB multiples and
+splits 20 MiB / 2 MiB segments (c10/cuda/CUDACachingAllocator.cpp): what an OOM message calls "reserved by
+PyTorch but unallocated" and what nvidia-smi counts on top of `max_memory_allocated`. With
+`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` segments grow in place and most of this slack goes away
+(`EXPANDABLE_SLACK_BYTES`). Not calibrated on a GPU here."""
+
+EXPANDABLE_SLACK_BYTES = int(0.5 * GIB)
+"""The allocator slack with expandable segments: block rounding only."""
+
+FRAMEWORK_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_SLACK_BYTES
+"""The three per-GPU items above for a multi-rank run (3 GiB): between gpu_poor's 650 MB single-GPU constant
+and the ~5 GiB per GPU EleutherAI's calculator cannot explain on Megatron-DeepSpeed (memory.md §14, §6)."""
 
 PER_RANK_HOST_BASELINE_BYTES = int(2.0 * GIB)
 """Host RSS of one training process before any model state: Python + torch + CUDA context host side +
@@ -377,6 +395,11 @@ def plan_strategy(
         lora_rank=t.lora_rank if t.is_peft else 0,
         lora_targets=_activation_targets(inputs, t),
         sequence_parallel=t.sequence_parallel,
+        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
+        # Without DeepSpeed (stage 0 here = plain Trainer/DDP) PEFT keeps adapters in fp32
+        # (autocast_adapter_dtype=True) and the loss runs under torch.autocast, which computes
+        # log_softmax/nll_loss in fp32 whatever the model's own code does.
+        lora_adapter_bytes=ms.FP32_BYTES if t.is_peft and zero.stage == 0 else None,
     )
 
     def gpu_states(*, lazy: bool, transient: bool) -> list[Item]:
@@ -406,11 +429,32 @@ def plan_strategy(
             items.append(Item(f"offloaded: {comp.name}", per_rank * n_local, detail, comp.source))
         return items
 
-    reserve = Item(
-        "framework reserve",
-        FRAMEWORK_RESERVE_BYTES,
-        "CUDA context + NCCL + allocator fragmentation",
-        "phases.FRAMEWORK_RESERVE_BYTES (memory.md §14)",
+    reserve_items = [
+        Item(
+            "CUDA context",
+            CUDA_CONTEXT_BYTES,
+            "per process: context, kernels, cuBLAS workspaces (outside PyTorch's allocator)",
+            "phases.CUDA_CONTEXT_BYTES (memory.md §13-§14)",
+        )
+    ]
+    if world > 1:
+        reserve_items.append(
+            Item(
+                "NCCL buffers",
+                NCCL_BUFFER_BYTES,
+                f"communicator buffers of a {world}-rank world",
+                "phases.NCCL_BUFFER_BYTES (NCCL_BUFFSIZE; memory.md §14)",
+            )
+        )
+    slack = EXPANDABLE_SLACK_BYTES if inputs.expandable_segments else ALLOCATOR_SLACK_BYTES
+    reserve_items.append(
+        Item(
+            "allocator reserved but unallocated",
+            slack,
+            "caching allocator rounding and fragmentation"
+            + (" (expandable_segments on)" if inputs.expandable_segments else ""),
+            "c10/cuda/CUDACachingAllocator.cpp; phases.ALLOCATOR_SLACK_BYTES",
+        )
     )
     baseline = Item(
         "process baseline",
@@ -426,20 +470,27 @@ def plan_strategy(
         live = max(p.largest_module_numel, min(zero.max_live_parameters, p.total))
         fwd_extra.append(
             Item(
-                "gathered parameters",
+                "ZeRO-3 fetched parameters (working set)",
                 math.ceil(live * gathered_bpp),
                 f"max(largest module {p.largest_module_name} {p.largest_module_numel:,}, "
-                f"min(max_live_parameters {zero.max_live_parameters:,}, model)) x {gathered_bpp:.2f} B",
-                "stage3 PartitionedParameterCoordinator (memory.md §11.1, §14)",
+                f"min(max_live_parameters {zero.max_live_parameters:,}, model)) x {gathered_bpp:.2f} B; "
+                f"parameters reused within max_reuse_distance {zero.max_reuse_distance:,} elements stay gathered"
+                + (
+                    " (H2D from the pinned host partitions: offload_param)"
+                    if zero.offload_param != "none"
+                    else ""
+                ),
+                "deepspeed/runtime/zero/partitioned_param_coordinator.py PartitionedParameterCoordinator."
+                "fetch_sub_module / release_sub_module (__max_n_available_params, __max_reuse_dist_in_numel)",
             )
         )
         if zero.prefetch_bucket_size:
             fwd_extra.append(
                 Item(
-                    "prefetch bucket",
+                    "ZeRO-3 prefetch bucket",
                     math.ceil(min(zero.prefetch_bucket_size, p.total) * gathered_bpp),
                     f"stage3_prefetch_bucket_size {zero.prefetch_bucket_size:,} elements",
-                    "memory.md §11.1",
+                    "partitioned_param_coordinator.py fetch_sub_module (prefetch up to the bucket; memory.md §11.1)",
                 )
             )
         persistent = _persistent_params(inputs, zero.param_persistence_threshold)
@@ -452,14 +503,33 @@ def plan_strategy(
                     "stage3_param_persistence_threshold (memory.md §11.1)",
                 )
             )
+    if zero.stage >= 2:
+        largest_grad = _largest_trainable_tensor(inputs, t)
+        fwd_extra.append(
+            Item(
+                "full-size gradient before reduce-scatter",
+                largest_grad * pb,
+                f"autograd writes each parameter's whole {pb}-byte gradient ({largest_grad:,} elements for the "
+                "largest trainable tensor) before the hook copies it into the reduce bucket and frees it",
+                "deepspeed/runtime/zero/stage3.py reduce_ready_partitions_and_remove_grads -> "
+                "__add_grad_to_ipg_bucket; stage_1_and_2.py reduce_ready_partitions_and_remove_grads",
+            )
+        )
     if t.method == "qlora":
-        lin = p.largest_linear_in * p.largest_linear_out
+        # bitsandbytes quantises every nn.Linear but the output layer (transformers' bnb integration skips
+        # `lm_head`, `_get_keys_to_not_convert`), so only a quantised Linear is ever dequantised; the output
+        # layer is already counted at full precision in the frozen weights.
+        qlin = max(
+            (lin for lin in spec.linear_modules() if not lin.path.endswith("lm_head")),
+            key=lambda lin: lin.in_features * lin.out_features,
+        )
         fwd_extra.append(
             Item(
                 "bnb dequantised weight",
-                lin * pb,
-                f"largest Linear {p.largest_linear_name} dequantised to {pb} B during forward/backward",
-                "memory.md §14 (QLoRA extras)",
+                qlin.in_features * qlin.out_features * pb,
+                f"largest quantised Linear {qlin.path} ({qlin.in_features} x {qlin.out_features}) dequantised "
+                f"to {pb} B during forward/backward (lm_head stays unquantised)",
+                "bitsandbytes functional.dequantize_4bit in MatMul4Bit; transformers integrations/bitsandbytes.py",
             )
         )
     act_item = Item(
@@ -472,7 +542,7 @@ def plan_strategy(
     )
 
     # ---- load -------------------------------------------------------------------------------------------
-    load_gpu = [reserve, *gpu_states(lazy=False, transient=False)]
+    load_gpu = [*reserve_items, *gpu_states(lazy=False, transient=False)]
     load_host = [baseline, *host_states(lazy=False, transient=False)]
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
@@ -481,7 +551,7 @@ def plan_strategy(
         # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
         whole = frozen_total_bytes + trainable * pb
         load_gpu = [
-            reserve,
+            *reserve_items,
             Item(
                 "whole 4-bit model on every GPU",
                 whole,
@@ -489,7 +559,7 @@ def plan_strategy(
                 "partitioned (if at all) only in deepspeed.initialize",
                 "failures.md A4; transformers modeling_utils (is_deepspeed_zero3_enabled and not is_quantized)",
             ),
-            *(i for i in load_gpu[1:] if not i.name.endswith((ms.FROZEN16, ms.PARAM16))),
+            *(i for i in load_gpu[len(reserve_items) :] if not i.name.endswith((ms.FROZEN16, ms.PARAM16))),
         ]
         load_host.append(
             Item(
@@ -514,6 +584,18 @@ def plan_strategy(
             )
         )
         load_note = "every rank loads the whole model (no zero.Init sharding)"
+        if zero.stage == 3:
+            # The engine moves the module to the GPU before ZeRO-3 partitions it.
+            load_gpu.append(
+                Item(
+                    "whole 16-bit model on every GPU at deepspeed.initialize",
+                    p.total * pb,
+                    f"model not built under zero.Init: {p.total * pb / GIB:.1f} GiB lands on each GPU before "
+                    "ZeRO-3 partitions it",
+                    "deepspeed/runtime/engine.py DeepSpeedEngine._configure_distributed_model (module.to(device)); "
+                    "stage3.py DeepSpeedZeroOptimizer_Stage3 -> parameter_offload._convert_to_zero_parameters",
+                )
+            )
     else:
         shard = min(LOAD_SHARD_BYTES, p.total * pb)
         load_host.append(
@@ -527,9 +609,26 @@ def plan_strategy(
     load = Phase("load", tuple(load_gpu), tuple(load_host), load_note)
 
     # ---- first optimizer step ---------------------------------------------------------------------------
+    step_extra: list[Item] = []
+    if zero.offload_optimizer == "none" and t.optimizer == "adamw" and trainable:
+        # torch.optim.AdamW (what HF Trainer hands DeepSpeed) builds a full-size fp32 temporary per tensor it
+        # updates: `torch._foreach_sqrt(exp_avg_sqs)` (foreach, the CUDA default) or
+        # `exp_avg_sq.sqrt() / bias_correction2_sqrt` (single-tensor). ZeRO-3 steps one sub-group at a time;
+        # ZeRO-1/2 and no ZeRO step the whole fp32 partition as one tensor.
+        part = -(-trainable // (world if zero.stage >= 1 else 1))
+        numel = min(max(zero.sub_group_size, 1), part) if zero.stage == 3 else part
+        step_extra.append(
+            Item(
+                "AdamW update temporary",
+                numel * ms.FP32_BYTES,
+                f"one fp32 tensor of {numel:,} elements (the {'sub-group' if zero.stage == 3 else 'partition'} "
+                "being updated)",
+                "torch/optim/adamw.py _multi_tensor_adamw (torch._foreach_sqrt) / _single_tensor_adamw",
+            )
+        )
     first = Phase(
         "first_step",
-        tuple([reserve, *gpu_states(lazy=True, transient=True)]),
+        tuple([*reserve_items, *gpu_states(lazy=True, transient=True), *step_extra]),
         tuple([baseline, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
@@ -537,7 +636,7 @@ def plan_strategy(
     # ---- steady forward/backward ------------------------------------------------------------------------
     steady = Phase(
         "steady",
-        tuple([reserve, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
+        tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
         tuple([baseline, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
@@ -548,7 +647,7 @@ def plan_strategy(
     )
     save = Phase(
         "save",
-        tuple([reserve, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
+        tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
         tuple([baseline, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )

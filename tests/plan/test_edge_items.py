@@ -1,0 +1,81 @@
+"""Issue 9 items of a real run beyond model states, each named in the phase breakdown with its source."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from zerodoctor.models import resolve_model
+from zerodoctor.plan.activations import activation_bytes
+from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+from zerodoctor.plan.phases import plan_strategy
+
+
+def _inputs(model="llama-3.1-8b", gpus=8, **training):
+    return PlanInputs(
+        model=resolve_model(model),
+        cluster=Cluster(nodes=1, gpus_per_node=gpus, gpu_memory_bytes=80 * GIB, host_ram_bytes=1024 * GIB),
+        training=Training(**training),
+        framework="hf",
+    )
+
+
+def _item(plan, phase, name):
+    return next((i for i in plan.phase(phase).gpu if i.name == name), None)
+
+
+def test_qlora_dequantises_a_quantised_linear_never_the_unquantised_lm_head():
+    i = _inputs(method="qlora", quant_storage="bfloat16")
+    item = _item(plan_strategy(i, ZeroSettings(stage=3)), "steady", "bnb dequantised weight")
+    assert "lm_head" not in item.detail.split(" dequantised")[0]
+    assert item.bytes == 4096 * 14336 * 2  # an MLP projection of Llama-3.1-8B, in bf16
+    assert item.source
+
+
+def test_model_not_built_under_zero_init_lands_whole_on_every_gpu():
+    i = _inputs()
+    with_init = plan_strategy(i, ZeroSettings(stage=3))
+    without = plan_strategy(replace(i, zero3_init=False), ZeroSettings(stage=3))
+    item = _item(without, "load", "whole 16-bit model on every GPU at deepspeed.initialize")
+    assert item.bytes == i.model.params.total * 2
+    assert _item(with_init, "load", item.name) is None
+
+
+def test_adamw_temporary_is_one_sub_group_under_zero3_and_the_partition_under_zero2():
+    i = _inputs()
+    total = i.model.params.total
+    z3 = _item(
+        plan_strategy(i, ZeroSettings(stage=3, sub_group_size=10**8)), "first_step", "AdamW update temporary"
+    )
+    assert z3.bytes == 10**8 * 4
+    z2 = _item(plan_strategy(i, ZeroSettings(stage=2)), "first_step", "AdamW update temporary")
+    assert z2.bytes == -(-total // 8) * 4
+    offl = plan_strategy(i, ZeroSettings(stage=3, offload_optimizer="cpu"))
+    assert _item(offl, "first_step", "AdamW update temporary") is None  # DeepSpeedCPUAdam on the host
+
+
+def test_zero3_working_set_and_full_gradient_are_named_with_sources():
+    p = plan_strategy(_inputs(), ZeroSettings(stage=3, offload_optimizer="cpu", offload_param="cpu"))
+    ws = _item(p, "steady", "ZeRO-3 fetched parameters (working set)")
+    assert ws.bytes == 10**9 * 2 and "partitioned_param_coordinator.py" in ws.source
+    grad = _item(p, "steady", "full-size gradient before reduce-scatter")
+    assert grad.bytes == 128256 * 4096 * 2  # the embedding's whole bf16 gradient
+    names = {i.name for i in p.phase("steady").gpu}
+    assert {"CUDA context", "NCCL buffers", "allocator reserved but unallocated"} <= names
+
+
+def test_single_gpu_has_no_nccl_buffers_and_expandable_segments_cut_slack():
+    i = _inputs(gpus=1)
+    p = plan_strategy(i, ZeroSettings(stage=0))
+    assert _item(p, "steady", "NCCL buffers") is None
+    q = plan_strategy(replace(i, expandable_segments=True), ZeroSettings(stage=0))
+    slack = "allocator reserved but unallocated"
+    assert _item(q, "steady", slack).bytes < _item(p, "steady", slack).bytes
+
+
+def test_loss_in_the_model_dtype_is_cheaper_than_the_fp32_upcast():
+    spec = resolve_model("qwen2.5-7b")
+    up = activation_bytes(spec, micro_batch=1, seq_len=4096, gradient_checkpointing=True)
+    own = activation_bytes(spec, micro_batch=1, seq_len=4096, gradient_checkpointing=True, loss_dtype_bytes=2)
+    tv = 4096 * spec.params.vocab_size
+    assert up.logits_and_loss == 12 * tv  # backward: three fp32 tensors of T x V
+    assert own.logits_and_loss == 6 * tv  # logits + shifted copy + log-probabilities, all bf16
