@@ -178,3 +178,84 @@ def test_lower_candidates_without_their_own_failure_line_do_not_borrow_the_crash
     assert findings[0].message.startswith("First failure: rank 2")
     few = next(f for f in findings if f.id == "xtuner-few-iters")
     assert "First failure" not in few.message and "exitcode" not in few.message
+
+
+# ---- severity from evidence; one first failure per run ---------------------------------------------------
+
+
+def test_normal_save_message_without_a_failure_is_not_an_error(tmp_path):
+    """transformers prints this at every save with stage3_gather_16bit_weights_on_model_save=false: a normal
+    save. With no failure after it, it is a warning, never the run's error."""
+    from zerodoctor.diagnose import diagnose
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "***** Running training *****\n"
+        " 50%|#####     | 500/1000 [10:00<10:00,  1.20s/it]\n"
+        "stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead, use "
+        "zero_to_fp32.py to recover weights\n"
+        " 60%|######    | 600/1000 [12:00<08:00,  1.20s/it]\n"
+        "{'train_runtime': 2400.0, 'train_samples_per_second': 3.3}\n"
+    )
+    d = diagnose([str(log)])
+    assert not [f.id for f in d.findings if f.severity is Severity.ERROR]
+    save = next(f for f in d.findings if f.id == "z3-save-empty-weights")
+    assert save.severity is Severity.WARNING and save.data["warning_only"]
+    assert "no failure follows it" in save.message
+
+
+def test_same_warning_followed_by_a_crash_keeps_its_severity(tmp_path):
+    from zerodoctor.diagnose import diagnose
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead, use "
+        "zero_to_fp32.py to recover weights\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "RuntimeError: boom\n"
+    )
+    d = diagnose([str(log)])
+    save = next(f for f in d.findings if f.id == "z3-save-empty-weights")
+    assert not save.data["warning_only"]
+
+
+def test_verdict_timeline_and_json_name_one_first_failure(run_cli):
+    """8 ranks: rank 5 is SIGKILLed, the others print ncclRemoteError echoes before the launcher summary."""
+    import json
+    from pathlib import Path
+
+    log = Path(__file__).parent / "corpus" / "multirank_rank5_sigkill_then_nccl_broken_pipe_echoes.log"
+    code, out, _err = run_cli("diagnose", str(log), "--format", "json")
+    doc = json.loads(out)
+    top = doc["findings"][0]
+    ff = top["data"]["first_failure"]
+    assert doc["timeline"]["first_failure"].startswith(f"rank {ff['rank']} at {ff['file']}:{ff['line']}:")
+    assert doc["timeline"]["phase"] == top["data"]["phase"]
+    assert top["message"].startswith(f"First failure: rank {ff['rank']} at {ff['file']}:{ff['line']}:")
+    code, text, _err = run_cli("diagnose", str(log))
+    verdict_line = next(line for line in text.splitlines() if "First failure:" in line)
+    timeline_line = next(line for line in text.splitlines() if "first failure:" in line)
+    assert verdict_line.split("First failure: ")[1][:80] == timeline_line.split("first failure: ")[1][:80]
+
+
+def test_first_failure_compares_timestamps_of_different_forms():
+    from zerodoctor.diagnose.extract import Event
+    from zerodoctor.diagnose.reader import LogLine
+
+    dmesg_style = Event(
+        "host-oom",
+        LogLine("a.log", 9, "Out of memory: Killed process 1", timestamp="Fri Jun 21 13:59:58 2024"),
+        9,
+        None,
+        "oom",
+    )
+    launcher = Event(
+        "exit",
+        LogLine("a.log", 3, "exits with return code = -9", timestamp="2024-06-21 14:00:00,003"),
+        3,
+        3,
+        "rc -9",
+        exit_code=-9,
+    )
+    assert first_failure([launcher, dmesg_style]) is dmesg_style

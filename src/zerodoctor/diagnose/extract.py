@@ -254,6 +254,30 @@ class OomNumbers:
         return head
 
 
+_ECHO_MARKERS = (
+    "ncclremoteerror",
+    "remote process exited",
+    "remote peer",
+    "watchdog",
+    "timed out",
+    "timeout",
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "processgroup",
+)
+_OWN_NCCL_MARKERS = (
+    "ncclsystemerror",
+    "ncclinternalerror",
+    "ncclunhandledcudaerror",
+    "ncclinvalidusage",
+    "unhandled system error",
+    "unhandled cuda error",
+    "internal error",
+    "invalid usage",
+)
+
+
 @dataclass
 class Event:
     """A failure line: an exception, an OOM, a launcher exit or signal, an NCCL error."""
@@ -286,7 +310,14 @@ class Event:
             msg = self.detail
             if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit")):
                 return 2
-            if "NCCL" in msg or "DistBackendError" in t or "Watchdog" in msg or "ProcessGroup" in msg:
+            low = (t + " " + msg).lower()
+            # Collective trouble that waits on another rank (a remote rank exited, a watchdog timeout, a closed
+            # connection) is class 1, whatever the exception type; torch prints `ncclRemoteError: ...` as an
+            # exception line of its own. An NCCL system/internal error on this rank (ncclSystemError: a
+            # failed shm allocation) is this rank's own failure.
+            if any(m in low for m in _ECHO_MARKERS) or (
+                ("nccl" in low or "distbackenderror" in low) and not any(m in low for m in _OWN_NCCL_MARKERS)
+            ):
                 return 1
             return 0
         return 1

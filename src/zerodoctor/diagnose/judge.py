@@ -13,8 +13,10 @@ versions (printed by the log, then `--env`) and setup facts (`--config`). Its sc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
@@ -44,6 +46,19 @@ _PHASE_FIT: dict[str, frozenset[str]] = {
     "data": frozenset({"load", "training_step"}),
 }
 _ECHO_KINDS = frozenset({"nccl", "watchdog"})
+# Signature kinds that are not a failure on their own: a message a healthy run also prints.
+_NOT_FAILURE_KINDS = frozenset({"warning", "context", "version"})
+
+
+def _failure_after(facts: Facts, evidence: Sequence[tuple[int, LogLine, str]]) -> bool:
+    """Whether a failure (a rank's own death or collective trouble, not the launcher's teardown) is printed
+    after the first of these lines: in the same file later, or in another file (no common clock)."""
+    if not evidence:
+        return bool(facts.events)
+    seq, line, _sig = min(evidence, key=lambda e: e[0])
+    return any(
+        ev.severity_class <= 1 and (ev.line.source != line.source or ev.seq >= seq) for ev in facts.events
+    )
 
 
 @dataclass
@@ -56,6 +71,8 @@ class Candidate:
     conditions: list[tuple[str, str]]
     echo_of: Event | None = None
     notes: list[str] = field(default_factory=list)
+    # only warning/context/version signatures matched and no failure follows them: never an `error`
+    warning_only: bool = False
 
 
 @dataclass
@@ -66,19 +83,43 @@ class Diagnosis:
     facts: Facts
     stats: ScanStats
     versions: dict[str, str]
+    phase: str = "unknown"  # the run's phase at its first failure: the verdict's, the timeline's, the JSON's
+
+
+def _stamp_seconds(stamp: str | None) -> float | None:
+    """A prefix timestamp as seconds since the epoch (ISO or ctime forms), None when it has no date
+    (dmesg's seconds since boot) or cannot be read. Different forms are then comparable."""
+    if not stamp:
+        return None
+    for fmt, text in (
+        ("%Y-%m-%d %H:%M:%S", stamp[:19].replace("T", " ")),
+        ("%a %b %d %H:%M:%S %Y", " ".join(stamp.split())),
+    ):
+        try:
+            return datetime.strptime(text, fmt).timestamp() + _fraction(stamp)
+        except ValueError:
+            continue
+    return None
+
+
+def _fraction(stamp: str) -> float:
+    m = re.match(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,](\d{1,6})", stamp)
+    return float("0." + m.group(1)) if m else 0.0
 
 
 def first_failure(events: Sequence[Event]) -> Event | None:
     """The earliest event of the most serious class: a rank that died on its own beats the NCCL errors of
-    the ranks that waited for it, which beat the launcher tearing the job down."""
+    the ranks that waited for it, which beat the launcher tearing the job down. Time decides when every
+    candidate carries a dated timestamp (ISO and ctime forms compared as times, not as strings); otherwise log
+    order does."""
     if not events:
         return None
-    timed = all(e.line.timestamp for e in events)
-
-    def key(e: Event) -> tuple[int, str, int]:
-        return (e.severity_class, e.line.timestamp or "" if timed else "", e.seq)
-
-    return min(events, key=key)
+    best = min(e.severity_class for e in events)
+    pool = [e for e in events if e.severity_class == best]
+    stamps = [_stamp_seconds(e.line.timestamp) for e in pool]
+    if all(t is not None for t in stamps):
+        return min(zip(stamps, pool, strict=True), key=lambda tp: (tp[0], tp[1].seq))[1]
+    return min(pool, key=lambda e: e.seq)
 
 
 def _event_for(facts: Facts, line: LogLine) -> Event | None:
@@ -108,6 +149,11 @@ def judge(
     all_versions = {**(versions or {}), **facts.versions}
     cfacts = dict(config_facts or {})
     first = first_failure(facts.events)
+    if first is not None and first.phase == "unknown":
+        # a launcher line or a bare OOM message has no frames: take the phase of the same incident's traceback
+        first.phase = next(
+            (e.phase for e in facts.events if e.phase != "unknown" and _same_incident(e, first)), "unknown"
+        )
     oom = _primary_oom(facts, first)
     candidates: list[Candidate] = []
     for entry in load_entries():
@@ -176,6 +222,8 @@ def judge(
                 score -= 1.0
         if oom is not None and entry.id == "cuda-oom-fragmentation":
             score += 2.0 if oom.verdict == "fragmentation" else -2.0
+        kinds = {s.kind for s in entry.symptoms.signatures if s.id in matched}
+        warning_only = kinds <= _NOT_FAILURE_KINDS and not _failure_after(facts, evidence)
         candidates.append(
             Candidate(
                 entry,
@@ -186,15 +234,17 @@ def judge(
                 [(r.description, r.value.name.lower()) for r in results],
                 echo_of,
                 notes,
+                warning_only,
             )
         )
     candidates += _version_only_candidates(candidates, facts, all_versions, cfacts)
-    candidates.sort(key=lambda c: (-c.score, _severity_rank(c.entry), c.entry.id))
+    candidates.sort(key=lambda c: (c.warning_only, -c.score, _severity_rank(c.entry), c.entry.id))
     findings = [_finding(c, first, oom, facts.end_phase, top=i == 0) for i, c in enumerate(candidates)]
     if not any(f.severity is Severity.ERROR for f in findings):
         findings.append(_no_known_failure(facts, first, oom))
     echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
-    return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions)
+    phase = str(findings[0].data.get("phase") or "unknown") if findings else "unknown"
+    return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions, phase)
 
 
 def _version_only_candidates(
@@ -280,9 +330,12 @@ def _first_failure_data(ev: Event | None) -> dict[str, Any] | None:
     }
 
 
-def _phase(c: Candidate, first: Event | None, end_phase: str) -> str:
-    """The phase a candidate's failure happened in: its own failure line's, else the first failure's, else
-    where the log ends (a NaN loss or a hang has no failure line)."""
+def _phase(c: Candidate, first: Event | None, end_phase: str, *, top: bool = False) -> str:
+    """The phase a candidate's failure happened in: for the verdict the first failure's (the same phase in
+    every view), else its own failure line's, else where the log ends (a NaN loss or a hang has no failure
+    line)."""
+    if top and first is not None and first.phase != "unknown" and not c.warning_only:
+        return first.phase
     for ev in (c.anchor, first):
         if ev is not None and ev.phase != "unknown":
             return ev.phase
@@ -295,15 +348,28 @@ def _finding(
     entry = c.entry
     # A lower-ranked candidate with no failure line of its own is not "the first failure" (e.g. a config
     # problem seen in the log next to an unrelated crash): do not describe it with that crash.
+    # One first failure per run: every view (verdict, timeline, JSON) names `first`. A candidate's own failure
+    # line is named separately when it is another incident.
     ev = c.anchor or (first if top else None)
+    own = (
+        c.anchor is not None and first is not None and (c.anchor is first or _same_incident(c.anchor, first))
+    )
     parts: list[str] = []
+    if c.warning_only:
+        parts.append(
+            "A warning, not a failure: no failure follows it in the log, so this is reported as a warning."
+        )
     if c.echo_of is not None:
         parts.append(
             f"Probably an echo: {c.echo_of.describe()} failed first; these errors on other ranks follow it."
         )
-    elif ev is not None:
-        phase = ev.phase.replace("_", " ")
-        parts.append(f"First failure: {ev.describe()} (phase: {phase}).")
+    elif first is not None and (top or own) and not c.warning_only:
+        phase = first.phase.replace("_", " ")
+        parts.append(f"First failure: {first.describe()} (phase: {phase}).")
+        if c.anchor is not None and not own:
+            parts.append(f"This entry's own evidence: {c.anchor.describe()}.")
+    elif c.anchor is not None:
+        parts.append(f"Its failure line: {c.anchor.describe()} (phase: {c.anchor.phase.replace('_', ' ')}).")
     parts.append(entry.summary.strip())
     true_conds = [d for d, v in c.conditions if v == "true"]
     if true_conds:
@@ -331,7 +397,7 @@ def _finding(
     )
     data: dict[str, Any] = {
         "score": round(c.score, 2),
-        "phase": _phase(c, first, end_phase),
+        "phase": _phase(c, first, end_phase, top=top),
         "first_failure": _first_failure_data(first),
         "matched_signatures": c.matched,
         "conditions": [{"condition": d, "value": v} for d, v in c.conditions],
@@ -341,9 +407,13 @@ def _finding(
         data["echo_of"] = _first_failure_data(c.echo_of)
     if oom is not None and "oom" in entry.id:
         data["oom"] = oom.to_dict()
+    severity = Severity.parse(entry.severity)
+    if c.warning_only and severity is Severity.ERROR:
+        severity = Severity.WARNING
+    data["warning_only"] = c.warning_only
     return Finding(
         id=entry.id,
-        severity=Severity.parse(entry.severity),
+        severity=severity,
         title=entry.title,
         message=" ".join(parts),
         fixes=entry_fixes(entry),

@@ -93,6 +93,11 @@ class ScanStats:
 
 class _Engine(Protocol):
     name: str
+    ids: tuple[int, ...]  # the pattern indices this engine scans for
+
+    def without(self, drop: frozenset[int]) -> _Engine:
+        """The same engine without these pattern indices (saturated patterns leave the scan)."""
+        ...
 
     def find(self, data: bytes) -> list[tuple[int, int]]:
         """(pattern index, match end offset) for every match."""
@@ -101,7 +106,7 @@ class _Engine(Protocol):
 
 # A knowledge-base pattern that has passed the re-check on this many lines is "saturated": its evidence
 # (extract.MAX_EVIDENCE lines), its distinct warnings (extract.MAX_WARNINGS) and its presence are already
-# known, so further raw matches are only counted, not decoded. Per-step lines (DeepSpeed's see_memory_usage,
+# known, so further raw matches are skipped, and the pattern soon leaves the scan. Per-step lines (DeepSpeed's see_memory_usage,
 # trace-cache warnings) would otherwise cost a decode and a regex per line on logs where 8 % of lines hit.
 SATURATE_AFTER = 64
 
@@ -132,14 +137,18 @@ def pattern_set() -> PatternSet:
 class _HyperscanEngine:
     name = "hyperscan"
 
-    def __init__(self, regexes: Sequence[str]) -> None:
+    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
         import hyperscan
 
+        self._regexes = tuple(regexes)
+        self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
         flags = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
-        exprs = [r.encode("utf-8") for r in regexes]
+        exprs = [self._regexes[i].encode("utf-8") for i in self.ids]
         # Compiling ~170 patterns takes ~0.2 s, most of a cold start: the serialized database is cached,
-        # keyed by the patterns, the flags and the hyperscan build (kb.cache).
-        key = cache.key_of([hyperscan.__file__.encode(), str(flags).encode(), *exprs])
+        # keyed by the patterns and their ids, the flags and the hyperscan build (kb.cache).
+        key = cache.key_of(
+            [hyperscan.__file__.encode(), str(flags).encode(), repr(self.ids).encode(), *exprs]
+        )
         blob = cache.read("hyperscan", key)
         if blob is not None:
             try:
@@ -151,9 +160,12 @@ class _HyperscanEngine:
                 pass
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self._db.compile(
-            expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[flags] * len(exprs)
+            expressions=exprs, ids=list(self.ids), elements=len(exprs), flags=[flags] * len(exprs)
         )
         cache.write("hyperscan", key, bytes(hyperscan.dumpb(self._db)))
+
+    def without(self, drop: frozenset[int]) -> _HyperscanEngine:
+        return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop])
 
     def find(self, data: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -169,12 +181,17 @@ class _HyperscanEngine:
 class _PythonEngine:
     name = "python-re"
 
-    def __init__(self, regexes: Sequence[str]) -> None:
-        self._compiled = [re.compile(r.encode("utf-8"), re.MULTILINE) for r in regexes]
+    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
+        self._regexes = tuple(regexes)
+        self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
+        self._compiled = [(i, re.compile(self._regexes[i].encode("utf-8"), re.MULTILINE)) for i in self.ids]
+
+    def without(self, drop: frozenset[int]) -> _PythonEngine:
+        return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop])
 
     def find(self, data: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
-        for pid, rx in enumerate(self._compiled):
+        for pid, rx in self._compiled:
             out.extend((pid, m.end()) for m in rx.finditer(data))
         return out
 
@@ -192,6 +209,29 @@ def engine(kind: str | None = None) -> _Engine:
     return _PythonEngine(regexes)
 
 
+_WINDOW = 64 << 10
+
+
+def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
+    """The last offset in chunk[lo:hi] where a progress literal starts, or -1. Searched in growing windows
+    from the end: a literal a log never prints (mmengine's on an HF run) would otherwise be searched through
+    the whole span for every call."""
+    width = _WINDOW
+    top = hi
+    while top > lo:
+        start = max(lo, top - width)
+        # overlap by the longest literal so one that straddles the window edge is found
+        pos = max(chunk.rfind(lit, start, min(hi, top + _LONGEST)) for lit in PROGRESS_LITERALS)
+        if pos >= 0:
+            return pos
+        top = start
+        width *= 4
+    return -1
+
+
+_LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
+
+
 def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progress | None:
     """The last progress update in chunk[lo:hi] (rfind on literals, then parse that line).
 
@@ -199,7 +239,7 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progres
     counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
     the cost per MB does not grow with the number of hits (counting from the chunk start was quadratic)."""
     while hi > lo:
-        pos = max(chunk.rfind(lit, lo, hi) for lit in PROGRESS_LITERALS)
+        pos = _rfind_any(chunk, lo, hi)
         if pos < 0:
             return None
         start = chunk.rfind(b"\n", lo, pos) + 1
@@ -220,28 +260,46 @@ def _line_bounds(chunk: bytes, end: int) -> tuple[int, int]:
     return start, len(chunk) if stop < 0 else stop
 
 
+@dataclass
+class ScanState:
+    """What the sources of one scan share: the engine (saturated patterns leave it), re-check counts."""
+
+    eng: _Engine
+    verified: dict[int, int] = field(default_factory=dict)  # pattern index -> lines that passed the re-check
+    saturated: set[int] = field(default_factory=set)
+    skipped_since_rebuild: int = 0
+
+
+# Raw matches of saturated patterns still cost a Python callback each; once this many were skipped, the
+# engine is rebuilt without them (a hyperscan compile is ~0.2 s, cached by pattern set for the next run).
+REBUILD_AFTER_SKIPPED = 50_000
+
+
 def scan_source(
     src: Source,
     file_index: int,
     *,
     chunk_bytes: int = CHUNK_BYTES,
     eng: _Engine | None = None,
-    verified: dict[int, int] | None = None,
+    state: ScanState | None = None,
     stats: ScanStats | None = None,
 ) -> Iterator[Hit | int]:
     """Yield the Hits of one source in line order, then its line count (an int) last.
 
-    `verified` (pattern index -> lines that passed the re-check) is shared by the sources of one scan, so a
-    knowledge-base pattern saturates once for the whole run (SATURATE_AFTER)."""
+    `state` is shared by the sources of one scan, so a knowledge-base pattern saturates once for the whole
+    run (SATURATE_AFTER)."""
     ps = pattern_set()
-    eng = eng or engine()
-    verified = verified if verified is not None else {}
+    state = state if state is not None else ScanState(eng or engine())
+    verified, saturated = state.verified, state.saturated
     kb_only = [all(k.startswith("kb:") for k in keys) for keys in ps.keys]
-    saturated: set[int] = {pid for pid, n in verified.items() if n >= SATURATE_AFTER and kb_only[pid]}
     base_line = 0
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     for chunk in iter_chunks(src, chunk_bytes):
+        if state.skipped_since_rebuild >= REBUILD_AFTER_SKIPPED and saturated & set(state.eng.ids):
+            state.eng = state.eng.without(frozenset(saturated))
+            state.skipped_since_rebuild = 0
+        eng = state.eng
         matches = eng.find(chunk)
         per_line: dict[int, set[int]] = {}
         skipped = 0
@@ -286,6 +344,7 @@ def scan_source(
                     searched_to = start
                     hit_progress = progress
                 yield Hit(line, kset, file_index * (1 << 40) + lineno, file_index, hit_progress)
+        state.skipped_since_rebuild += skipped
         if stats is not None:
             stats.counted_only += skipped
         chunk_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
@@ -306,12 +365,10 @@ def iter_hits(
     sources = [open_source(p) for p in paths]
     eng = engine()
     stats.engine = eng.name
-    verified: dict[int, int] = {}
+    state = ScanState(eng)
     try:
         for index, src in enumerate(sources):
-            for item in scan_source(
-                src, index, chunk_bytes=chunk_bytes, eng=eng, verified=verified, stats=stats
-            ):
+            for item in scan_source(src, index, chunk_bytes=chunk_bytes, state=state, stats=stats):
                 if isinstance(item, int):
                     stats.lines[src.name] = item
                 else:
