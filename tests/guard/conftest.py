@@ -1,0 +1,82 @@
+"""Shared real-engine runs for the guard tests: each job runs once per session and many tests read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+JOB = Path(__file__).parent / "jobs" / "guard_job.py"
+
+
+@dataclass
+class Run:
+    out: Path
+    returncode: int
+    output: str
+
+    def records(self, rank: int) -> list[dict]:
+        path = self.out / "zerodoctor" / f"rank{rank}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def kinds(self, rank: int, kind: str) -> list[dict]:
+        return [r for r in self.records(rank) if r["kind"] == kind]
+
+    def events(self, rank: int) -> list[str]:
+        return [r["event"] for r in self.kinds(rank, "event")]
+
+    def findings(self, rank: int) -> list[dict]:
+        return [r["finding"] for r in self.kinds(rank, "finding")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(
+    mode: str, out: Path, *flags: str, env: dict | None = None, prefix: list[str] | None = None
+) -> Run:
+    cmd = [
+        *(prefix or []),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(JOB),
+        mode,
+        str(out),
+        *flags,
+    ]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=full_env, cwd=out.parent)
+    return Run(out, proc.returncode, proc.stdout + proc.stderr)
+
+
+ENGINE_FLAGS = ("--grow", "--wrong-device", "--raise-on-rank", "1")
+ENGINE_ENV = {"ZERODOCTOR_GUARD_HOST_MEASURE": "rss"}
+
+
+@pytest.fixture(scope="session")
+def hf_run(tmp_path_factory) -> Run:
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("hf") / "run"
+    return torchrun("hf", out, *ENGINE_FLAGS, env={**ENGINE_ENV, "ZERODOCTOR_GUARD_FAULT": "on_epoch_begin"})
+
+
+@pytest.fixture(scope="session")
+def ds_run(tmp_path_factory) -> Run:
+    pytest.importorskip("deepspeed")
+    out = tmp_path_factory.mktemp("ds") / "run"
+    return torchrun("ds", out, *ENGINE_FLAGS, env={**ENGINE_ENV, "ZERODOCTOR_GUARD_FAULT": "ds_step"})

@@ -1,0 +1,116 @@
+"""The guard on the real engine: HF Trainer + DeepSpeed ZeRO-3 (offload_optimizer + offload_param) and a
+plain deepspeed.initialize loop, 2 gloo ranks on CPU, tiny Llama from a config. One run per adapter, shared
+by the assertions below (see conftest.py): both runs grow host memory from step 2, move a ZeRO-3 partition to
+the wrong device after training, raise on rank 1 at the end, and inject one internal guard fault."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+RUNS = ["hf_run", "ds_run"]
+
+
+@pytest.fixture(params=RUNS)
+def run(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_both_ranks_write_telemetry_with_step_and_save_events(run):
+    for rank in (0, 1):
+        assert (run.out / f"done_rank{rank}.json").exists(), run.output[-4000:]
+        samples = run.kinds(rank, "sample")
+        steps = sorted({s["step"] for s in samples})
+        assert steps[-1] == 8 and len(steps) >= 6, steps
+        events = run.events(rank)
+        assert "train_begin" in events and "first_optimizer_step" in events
+        assert events.count("save_begin") >= 2 and events.count("save_end") >= 2, events
+        s = samples[-1]
+        assert s["rss"] > 0 and s["node_total"] > 0 and "shm_total" in s
+        assert "gpu_allocated" not in s  # CPU: no GPU fields at all ...
+        meta = run.kinds(rank, "meta")[0]
+        assert any(na["what"] == "gpu" for na in meta["not_available"])  # ... and a typed "not available"
+        saves = [r for r in run.kinds(rank, "event") if r["event"] == "save_end"]
+        assert all("seconds" in r and "rss_hwm_before" in r for r in saves)
+
+
+def test_hf_events_include_evaluation_and_epochs_and_trainer_logs(hf_run):
+    events = hf_run.events(0)
+    assert "evaluation_begin" in events and "evaluation_end" in events and "epoch_end" in events
+    reported = json.loads((hf_run.out / "done_rank0.json").read_text())["reported"]
+    assert any("zerodoctor/host_rss_gib" in h and "loss" in h for h in reported), reported
+
+
+def test_device_checks_pass_at_train_begin_and_after_first_step(run):
+    for rank in (0, 1):
+        placements = run.kinds(rank, "placement")
+        assert [p["when"] for p in placements] == ["train_begin", "first_optimizer_step"]
+        assert all(p["ok"] for p in placements)
+        first = placements[1]["summary"]
+        assert first["parameter partition (ds_tensor)"] == {"cpu": 21}  # offload_param: cpu
+        assert set(first["optimizer state"]) == {"cpu"} and set(first["fp32 master"]) == {"cpu"}
+        assert not [f for f in run.findings(rank) if f["id"] == "guard.tensor-wrong-device"]
+
+
+def test_identities_gathered_once_on_rank0(hf_run):
+    ids = hf_run.kinds(0, "identities")[0]["identities"]
+    assert sorted(i["rank"] for i in ids) == [0, 1] and {i["device"] for i in ids} == {"cpu"}
+
+
+def test_tensor_moved_to_wrong_device_is_reported(run):
+    res = json.loads((run.out / "wrong_device_rank0.json").read_text())
+    assert res["before"] == []
+    (f,) = res["after"]
+    assert f["id"] == "guard.tensor-wrong-device" and f["severity"] == "error"
+    assert res["moved"] in f["message"] and "is on meta, expected cpu" in f["message"]
+    assert "offload_param.device=cpu" in f["message"]
+
+
+def test_growing_host_allocation_triggers_trend_warning(run):
+    for rank in (0, 1):
+        trend = [f for f in run.findings(rank) if f["id"] == "guard.host-ram-trend"]
+        assert len(trend) == 1, run.findings(rank)
+        assert trend[0]["data"]["slope_bytes_per_step"] > 30 * 2**20  # the job adds 48 MiB per step
+
+
+def test_step_count_and_prediction_recorded(run):
+    ids = {f["id"] for f in run.findings(0)}
+    assert "guard.max-steps-below-epoch" in ids  # 8 steps of a 16-step epoch
+    pred = run.kinds(0, "prediction")[0]
+    assert pred["available"] and set(pred["phases"]) >= {"first_step", "steady", "save"}
+    assert pred["phases"]["steady"]["gpu_bytes"] is None  # no GPU: nothing to compare on the GPU side
+    assert {g["phase"] for g in run.kinds(0, "gap")} == {"first_step", "steady"}
+
+
+def test_hf_live_config_lint_knows_the_trainer(hf_run):
+    assert "DS009" not in {f["id"] for f in hf_run.findings(0)}  # HF builds the optimizer itself
+
+
+def test_injected_exception_is_diagnosed_and_reraised(run):
+    assert run.returncode != 0  # re-raised: the failing rank exits non-zero
+    err = json.loads((run.out / "zerodoctor" / "error-rank1.json").read_text())
+    assert err["rank"] == 1 and err["time"].endswith("Z") and err["step"] == 8
+    assert err["diagnosis"]["id"]
+    assert "zerodoctor guard [rank 1, step 8" in run.output
+    # the original exception reaches the original hook unchanged
+    assert ("OutOfMemoryError: CUDA out of memory" in run.output) or (
+        "RuntimeError: Expected all tensors" in run.output
+    )
+    assert not (run.out / "zerodoctor" / "error-rank0.json").exists()
+
+
+def test_hf_oom_is_diagnosed_as_cuda_oom(hf_run):
+    err = json.loads((hf_run.out / "zerodoctor" / "error-rank1.json").read_text())
+    d = err["diagnosis"]["data"]
+    assert d["first_failure"]["kind"] == "cuda-oom" and d["oom"]["tried_gib"] == 3.39, err["diagnosis"]
+    assert "allocator" in err  # the cheap allocator summary (empty on CPU: no CUDA allocator)
+
+
+def test_guard_internal_failure_does_not_stop_training(run):
+    for rank in (0, 1):
+        errors = run.kinds(rank, "guard_error")
+        assert len(errors) == 1 and "injected guard fault" in errors[0]["error"]
+        assert json.loads((run.out / f"done_rank{rank}.json").read_text())["global_step"] == 8
