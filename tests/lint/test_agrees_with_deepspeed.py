@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import pytest
 from zerodoctor.findings import Severity
 from zerodoctor.lint.deepspeed_validate import validate_many
 from zerodoctor.lint.engine import lint_setup, select_rules
-from zerodoctor.setup.load import load_setup
+from zerodoctor.setup.discover import discover
+from zerodoctor.setup.load import load_setup, setup_from_documents
 
 pytest.importorskip("deepspeed")
 
@@ -171,14 +171,9 @@ def test_builtin_checks_agree_with_deepspeed(tmp_path):
     expected.append(("duplicate keys", False))
     # the bundled seed setups, as their frameworks hand them to DeepSpeed
     for folder in sorted(EXAMPLES.iterdir()):
-        files = [
-            f
-            for f in glob.glob(str(folder / "*"))
-            if f.endswith((".json", ".yaml", ".py"))
-            and "upstream" not in f
-            and not f.endswith("expected.yaml")
-        ]
-        s = load_setup(files, world_size=8)
+        # the files the run uses, as `zerodoctor check DIR` finds them (the DeepSpeed JSON the YAML names)
+        found = discover([folder])
+        s = setup_from_documents([d for d in found.documents if "upstream" not in d.display], world_size=8)
         if s.ds_written is not None:
             setups.append(s)
             expected.append((f"example {folder.name}", True))

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from zerodoctor import __version__
-from zerodoctor.cli import diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd
+from zerodoctor.cli import check_cmd, diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd
 from zerodoctor.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from zerodoctor.errors import ZeroDoctorError
 
 # Command name -> module with `add_parser(subparsers)` and `run(args) -> int`. Later: check, plan, diagnose,
 # selftest, report.
-COMMANDS = {"lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd}
+COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd}
 
 EPILOG = """exit codes:
   0  clean: no finding at or above --fail-on

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zerodoctor.errors import InputError, ZeroDoctorError
+from zerodoctor.errors import SetupError, ZeroDoctorError
 from zerodoctor.setup.document import ConfigDocument
 from zerodoctor.setup.model import TrainingSetup, build_setup, resolve_reference
 from zerodoctor.setup.reader import read_document
@@ -53,8 +53,36 @@ def load_setup(
     model: str | None = None,
     dataset_samples: int | None = None,
 ) -> TrainingSetup:
-    docs: list[ConfigDocument] = [read_document(p, kind) for p in paths]
+    return setup_from_documents(
+        [read_document(p, kind) for p in paths],
+        env=env,
+        framework=framework,
+        world_size=world_size,
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+        model=model,
+        dataset_samples=dataset_samples,
+    )
+
+
+def setup_from_documents(
+    docs: list[ConfigDocument],
+    *,
+    env: Environment | None = None,
+    framework: str | None = None,
+    world_size: int | None = None,
+    num_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    model: str | None = None,
+    dataset_samples: int | None = None,
+) -> TrainingSetup:
+    """Follow the DeepSpeed files the documents name, and build the TrainingSetup. A DeepSpeed JSON given
+    beside a framework file that names a different one is refused: which one the run uses is ambiguous."""
+    docs = list(docs)
+    model_docs = [d for d in docs if d.kind == "model"]
+    docs = [d for d in docs if d.kind != "model"]
     seen = {d.path.resolve() for d in docs}
+    given_ds = [d for d in docs if d.kind == "deepspeed"]
     missing: list[tuple[ConfigDocument, str, str]] = []
     for doc in list(docs):
         ref = _referenced_ds_config(doc)
@@ -65,13 +93,21 @@ def load_setup(
         if found is None:
             missing.append((doc, key, target))
             continue
+        others = [d for d in given_ds if d.path.resolve() != found.resolve()]
+        if others:
+            pos = doc.position(key)
+            where = f"{doc.display}:{pos.line}" if pos else doc.display
+            raise SetupError(
+                f"two DeepSpeed configs: {others[0].display} was given, but {where} ({key}) names {target}",
+                hint=f"pass only the one the run uses (the run reads {found})",
+            )
         if found.resolve() in seen:
             continue
-        try:
-            docs.append(read_document(found, "deepspeed"))
-        except InputError:
-            raise
+        docs.append(read_document(found, "deepspeed"))
         seen.add(found.resolve())
+    if len([d for d in docs if d.kind == "deepspeed"]) > 1:
+        names = ", ".join(d.display for d in docs if d.kind == "deepspeed")
+        raise SetupError(f"two DeepSpeed configs: {names}", hint="pass only the one the run uses")
     setup = build_setup(
         docs,
         env=env,
@@ -84,6 +120,8 @@ def load_setup(
     setup.dataset_samples = dataset_samples
     if model:
         setup.model_ref = model
+    elif model_docs and not setup.model_ref:
+        setup.model_ref = str(model_docs[0].path)
     spec, note = resolve_model_quietly(setup.model_ref)
     if spec is not None:
         setup.attach_model(spec)

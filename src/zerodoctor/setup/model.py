@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zerodoctor.facts import truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.setup.deepspeed_config import (
     ACCELERATE_TO_DS,
@@ -198,6 +199,10 @@ class TrainingSetup:
         """Activation checkpointing's `use_reentrant`: as given (gradient_checkpointing_kwargs, or the PEFT example
         scripts' `use_reentrant` argument), else the installed transformers' default: False in 5.23
         (modeling_utils `_activation_checkpointing_enable`); for other versions we do not know it."""
+        if self.args_doc is not None and self.args_doc.kind == "llamafactory":
+            # LLaMA-Factory passes {"use_reentrant": model_args.use_reentrant_gc} itself; its default is True
+            # (hparams/model_args.py `use_reentrant_gc`, model/model_utils/checkpointing.py).
+            return truthy(self.args_doc.get("use_reentrant_gc", True)) is not False
         gck = self.args.get("gradient_checkpointing_kwargs")
         if isinstance(gck, dict) and "use_reentrant" in gck:
             return bool(gck["use_reentrant"])

@@ -799,9 +799,11 @@ def _gradient_checkpointing(s: TrainingSetup, rd: _Reader) -> Known[bool] | None
 
 
 def _reentrant_origin(s: TrainingSetup, rd: _Reader) -> Origin:
-    k = rd.arg("gradient_checkpointing_kwargs", "use_reentrant")
+    k = rd.arg("gradient_checkpointing_kwargs", "use_reentrant", "use_reentrant_gc")
     if k is not None:
         return k.origin
+    if s.args_doc is not None and s.args_doc.kind == "llamafactory":
+        return Origin("framework", "LLaMA-Factory use_reentrant_gc default true")
     return Origin("framework", "transformers 5.23 default use_reentrant=False")
 
 

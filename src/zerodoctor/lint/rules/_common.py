@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from zerodoctor.facts import as_number, is_auto, truthy
@@ -122,6 +123,38 @@ def offloaded_host_bytes_per_node(run: RunDescription) -> tuple[float, float, in
         return None
     need = per_rank * world / nodes
     return need, t["host"] * world / total, nodes
+
+
+GATHER_BYTES_PER_PARAM = 2  # the 16-bit gather at save: every parameter in bf16/fp16 on rank 0's host
+HOST_HEADROOM = 0.8  # a host is "full" above 80 % of its RAM (the OS, page cache, the job's other processes)
+
+
+@dataclass(frozen=True)
+class SaveGather:
+    """The 16-bit gather at save on node 0's host: `spike` bytes on top of `held` offloaded bytes, against
+    `ram` (None: unknown). `fits` is None when the host RAM is unknown."""
+
+    spike: float
+    held: float
+    ram: float | None
+
+    @property
+    def fits(self) -> bool | None:
+        return None if not self.ram else self.spike + self.held <= HOST_HEADROOM * self.ram
+
+
+def save_gather(run: RunDescription) -> SaveGather | None:
+    """What gathering the full 16-bit model at save costs node 0 (DS007 and DS008 judge by the same numbers);
+    None when the model is unknown."""
+    if run.model is None:
+        return None
+    share = offloaded_host_bytes_per_node(run)
+    ram = run.cluster.host_ram_bytes.value if run.cluster.host_ram_bytes is not None else None
+    return SaveGather(
+        spike=float(run.model.params.total * GATHER_BYTES_PER_PARAM),
+        held=share[0] if share else 0.0,
+        ram=float(ram) if ram else None,
+    )
 
 
 def is_hf_trainer_peft(setup: TrainingSetup) -> bool:

@@ -75,7 +75,8 @@ def check(run: RunDescription) -> Iterator[Finding]:
             ],
             severity=Severity.INFO,
         )
-    ram = facts.get("env.host_ram_bytes")
+    host = run.cluster.host_ram_bytes  # --host-ram, cluster.yaml or the environment snapshot
+    ram = host.value if host is not None else None
     share = offloaded_host_bytes_per_node(run)
     if share is None or not ram:
         return
@@ -108,7 +109,7 @@ def check(run: RunDescription) -> Iterator[Finding]:
         + assumed,
         evidence=[
             setup.ds_evidence(f"zero_optimization.offload_{where}.device"),
-            Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram)),
+            host.origin.evidence(gib(ram)) if host is not None else Evidence(text=gib(ram)),
         ],
         fixes=[
             Fix("Spread the job over more nodes (host need per node falls with the node count)"),

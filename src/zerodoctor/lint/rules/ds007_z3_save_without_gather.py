@@ -18,6 +18,9 @@ transformers 5.23), whatever this flag says.
 
 Use instead: `"stage3_gather_16bit_weights_on_model_save": true` (the fix, safe for correctness; for very large
 models weigh rank-0 host RAM, DS008), or keep it off on purpose and plan the zero_to_fp32 conversion.
+When the model and node 0's host RAM are known and the gather would not fit (the same arithmetic as DS008 and
+`zerodoctor plan`, which then emits the config with the gather off), this is reported as information that
+keeping it off is right, with only the conversion as the fix.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import is_hf_trainer_peft, truthy
+from zerodoctor.lint.rules._common import HOST_HEADROOM, gib, is_hf_trainer_peft, save_gather, truthy
 from zerodoctor.setup.run import RunDescription
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
@@ -42,6 +45,20 @@ def check(run: RunDescription) -> Iterator[Finding]:
     explicit = setup.ds_written_value(KEY) is not None
     where = setup.ds_evidence(KEY) if explicit else setup.ds_evidence("zero_optimization")
     how = "is false" if explicit else "is not set (DeepSpeed's default is false)"
+    cost = save_gather(run)
+    if cost is not None and cost.fits is False and cost.ram:
+        # Turning the gather on would not fit node 0 (what DS008 and the planner say): keeping it off is the
+        # right choice here, so this is information, and the only fix is the offline conversion.
+        yield RULE.finding(
+            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saves write a sharded DeepSpeed "
+            f"checkpoint, not model weights. Keep it so: gathering the 16-bit model at save would put about "
+            f"{gib(cost.spike)} on node 0's host on top of about {gib(cost.held)} it already holds, more than "
+            f"{HOST_HEADROOM:.0%} of its {gib(cost.ram)}. Convert the final checkpoint offline with zero_to_fp32.py.",
+            evidence=[where],
+            fixes=[Fix("Convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>")],
+            severity=Severity.INFO,
+        )
+        return
     yield RULE.finding(
         f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded DeepSpeed "
         "checkpoint instead of model weights, so the result cannot be loaded with from_pretrained until "

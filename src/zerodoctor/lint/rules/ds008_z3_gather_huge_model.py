@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import gib, is_hf_trainer_peft, offloaded_host_bytes_per_node, truthy
+from zerodoctor.lint.rules._common import gib, is_hf_trainer_peft, save_gather, truthy
 from zerodoctor.setup.run import RunDescription
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
-BYTES_16BIT = 2
 LARGE_GATHER = 100 * 2**30  # above this a rank-0 spike is worth knowing about even without host facts
 
 
@@ -38,10 +37,9 @@ def check(run: RunDescription) -> Iterator[Finding]:
         return
     if truthy(setup.ds_flat().get(KEY)) is not True:
         return
-    spike = setup.total_params * BYTES_16BIT
-    ram = setup.facts().get("env.host_ram_bytes")
-    share = offloaded_host_bytes_per_node(run)
-    held = share[0] if share else 0.0
+    gather = save_gather(run)
+    assert gather is not None  # the model is known
+    spike, held, ram = gather.spike, gather.held, gather.ram
     fixes = [
         Fix(
             "Turn the gather off and convert offline: python zero_to_fp32.py <ckpt> <out>",
@@ -54,11 +52,10 @@ def check(run: RunDescription) -> Iterator[Finding]:
     ev = [setup.ds_evidence(KEY)]
     if ram:
         total = spike + held
-        if total <= 0.8 * ram:
+        if gather.fits:
             return  # the host has room for the spike on top of what it holds
-        ev.append(
-            Evidence(file=setup.env.source if setup.env else None, key="host.ram_total_bytes", text=gib(ram))
-        )
+        assert run.cluster.host_ram_bytes is not None
+        ev.append(run.cluster.host_ram_bytes.origin.evidence(gib(ram)))
         also = (
             f" on top of about {gib(held)} of offloaded model states it already holds,"
             if held

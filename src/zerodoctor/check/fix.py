@@ -1,0 +1,85 @@
+"""`check --fix DIR`: corrected copies of the user's configs and the recommended DeepSpeed config, in DIR.
+
+Only the lint rules' safe fixes are applied (a fix that changes training behaviour is listed, not applied),
+and a fix only writes values the finding derived from the user's own setup. Nothing is ever written over a
+user's file: DIR may be new or existing, but a copy that would land on one of the setup's own files is
+refused, and an earlier copy in DIR is kept (the new one gets a numbered name).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zerodoctor.errors import SetupError
+
+if TYPE_CHECKING:
+    from zerodoctor.check.pipeline import CheckReport
+
+RECOMMENDED_NAME = "ds_config.recommended.json"
+
+
+def _free(path: Path) -> Path:
+    if not path.exists():
+        return path
+    for i in range(2, 1000):
+        candidate = path.with_name(f"{path.stem}.{i}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise SetupError(
+        f"{path.parent}: too many earlier copies of {path.name}", hint="clean the --fix directory"
+    )
+
+
+def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
+    """Write the copies; returns what was written and what was not fixed (for JSON and text output)."""
+    from zerodoctor.lint.fixer import _fix_json, _fix_yaml, plan_fixes
+
+    if directory.exists() and not directory.is_dir():
+        raise SetupError(
+            f"--fix {directory}: is a file, not a directory", hint="name a new or existing directory"
+        )
+    setup = report.run.files
+    own = {d.path.resolve() for d in setup.documents}
+    changes, skipped = plan_fixes(setup, list(report.findings))
+    by_file: dict[str, list[Any]] = {}
+    for c in changes:
+        by_file.setdefault(c.file, []).append(c)
+    plans: list[tuple[Path, str]] = []
+    for doc in setup.documents:
+        todo = by_file.get(doc.display)
+        if not todo:
+            continue
+        text = (
+            _fix_json(doc, todo)
+            if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{")
+            else _fix_yaml(doc, todo)
+        )
+        plans.append((directory / doc.path.name, text))
+    result = report.plan
+    rec = result.recommended if result is not None else None
+    if result is not None and rec is not None and (result.yours is None or result.yours.status != "fits"):
+        from zerodoctor.plan.emit import ds_config
+
+        plans.append(
+            (directory / RECOMMENDED_NAME, json.dumps(ds_config(result.inputs, rec), indent=2) + "\n")
+        )
+    written: list[str] = []
+    if plans:
+        directory.mkdir(parents=True, exist_ok=True)
+    for target, text in plans:
+        if target.resolve() in own:
+            raise SetupError(
+                f"--fix {directory}: {target.name} there is one of the setup's own files; not writing over it",
+                hint="choose a different --fix directory",
+            )
+        target = _free(target)
+        with target.open("x", encoding="utf-8") as fh:
+            fh.write(text)
+        written.append(str(target))
+    return {
+        "written": written,
+        "changes": [c.describe() for c in changes],
+        "not_fixed": [f"{s.rule}: {s.reason}" for s in skipped],
+    }

@@ -1,0 +1,386 @@
+"""The preflight: discover the setup, describe the run once, run every judge on that one description, merge
+what they say into one list ordered by when each problem bites, and give one verdict.
+
+Verdicts, strongest first:
+  will fail          a finding of severity error: the run as configured fails, and the finding says when
+  could not check    something that decides whether it fails could not be judged (the memory plan without
+                     the GPU memory, the versions without an environment): an unknown is never a pass
+  ready with warnings
+  ready
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from zerodoctor.check.registry import PHASE_ORDER, all_checks
+from zerodoctor.errors import PlanError, SetupError
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.setup.discover import discover
+from zerodoctor.setup.load import setup_from_documents
+from zerodoctor.setup.run import RunDescription, RunFlags, describe_run
+
+if TYPE_CHECKING:
+    from zerodoctor.env.model import Environment
+    from zerodoctor.plan.candidates import PlanResult
+
+VERDICTS = ("ready", "ready with warnings", "could not check", "will fail")
+
+# The same problem found by two judges is one finding: these ids name the same problem.
+SAME_PROBLEM = {
+    "DS006": "host-ram-exhausted",
+    "PLAN002": "host-ram-exhausted",
+    "QL001": "qlora-weights-replicated",
+    "PLAN004": "qlora-weights-replicated",
+    "DS008": "save-gather-host-ram",
+    "PLAN005": "save-only-model-ignored",
+}
+# Phases of the knowledge base's entries -> when the problem bites in a run.
+KB_PHASES = {
+    "config": "launch",
+    "init": "launch",
+    "load": "load",
+    "forward": "steady_state",
+    "backward": "steady_state",
+    "optimizer_step": "first_optimizer_step",
+    "checkpoint_save": "checkpoint_save",
+    "resume": "load",
+    "any": "steady_state",
+}
+# The planner's phase names -> the check's.
+PLAN_PHASES = {
+    "load": "load",
+    "first_step": "first_optimizer_step",
+    "steady": "steady_state",
+    "save": "checkpoint_save",
+}
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    paths: tuple[str, ...]
+    flags: RunFlags
+    env_path: str | None = None
+    deep: bool = False  # probe DeepSpeed's ops in a subprocess (~3 s) when probing this machine
+    only: frozenset[str] | None = None
+    skip: frozenset[str] | None = None
+    margin: float = 0.10
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One line of "what was checked and what was not"."""
+
+    what: str
+    checked: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    verdict: str
+    findings: tuple[Finding, ...]
+    headline: tuple[tuple[str, str], ...]
+    checked: tuple[Checked, ...]
+    files: tuple[tuple[str, str], ...]
+    skipped: tuple[tuple[str, str], ...]
+    run: RunDescription
+    plan: PlanResult | None
+    env_source: str
+
+    @property
+    def when_it_bites(self) -> str | None:
+        """The phase of the first error, in run order."""
+        errors = [f for f in self.findings if f.severity is Severity.ERROR]
+        return phase_of(errors[0]) if errors else None
+
+
+def phase_of(f: Finding) -> str:
+    return str(f.data.get("phase", "launch"))
+
+
+def run_check(options: CheckOptions) -> CheckReport:
+    found = discover(options.paths)
+    env, env_source = _environment(options, found.env_path)
+    flags = options.flags
+    setup = setup_from_documents(
+        list(found.documents),
+        env=env,
+        framework=flags.framework,
+        world_size=flags.world_size,
+        num_nodes=flags.nodes,
+        gpus_per_node=flags.gpus_per_node,
+        model=flags.model,
+        dataset_samples=flags.samples,
+    )
+    if setup.missing_references:
+        doc, key, target = setup.missing_references[0]
+        pos = doc.position(key)
+        raise SetupError(
+            f"{doc.display}:{pos.line if pos else 1}: {key} names {target}, which does not exist",
+            hint="put the DeepSpeed config next to the training config, or pass it as another file",
+        )
+    run = describe_run(setup, flags, env=env, cluster_file=found.cluster, strict=True)
+    checked: list[Checked] = [
+        Checked("configs", True, ", ".join(f"{d.display} ({d.kind})" for d in setup.documents)),
+    ]
+    findings: list[Finding] = []
+
+    # ---- environment ----------------------------------------------------------------------------------
+    from zerodoctor.env.judge import judge_environment
+
+    env_findings = judge_environment(env, run.facts(), include_kb=False)
+    findings += env_findings
+    versions = env.versions()
+    if versions.get("deepspeed"):
+        checked.append(Checked("installed stack", True, f"{env_source}: " + _stack(versions)))
+    else:
+        checked.append(
+            Checked(
+                "installed stack",
+                False,
+                f"{env_source} has no DeepSpeed: known-bad versions not checked (pass --env with a snapshot or "
+                "`pip freeze` of a training node)",
+            )
+        )
+
+    # ---- configs and the knowledge base ---------------------------------------------------------------
+    from zerodoctor.lint.engine import lint_run, setup_notes
+
+    findings += setup_notes(setup) + lint_run(run)
+
+    # ---- memory plan ----------------------------------------------------------------------------------
+    plan_result = None
+    try:
+        from zerodoctor.plan.candidates import plan
+        from zerodoctor.plan.inputs import inputs_from_run
+
+        plan_result = plan(inputs_from_run(run), margin=options.margin)
+        findings += [_locate_plan_finding(f, run) for f in plan_result.findings]
+        checked.append(Checked("memory plan", True, _plan_summary(plan_result)))
+    except PlanError as exc:
+        checked.append(Checked("memory plan", False, str(exc)))
+        findings.append(
+            Finding(
+                id="ZD002",
+                name="check.not-checked",
+                severity=Severity.WARNING,
+                title="Memory not checked",
+                message=f"GPU and host memory could not be planned: {exc}. Whether the run fits is unknown.",
+                fixes=(Fix(exc.hint or "give the missing value (see `zerodoctor check --help`)"),),
+                source="check",
+                data={"phase": "launch", "not_checked": "memory plan"},
+            )
+        )
+    checked.append(
+        Checked("selftest", False, "not run: `zerodoctor check --run` runs the setup in miniature")
+    )
+
+    findings = [f for f in findings if _selected(f, options)]
+    findings = _merge(_with_phase(f) for f in findings)
+    findings.sort(key=_order)
+    verdict = _verdict(findings, checked)
+    return CheckReport(
+        verdict=verdict,
+        findings=tuple(findings),
+        headline=tuple(_headline(run, plan_result)),
+        checked=tuple(checked),
+        files=tuple((d.display, d.kind) for d in setup.documents),
+        skipped=found.skipped,
+        run=run,
+        plan=plan_result,
+        env_source=env_source,
+    )
+
+
+# ---- pieces ---------------------------------------------------------------------------------------------
+
+
+def _environment(options: CheckOptions, found: Any) -> tuple[Environment, str]:
+    """`--env`, else a snapshot in the setup directory, else this machine (probed without importing torch)."""
+    from zerodoctor.env.snapshot import load_env
+
+    path = options.env_path or (str(found) if found is not None else None)
+    if path:
+        return load_env(path), path
+    from zerodoctor.env.collect import collect
+
+    return collect(deep=options.deep), "this machine"
+
+
+def _stack(versions: dict[str, str]) -> str:
+    names = ("deepspeed", "torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl")
+    return ", ".join(f"{n} {versions[n]}" for n in names if versions.get(n))
+
+
+def _plan_summary(result: PlanResult) -> str:
+    s = result.yours or result.recommended
+    if s is None:
+        return "no strategy fits"
+    gpu, gph = s.gpu_peak()
+    host, hph = s.host_peak()
+    return (
+        f"{s.zero.label}: GPU peak {gpu / 2**30:,.1f} GiB ({gph}), host {host / 2**30:,.1f} GiB/node ({hph})"
+    )
+
+
+def _locate_plan_finding(f: Finding, run: RunDescription) -> Finding:
+    """The planner speaks of the ZeRO config in general; point its findings at the user's line."""
+    if any(e.file for e in f.evidence) or run.zero is None:
+        return f
+    stage = run.zero.stage.origin
+    where = (
+        stage.evidence()
+        if stage.file
+        else (run.files.ds_evidence("zero_optimization") if run.files.ds_doc else None)
+    )
+    if where is None or not where.file:
+        return f
+    return replace(f, evidence=(where, *f.evidence))
+
+
+def _selected(f: Finding, options: CheckOptions) -> bool:
+    if f.id in ("ZD002",):
+        return True  # what could not be checked is always said
+    if options.only is not None and f.id not in options.only:
+        return False
+    return not (options.skip is not None and f.id in options.skip)
+
+
+def _with_phase(f: Finding) -> Finding:
+    phase = None
+    if f.id.startswith("PLAN") and f.data.get("phase") in PLAN_PHASES:
+        phase = PLAN_PHASES[str(f.data["phase"])]
+    elif f.id == "KB001":
+        from zerodoctor.kb.loader import load_entries
+
+        kb_id = f.data.get("kb_id")
+        entry = next((e for e in load_entries() if e.id == kb_id), None)
+        phase = KB_PHASES.get(str(entry.phase), "launch") if entry is not None else "launch"
+    elif "phase" in f.data and f.data["phase"] in PHASE_ORDER:
+        phase = str(f.data["phase"])
+    else:
+        info = all_checks().get(f.id)
+        phase = info.phase if info is not None else "launch"
+    return replace(f, data={**f.data, "phase": phase})
+
+
+def _problem(f: Finding) -> str:
+    if f.data.get("kb_id"):
+        return f"kb:{f.data['kb_id']}"
+    if f.data.get("problem"):
+        return str(f.data["problem"])
+    if f.id in SAME_PROBLEM:
+        return SAME_PROBLEM[f.id]
+    ev = f.evidence[0] if f.evidence else Evidence()
+    return f"{f.id}:{f.name}:{ev.file}:{ev.line}:{ev.key}:{f.title}"
+
+
+def _merge(findings: Any) -> list[Finding]:
+    """One finding per problem: the most severe (then the one that points at a file line) leads; the others'
+    evidence, fixes and references are added and their ids kept in `data.also_found_by`."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(_problem(f), []).append(f)
+    out = []
+    for group in groups.values():
+        # the most severe leads; on a tie the lint rule (it points at the config line that causes it)
+        group.sort(
+            key=lambda f: (-int(f.severity), f.source != "lint", not any(e.line for e in f.evidence), f.id)
+        )
+        lead, rest = group[0], group[1:]
+        if not rest:
+            out.append(lead)
+            continue
+        evidence = list(lead.evidence) + [e for g in rest for e in g.evidence if e not in lead.evidence]
+        fixes = list(lead.fixes) + [
+            x for g in rest for x in g.fixes if x.text not in {y.text for y in lead.fixes}
+        ]
+        refs = list(dict.fromkeys([*lead.references, *(r for g in rest for r in g.references)]))
+        also = [g.id for g in rest]
+        out.append(
+            replace(
+                lead,
+                evidence=tuple(dict.fromkeys(evidence)),
+                fixes=tuple(fixes),
+                references=tuple(refs),
+                data={**lead.data, "also_found_by": also, "also": [g.message for g in rest]},
+            )
+        )
+    return out
+
+
+def _order(f: Finding) -> tuple[int, int, str, int, str]:
+    ev = f.evidence[0] if f.evidence else Evidence()
+    return (PHASE_ORDER.get(phase_of(f), 0), -int(f.severity), ev.file or "", ev.line or 0, f.id)
+
+
+def _verdict(findings: list[Finding], checked: list[Checked]) -> str:
+    if any(f.severity is Severity.ERROR for f in findings):
+        return "will fail"
+    if any(not c.checked and c.what != "selftest" for c in checked):
+        return "could not check"
+    if any(f.severity is Severity.WARNING for f in findings):
+        return "ready with warnings"
+    return "ready"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if run.model is not None:
+        out.append(("model", f"{run.model.display_name} ({run.model.params.total / 1e9:,.2f}B parameters)"))
+    elif run.model_ref is not None:
+        out.append(("model", f"{run.model_ref.value} (not known: {run.model_note or 'no config'})"))
+    c = run.cluster
+    if c.world_size is not None:
+        per = f" ({c.nodes.value} x {c.gpus_per_node.value})" if c.nodes and c.gpus_per_node else ""
+        out.append(("GPUs", f"{c.world_size.value}{per}"))
+    method = run.method.value + (f" r={run.lora_rank.value}" if run.method.value in ("lora", "qlora") else "")
+    out.append(
+        (
+            "training",
+            f"{method}, {run.precision.value}, micro batch {run.micro_batch.value} x grad accum "
+            f"{run.grad_accum.value}, seq {run.seq_len.value}, gradient checkpointing "
+            f"{'on' if run.gradient_checkpointing.value else 'off'}",
+        )
+    )
+    if run.zero is not None:
+        z = run.zero
+        offl = [
+            f"{p} -> {k.value}"
+            for p, k in (("optimizer", z.offload_optimizer), ("param", z.offload_param))
+            if k.value != "none"
+        ]
+        out.append(("ZeRO", f"stage {z.stage.value}" + (f", offload {', '.join(offl)}" if offl else "")))
+    steps = run.steps_per_epoch()
+    if steps is not None:
+        out.append(("steps per epoch", f"{steps:,} optimizer steps"))
+    if result is None:
+        return out
+    s = result.yours or result.recommended
+    if s is not None:
+        gpu, gph = s.gpu_peak()
+        host, hph = s.host_peak()
+        cap = s.cluster.gpu_memory_bytes
+        out.append(
+            (
+                "GPU peak",
+                f"{_gib(gpu)} of {_gib(cap)} per GPU ({gph}){'' if result.yours else ' (recommended)'}",
+            )
+        )
+        out.append(("host peak", f"{_gib(host)} of {_gib(s.cluster.host_ram_bytes)} per node ({hph})"))
+        out.append(
+            (
+                "checkpoint save",
+                f"{_gib(s.phase('save').host_bytes)} host per node; {s.checkpoint.full_bytes / 1e9:,.0f} GB on disk",
+            )
+        )
+        out.append(("memory verdict", s.status))
+    if result.recommended is not None and result.recommended is not result.yours:
+        out.append(("recommended", result.recommended.name))
+    return out
