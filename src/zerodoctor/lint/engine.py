@@ -6,6 +6,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterable
 
+from zerodoctor.errors import UsageError
 from zerodoctor.findings import Finding, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
@@ -20,6 +21,14 @@ class RuleCrash(Exception):
 def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
     wanted = {s.upper() for s in select} if select else None
     skip = {s.upper() for s in ignore or ()}
+    known = [(code.upper(), module.RULE.name.upper()) for code, module in RULES.items()]
+    for flag, values in (("--select", wanted or set()), ("--ignore", skip)):
+        for value in values:
+            if not any(value in (code, name) or code.startswith(value) for code, name in known):
+                raise UsageError(
+                    f"{flag} {value}: no such rule",
+                    hint="`zerodoctor kb` lists the rules (codes like DS002, or names like deepspeed.batch-size-mismatch)",
+                )
     out = []
     for code, module in RULES.items():
         rule: Rule = module.RULE
