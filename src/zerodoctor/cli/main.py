@@ -9,6 +9,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
+import zerodoctor.cli.guard_cmd as guard_cmd
 from zerodoctor import __version__
 from zerodoctor.cli import check_cmd, diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd
 from zerodoctor.cli.common import EXIT_INTERNAL, EXIT_USAGE
@@ -17,6 +18,7 @@ from zerodoctor.errors import ZeroDoctorError
 # Command name -> module with `add_parser(subparsers)` and `run(args) -> int`. Later: check, plan, diagnose,
 # selftest, report.
 COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd}
+COMMANDS["guard"] = guard_cmd
 
 EPILOG = """exit codes:
   0  clean: no finding at or above --fail-on
