@@ -79,3 +79,7 @@ def test_rule_case(code, case, tmp_path):
         if "fix_patch" in want:
             patches = [fx.patch for fx in f.fixes if fx.patch]
             assert want["fix_patch"] in patches, patches
+        for text in want.get("fix_contains", []):
+            assert any(text in fx.text for fx in f.fixes), [fx.text for fx in f.fixes]
+        for banned in want.get("no_fix_patch_key", []):
+            assert not any(banned in str(fx.patch) for fx in f.fixes if fx.patch), [fx.patch for fx in f.fixes]

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import offload_device
+from zerodoctor.lint.rules._common import as_number, offload_device
 from zerodoctor.setup.run import RunDescription
 from zerodoctor.versions import parse_version
 
@@ -55,12 +55,7 @@ def check(run: RunDescription) -> Iterator[Finding]:
         "which raises 'ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer' "
         f"(zero_force_ds_cpu_optimizer {how}).",
         evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device")],
-        fixes=[
-            Fix(
-                "Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam",
-                target="deepspeed",
-                patch={"optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.0}}},
-            ),
+        fixes=[_optimizer_block_fix(run),
             Fix(
                 "Or allow the client optimizer (slow CPU step)",
                 target="deepspeed",
@@ -68,6 +63,36 @@ def check(run: RunDescription) -> Iterator[Finding]:
             ),
         ],
         severity=Severity.ERROR if setup.framework == "xtuner" else Severity.WARNING,
+    )
+
+
+def _user_learning_rate(run: RunDescription) -> float | None:
+    """The learning rate the user's own files give (XTuner `lr` / `optim_wrapper.optimizer.lr`, HF/LLaMA-Factory
+    `learning_rate`): a fix writes it, never a value the user did not imply."""
+    s = run.files
+    candidates = []
+    if s.xtuner_doc is not None:
+        candidates += [s.xtuner_doc.get(("optim_wrapper", "optimizer", "lr")), s.xtuner_doc.get("lr")]
+    if s.args_doc is not None:
+        candidates.append(s.args_doc.get("learning_rate"))
+    for value in candidates:
+        num = as_number(value)
+        if num is not None and num > 0 and num != float("inf"):
+            return float(num)
+    return None
+
+
+def _optimizer_block_fix(run: RunDescription) -> Fix:
+    lr = _user_learning_rate(run)
+    if lr is None:
+        return Fix(
+            'Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam: "optimizer": {"type": "AdamW", '
+            '"params": {"lr": <your learning rate>}} (not applied automatically: the learning rate is yours)'
+        )
+    return Fix(
+        f"Add an optimizer block so DeepSpeed builds DeepSpeedCPUAdam (lr {lr:g} from your config)",
+        target="deepspeed",
+        patch={"optimizer": {"type": "AdamW", "params": {"lr": lr}}},
     )
 
 
