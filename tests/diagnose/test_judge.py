@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.diagnose import diagnose
-from zerodoctor.diagnose.judge import NO_KNOWN_FAILURE, first_failure
+from zerodoctor.diagnose.judge import first_failure
 from zerodoctor.findings import Severity
 from zerodoctor.kb.loader import load_entries
 
@@ -157,9 +157,11 @@ def test_unknown_failure_reports_last_error(tmp_path: Path) -> None:
         "ValueError: something odd happened\n",
     )
     findings = diagnose([log]).findings
-    assert [f.id for f in findings] == [NO_KNOWN_FAILURE]
-    assert findings[0].severity is Severity.INFO
+    # no entry explains it: the failure-class layer still names the crash, with the log's own text
+    assert [f.id for f in findings] == ["class:crash"]
+    assert findings[0].severity is Severity.ERROR
     assert "ValueError: something odd happened" in findings[0].message
+    assert "a.py:1 in <module>" in findings[0].message
 
 
 def test_first_failure_prefers_root_class() -> None:

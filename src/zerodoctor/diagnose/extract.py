@@ -308,7 +308,7 @@ class Event:
         if self.kind == "exception":
             t = (self.traceback.exc_type if self.traceback else None) or ""
             msg = self.detail
-            if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit")):
+            if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit", "SignalException")):
                 return 2
             low = (t + " " + msg).lower()
             # Collective trouble that waits on another rank (a remote rank exited, a watchdog timeout, a closed

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from zerodoctor.diagnose.classes import FailureClass, classify
 from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
 from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
 from zerodoctor.facts import Tri
-from zerodoctor.findings import Evidence, Finding, Severity
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.kb.loader import load_entries
 from zerodoctor.kb.matcher import evaluate_conditions
 from zerodoctor.kb.preflight import entry_fixes, entry_references
@@ -240,8 +241,17 @@ def judge(
     candidates += _version_only_candidates(candidates, facts, all_versions, cfacts)
     candidates.sort(key=lambda c: (c.warning_only, -c.score, _severity_rank(c.entry), c.entry.id))
     findings = [_finding(c, first, oom, facts.end_phase, top=i == 0) for i, c in enumerate(candidates)]
+    fclass = classify(facts, first, oom, all_versions)
+    if fclass is not None and findings and findings[0].severity is Severity.ERROR:
+        findings[0] = replace(
+            findings[0], data={**findings[0].data, "failure_class": {"id": fclass.id, **fclass.data}}
+        )
     if not any(f.severity is Severity.ERROR for f in findings):
-        findings.append(_no_known_failure(facts, first, oom))
+        if fclass is not None and first is not None and not any(f.id == fclass.id for f in findings):
+            # no entry explains the failure: the class layer still names what happened, first
+            findings.insert(0, _class_finding(fclass, first))
+        else:
+            findings.append(_no_known_failure(facts, first, oom))
     echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
     phase = str(findings[0].data.get("phase") or "unknown") if findings else "unknown"
     return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions, phase)
@@ -421,6 +431,30 @@ def _finding(
         references=entry_references(entry),
         source="diagnose",
         confidence=min(max(c.score / 10.0, 0.0), 1.0),
+        data=data,
+    )
+
+
+def _class_finding(fc: FailureClass, first: Event) -> Finding:
+    data: dict[str, Any] = {
+        "phase": first.phase,
+        "first_failure": _first_failure_data(first),
+        "failure_class": {"id": fc.id, **fc.data},
+        "proves": fc.proves,
+        "does_not_prove": fc.does_not_prove,
+    }
+    return Finding(
+        id=fc.id,
+        severity=Severity.parse(fc.severity),
+        title=fc.title + " (not in the knowledge base)",
+        message=f"First failure: {first.describe()} (phase: {first.phase.replace('_', ' ')}). "
+        + fc.message(),
+        fixes=(Fix(text=fc.next_step[:1].upper() + fc.next_step[1:]),),
+        evidence=(
+            Evidence(file=first.line.source, line=first.line.lineno, text=first.line.text.strip()[:300]),
+        ),
+        source="diagnose",
+        confidence=0.5,
         data=data,
     )
 

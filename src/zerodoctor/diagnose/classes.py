@@ -1,0 +1,449 @@
+"""Failure classes: what happened, named from the log alone, when no knowledge-base entry explains it.
+
+The knowledge base knows specific failures (a DeepSpeed release's bug, a config trap). Below it, this layer
+always names the class of the run's first failure, with the log's own values:
+
+  gpu-oom             CUDA out of memory: the numbers, the phase, the arithmetic of what was asked
+  host-oom-kill       a rank killed by SIGKILL (exit -9 / 137) or the kernel/cgroup OOM killer
+  collective-timeout  an NCCL watchdog timeout or a hang: which collective, which ranks, how long
+  op-build-failure    a DeepSpeed/torch C++/CUDA extension that did not build or load
+  import-error        a module or name that cannot be imported, a version requirement not met
+  config-rejected     DeepSpeed, HF or accelerate refused a setting: which key
+  library-assertion   an assertion inside DeepSpeed/transformers/accelerate/PEFT/TRL: file:line and versions
+  crash               any other exception: its type, its last frame
+
+Each message says what the log proves and what it does not. Nothing here invents a number: every value
+shown is read from the log (or derived from values read from it, and then the arithmetic is shown).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zerodoctor.diagnose.extract import Event, Facts, OomNumbers, Traceback
+
+PREFIX = "class:"
+
+_WATCHDOG = re.compile(
+    r"OpType=(?P<op>\w+)(?:.*?NumelIn=(?P<nin>\d{1,15}))?(?:.*?Timeout\(ms\)=(?P<timeout>\d{1,15}))?"
+    r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
+)
+_KILLED = re.compile(
+    r"Killed process (?P<pid>\d{1,10}) \((?P<name>[^)]{0,64})\)(?:.*?anon-rss:(?P<rss>\d{1,15})kB)?"
+)
+_EXT = re.compile(
+    r"Error building extension '(?P<op>[\w.-]{1,64})'|(?P<op2>\w{1,64})_op\b|op_builder/(?P<op3>\w{1,64})\.py"
+)
+_MODULE = re.compile(r"No module named '(?P<mod>[\w.]{1,128})'|cannot import name '(?P<name>\w{1,128})'")
+_QUOTED_KEY = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})[`'\"]")
+_LIBS = (
+    "deepspeed",
+    "transformers",
+    "accelerate",
+    "peft",
+    "trl",
+    "torch",
+    "bitsandbytes",
+    "xtuner",
+    "llamafactory",
+)
+_BUILD_HINTS = (
+    "error building extension",
+    "ninja",
+    "nvcc",
+    "cuda_home",
+    "op_builder",
+    "jit_load",
+    "cpu_adam",
+    "fused_adam",
+)
+_CONFIG_FILES = (
+    "deepspeed/runtime/config",
+    "deepspeed/runtime/zero/config",
+    "transformers/training_args.py",
+    "transformers/integrations/deepspeed.py",
+    "accelerate/utils/dataclasses.py",
+    "accelerate/state.py",
+    "accelerate/accelerator.py",
+)
+_CONFIG_HINTS = (
+    "validation error for deepspeed",
+    "extra inputs are not permitted",
+    "extra fields not permitted",
+    "deepspeedconfigerror",
+    "please set",
+    "is not supported",
+    "must be",
+    "mismatch",
+)
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """The class of a failure, its title and message built from the log's values, and the values."""
+
+    name: str
+    title: str
+    proves: str
+    does_not_prove: str
+    next_step: str
+    data: Mapping[str, Any]
+    severity: str = "error"  # "warning" for a run stopped from outside (a signal, a time limit)
+
+    @property
+    def id(self) -> str:
+        return PREFIX + self.name
+
+    def message(self) -> str:
+        return (
+            f"The log proves: {self.proves} It does not prove: {self.does_not_prove} Next: {self.next_step}"
+        )
+
+
+def _g(v: float | None) -> str:
+    return "?" if v is None else f"{v:.2f} GiB"
+
+
+def _where(ev: Event) -> str:
+    who = f"rank {ev.rank}" if ev.rank is not None else "a rank"
+    return f"{who} ({ev.line.location()})"
+
+
+def _phase(ev: Event) -> str:
+    return ev.phase.replace("_", " ") if ev.phase != "unknown" else "an unknown phase"
+
+
+def _lib_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
+    """The innermost frame inside a known library: (path from the library's package dir, line, function)."""
+    if tb is None:
+        return None
+    for fr in reversed(tb.frames):
+        path = fr.file.replace("\\", "/")
+        for lib in _LIBS:
+            marker = f"/{lib}/"
+            if marker in path:
+                return lib + "/" + path.split(marker, 1)[1], fr.lineno, fr.func
+    return None
+
+
+def _last_frame(tb: Traceback | None) -> str | None:
+    if tb is None or not tb.frames:
+        return None
+    fr = tb.frames[-1]
+    return f"{fr.file}:{fr.lineno} in {fr.func}"
+
+
+_PHASE_OOM_HINT = {
+    "load": "the model was being loaded: each rank materialised weights on its GPU (no ZeRO-3 partitioning at "
+    "load, a device_map, or inference/predict without ZeRO-3 loads the whole model on every GPU)",
+    "zero_init": "parameters were being created inside zero.Init",
+    "engine_init": "deepspeed.initialize was building the engine and its optimizer buffers",
+    "first_optimizer_step": "the first optimizer step creates the optimizer states (Adam: 8 bytes per "
+    "trainable parameter in fp32) on top of what training already held",
+    "training_step": "a training step (forward/backward activations, gradients, gathered ZeRO-3 parameters)",
+    "evaluation": "evaluation (eval batch size, generation, or gathered parameters outside the training loop)",
+    "checkpoint_save": "a checkpoint save (16-bit weight consolidation gathers full tensors)",
+    "epoch_end": "the end of an epoch (often evaluation or a save)",
+}
+
+
+def _gpu_oom(ev: Event, oom: OomNumbers | None) -> FailureClass:
+    data: dict[str, Any] = {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location()}
+    if oom is not None:
+        data.update(oom.to_dict())
+        gpu = f"GPU {oom.gpu}" if oom.gpu is not None else "a GPU"
+        parts = [f"{_where(ev)} ran out of memory on {gpu} during {_phase(ev)}."]
+        if oom.tried is not None:
+            ask = f"It asked for {_g(oom.tried)}"
+            if oom.free is not None:
+                short = oom.tried - oom.free
+                ask += f" with {_g(oom.free)} free ({_g(oom.tried)} - {_g(oom.free)} = {_g(short)} short)"
+            if oom.total is not None:
+                ask += f" on a {_g(oom.total)} device"
+            parts.append(ask + ".")
+        if oom.allocated is not None:
+            held = f"PyTorch had {_g(oom.allocated)} allocated"
+            if oom.reserved_unallocated is not None:
+                held += f" and {_g(oom.reserved_unallocated)} reserved but unallocated"
+            parts.append(held + ".")
+            if oom.in_use is not None:
+                other = oom.in_use - oom.allocated - (oom.reserved_unallocated or 0.0)
+                if other > 0.05:
+                    parts.append(
+                        f"The process used {_g(oom.in_use)} in all: {_g(other)} outside PyTorch's allocator "
+                        f"({_g(oom.in_use)} - {_g(oom.allocated)} - {_g(oom.reserved_unallocated)}; CUDA "
+                        "context, NCCL buffers, other libraries)."
+                    )
+        if oom.verdict == "fragmentation":
+            parts.append("Reserved-but-unallocated memory exceeds the request: the allocator is fragmented.")
+        elif oom.verdict == "lack":
+            parts.append(
+                "Reserved-but-unallocated memory is smaller than the request: the memory was really used."
+            )
+        proves = " ".join(parts)
+    else:
+        proves = f"{_where(ev)} ran out of GPU memory during {_phase(ev)} (the message gives no sizes)."
+    hint = _PHASE_OOM_HINT.get(ev.phase)
+    if hint:
+        proves += f" At that point {hint}."
+    return FailureClass(
+        "gpu-oom",
+        "GPU out of memory" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
+        proves,
+        "which tensors filled the GPU, nor the peak of the rest of the step (this one allocation failing is a "
+        "lower bound of what was missing); other ranks may have been close too.",
+        "compare the per-GPU plan for this phase (`zerodoctor plan`) with the device size; reduce what lives on "
+        "the GPU (micro-batch, sequence length, ZeRO stage/offload, gradient checkpointing) or add GPUs; with "
+        "fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        data,
+    )
+
+
+def _host_oom(ev: Event, facts: Facts) -> FailureClass:
+    data: dict[str, Any] = {
+        "rank": ev.rank,
+        "phase": ev.phase,
+        "line": ev.line.location(),
+        "exit_code": ev.exit_code,
+    }
+    kernel = [e for e in facts.events if e.kind == "host-oom"]
+    parts: list[str] = []
+    if ev.kind == "host-oom":
+        parts.append(
+            f"The kernel (or the cgroup/scheduler) OOM killer killed a process at {ev.line.location()}"
+        )
+    else:
+        sig = "SIGKILL" if ev.exit_code in (-9, 9, 137) else f"exit code {ev.exit_code}"
+        parts.append(f"{_where(ev)} was killed ({sig}) during {_phase(ev)}")
+    m = next((_KILLED.search(e.line.text) for e in kernel if _KILLED.search(e.line.text)), None)
+    if m is not None:
+        data["killed_pid"] = int(m.group("pid"))
+        rss = m.group("rss")
+        if rss:
+            gib = int(rss) / 1024**2
+            data["anon_rss_gib"] = round(gib, 2)
+            parts.append(
+                f"; the OOM killer's line names pid {m.group('pid')} ({m.group('name')}) with "
+                f"anon-rss {rss} kB = {gib:.1f} GiB of host RAM"
+            )
+    proves = "".join(parts) + "."
+    if ev.kind != "host-oom":
+        proves += f" Phase: {_phase(ev)}; there is no Python traceback for that rank, as with any SIGKILL."
+    if kernel:
+        not_proved = (
+            "which allocation pushed the host over (model copies per rank, offloaded optimizer state, "
+            "pinned buffers, dataloader workers), nor how much RAM the node has."
+        )
+    else:
+        not_proved = (
+            "that memory was the reason: no kernel or scheduler OOM line is in these logs; the OOM killer "
+            "is the usual sender of SIGKILL, but a scheduler limit, a preemption or a user can send it too."
+        )
+    return FailureClass(
+        "host-oom-kill",
+        "A rank was killed by SIGKILL (host out of memory)"
+        if not kernel
+        else "Host out of memory: OOM killer",
+        proves,
+        not_proved,
+        "check `dmesg -T | grep -i -E 'out of memory|oom'` on the node at that time, and compare host RAM per node "
+        "with `zerodoctor plan` for this phase (offload, ranks per node, pinned memory).",
+        data,
+    )
+
+
+def _collective(ev: Event, facts: Facts) -> FailureClass:
+    watch = [e for e in facts.events if e.kind == "watchdog"] or [ev]
+    ranks = sorted({e.rank for e in watch if e.rank is not None})
+    m = next((_WATCHDOG.search(e.line.text) for e in watch if _WATCHDOG.search(e.line.text)), None)
+    data: dict[str, Any] = {"ranks": ranks, "phase": ev.phase, "line": ev.line.location()}
+    parts = [f"A collective did not complete: {len(watch)} watchdog/NCCL line(s)"]
+    if ranks:
+        parts.append(
+            f" on rank(s) {', '.join(str(r) for r in ranks[:16])}{' ...' if len(ranks) > 16 else ''}"
+        )
+    if m is not None:
+        data["collective"] = m.group("op")
+        parts.append(f"; the collective was {m.group('op')}")
+        if m.group("nin"):
+            data["numel_in"] = int(m.group("nin"))
+            parts.append(f" of {int(m.group('nin')):,} elements")
+        if m.group("timeout"):
+            t = int(m.group("timeout"))
+            data["timeout_ms"] = t
+            parts.append(f", timeout {t} ms ({t / 60000:.0f} min)")
+        if m.group("ran"):
+            data["ran_ms"] = int(m.group("ran"))
+            parts.append(f", it ran {int(m.group('ran'))} ms")
+    parts.append(f"; during {_phase(ev)}.")
+    missing = ""
+    if ranks:
+        seen = set(ranks)
+        top = max(seen)
+        absent = [r for r in range(top + 1) if r not in seen]
+        if absent:
+            data["silent_ranks"] = absent[:64]
+            missing = (
+                f" Ranks {', '.join(str(r) for r in absent[:16])} printed no timeout: they are the likely "
+                "stragglers (still in another collective, in a dataloader, or dead)."
+            )
+    return FailureClass(
+        "collective-timeout",
+        "Collective timeout / hang" + (f" in {m.group('op')}" if m is not None else ""),
+        "".join(parts) + missing,
+        "why the ranks diverged: a rank that died without a trace, ranks running different code paths (ZeRO-3 "
+        "with modules skipped on some ranks), a slow save/eval on rank 0, or the network.",
+        "look for the first rank that stopped printing; run with TORCH_DISTRIBUTED_DEBUG=DETAIL and "
+        "NCCL_DEBUG=INFO to see the mismatching collective; raise the timeout only if rank 0 does long work "
+        "(saving, evaluation) while the others wait.",
+        data,
+    )
+
+
+def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
+    tb = ev.traceback
+    exc_type = (tb.exc_type if tb else None) or ev.detail.split(":", 1)[0]
+    message = (tb.exc_message if tb else None) or (
+        ev.detail.split(":", 1)[1].strip() if ":" in ev.detail else ""
+    )
+    low = f"{exc_type} {message} {' '.join(f.file for f in tb.frames) if tb else ''}".lower()
+    lib = _lib_frame(tb)
+    data: dict[str, Any] = {
+        "rank": ev.rank,
+        "phase": ev.phase,
+        "line": ev.line.location(),
+        "exception": exc_type,
+        "message": message[:300],
+    }
+    if lib is not None:
+        data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
+    where = f"{_where(ev)} during {_phase(ev)}"
+    known = {k: v for k, v in sorted(versions.items()) if k in _LIBS}
+    vers = ", ".join(f"{k} {v}" for k, v in known.items()) or "no versions printed in the log"
+    if any(h in low for h in _BUILD_HINTS) and ("error" in low or "exception" in low):
+        m = _EXT.search(f"{message} {' '.join(f.file for f in tb.frames) if tb else ''}")
+        op = next((g for g in (m.group("op"), m.group("op2"), m.group("op3")) if g), None) if m else None
+        data["op"] = op
+        return FailureClass(
+            "op-build-failure",
+            f"DeepSpeed op {op!r} failed to build or load"
+            if op
+            else "A C++/CUDA extension failed to build or load",
+            f"{where}: {exc_type}: {message[:200]}" + (f" (op {op})." if op else "."),
+            "which compiler error caused it: the build output above the traceback has it (the first `error:` line).",
+            "run `ds_report` for the op's status and the CUDA/torch versions it compiles against; pre-build with "
+            "DS_BUILD_OPS=1 / DS_BUILD_CPU_ADAM=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
+            data,
+        )
+    if exc_type.endswith(("ImportError", "ModuleNotFoundError")) or "requires" in low and "version" in low:
+        m = _MODULE.search(message)
+        name = (m.group("mod") or m.group("name")) if m else None
+        data["missing"] = name
+        return FailureClass(
+            "import-error",
+            f"Import failed: {name}" if name else "Import or version requirement failed",
+            f"{where}: {exc_type}: {message[:200]}.",
+            "whether the package is missing or installed at an incompatible version (" + vers + ").",
+            "compare `pip show` of the package with what the importing library requires at its installed version; "
+            "`zerodoctor env` lists the stack.",
+            data,
+        )
+    config_frame = tb is not None and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
+    if (
+        (config_frame and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception")))
+        or ("validation error for deepspeed" in low or "deepspeedconfigerror" in low)
+        or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
+    ):
+        keys = [k.group("key") for k in _QUOTED_KEY.finditer(message)][:5]
+        data["keys"] = keys
+        who = "DeepSpeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
+        return FailureClass(
+            "config-rejected",
+            f"{who} rejected the configuration" + (f" ({keys[0]})" if keys else ""),
+            f"{where}: {exc_type}: {message[:240]}" + (f" (key: {', '.join(keys)})." if keys else "."),
+            "which file set the value (DeepSpeed JSON, TrainingArguments, accelerate YAML, or an `auto` resolved "
+            "from another argument).",
+            "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
+            data,
+        )
+    if exc_type.endswith("AssertionError") and lib is not None:
+        lib_name = lib[0].split("/", 1)[0]
+        ver = known.get(lib_name)
+        return FailureClass(
+            "library-assertion",
+            f"Assertion failed inside {lib_name}",
+            f"{where}: an assertion at {lib[0]}:{lib[1]} (in {lib[2]})"
+            + (f" failed: {message[:200]}" if message else " failed with no message")
+            + f"; {lib_name} {ver or 'version not printed'}.",
+            "what state led to it: an assertion names a broken invariant, not its cause.",
+            f"search the {lib_name} tracker for `{lib[0].rsplit('/', 1)[-1]}:{lib[1]}` and `{lib[2]}` at version "
+            f"{ver or '(run `zerodoctor env`)'}; check the release notes of the versions after it.",
+            data,
+        )
+    last = _last_frame(tb)
+    return FailureClass(
+        "crash",
+        f"{exc_type.rsplit('.', 1)[-1]} "
+        + (f"in {lib[0].split('/', 1)[0]}" if lib else "in the training script"),
+        f"{where}: {exc_type}: {message[:240]}" + (f" (last frame {last})." if last else "."),
+        "the cause: this exception is where it surfaced" + (f"; versions: {vers}." if known else "."),
+        "read the traceback from its innermost library frame"
+        + (f" ({lib[0]}:{lib[1]} in {lib[2]})" if lib else "")
+        + "; search the library's tracker for the message at the installed version.",
+        data,
+    )
+
+
+def classify(
+    facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
+) -> FailureClass | None:
+    """The class of the run's first failure (None when the log shows no failure)."""
+    if first is None:
+        return None
+    if first.severity_class == 2 and first.exit_code not in (-9, 9, 137):
+        return FailureClass(
+            "terminated",
+            "The run was stopped from outside",
+            f"{_where(first)} was stopped during {_phase(first)}: {first.detail[:200]}; no rank failed on its own "
+            "before it in these logs.",
+            "why: a scheduler time limit, a user's Ctrl-C or kill, or a hang that someone ended (if progress "
+            "had stopped long before, it was a hang).",
+            "compare the time of the last progress line with the stop; for a hang, run with "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO and a shorter NCCL timeout to get the stuck collective.",
+            {
+                "rank": first.rank,
+                "phase": first.phase,
+                "line": first.line.location(),
+                "exit_code": first.exit_code,
+            },
+            severity="warning",
+        )
+    if first.kind == "cuda-oom" or (
+        oom is not None and first.kind == "exception" and oom.line.rank == first.rank
+    ):
+        return _gpu_oom(first, oom)
+    if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
+        return _host_oom(first, facts)
+    if first.kind in ("watchdog", "nccl"):
+        return _collective(first, facts)
+    if first.kind == "exception":
+        return _exception_class(first, versions)
+    if first.kind == "exit":
+        return FailureClass(
+            "crash",
+            f"A rank exited with code {first.exit_code}",
+            f"{_where(first)} exited with code {first.exit_code} during {_phase(first)}; no traceback of its own "
+            "was found in these logs.",
+            "why it exited: its own output (stderr of that rank) is not in these logs or printed nothing.",
+            "give diagnose every rank's log (a run directory, or torchrun's --log-dir / error files).",
+            {
+                "rank": first.rank,
+                "exit_code": first.exit_code,
+                "phase": first.phase,
+                "line": first.line.location(),
+            },
+        )
+    return None

@@ -1,0 +1,71 @@
+"""The failure-class layer: with no knowledge-base entry for it, a failure is still named, with the log's own
+values, and the message says what the log proves and what it does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.diagnose import diagnose
+from zerodoctor.findings import Severity
+
+LOGS = Path(__file__).parent / "classes"
+
+
+@pytest.mark.parametrize(
+    ("log", "class_id", "must_say"),
+    [
+        # every GPU loading the whole bf16 model for predict (no ZeRO-3): the OOM arithmetic from the message
+        (
+            "oom_load.log",
+            "class:gpu-oom",
+            ["GPU 3", "during load", "1.96 GiB - 1.02 GiB = 0.94 GiB short", "79.15 GiB"],
+        ),
+        (
+            "assert.log",
+            "class:library-assertion",
+            ["partitioned_param_coordinator.py:194", "record_module", "0.15.1"],
+        ),
+        ("build.log", "class:op-build-failure", ["fused_adam"]),
+        ("import.log", "class:import-error", ["cannot import name 'Cache'"]),
+        ("config.log", "class:config-rejected", ["train_micro_batch_size_per_gpu"]),
+    ],
+)
+def test_class_named_with_the_logs_values(log: str, class_id: str, must_say: list[str]) -> None:
+    top = diagnose([str(LOGS / log)]).findings[0]
+    assert top.id == class_id
+    assert top.severity is Severity.ERROR
+    assert "The log proves:" in top.message and "It does not prove:" in top.message
+    for text in must_say:
+        assert text in top.message, (text, top.message)
+    assert top.fixes
+
+
+def test_kb_verdict_carries_the_class_too() -> None:
+    """A watchdog timeout the KB knows is still classified: which collective, which ranks, how long."""
+    top = diagnose([str(LOGS / "watchdog.log")]).findings[0]
+    assert top.id == "nccl-timeout-save-eval"
+    fc = top.data["failure_class"]
+    assert fc["id"] == "class:collective-timeout"
+    assert fc["collective"] == "_ALLGATHER_BASE" and fc["timeout_ms"] == 1800000
+    assert fc["ranks"] == [1, 2, 3] and fc["silent_ranks"] == [0]
+
+
+def test_dmesg_kill_numbers() -> None:
+    top = diagnose([str(LOGS / "dmesg.log")]).findings[0]
+    assert top.id == "host-oom-sigkill"
+    assert top.data["failure_class"]["anon_rss_gib"] == pytest.approx(475.66, abs=0.01)
+
+
+def test_stopped_from_outside_is_not_an_error(tmp_path: Path) -> None:
+    log = tmp_path / "slurm.log"
+    log.write_text(
+        " 40%|####      | 400/1000 [1:00:00<1:30:00,  9.00s/it]\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 79, '
+        "in _terminate_process_handler\n"
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 139101 got signal: 15\n"
+    )
+    findings = diagnose([str(log)]).findings
+    assert findings[0].id == "class:terminated" and findings[0].severity is Severity.WARNING
