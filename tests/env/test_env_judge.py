@@ -314,3 +314,9 @@ def test_known_bad_deepspeed_version_from_the_kb():
     assert "ds-z3-offload-clipgrad-device-mismatch" in ids
     ok = make_env(packages={"deepspeed": PackageInfo("deepspeed", "0.14.3")})
     assert "ds-z3-offload-clipgrad-device-mismatch" not in {f.id for f in judge_environment(ok, facts)}
+
+
+def test_env_text_shows_the_table_once(run_cli):
+    code, out, err = run_cli("env", "--no-deep", "--fail-on", "never")
+    assert code == 0, err
+    assert out.count("Environment (") == 1, out

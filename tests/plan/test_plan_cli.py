@@ -209,3 +209,24 @@ def test_trl_style_quant_storage_follows_torch_dtype_and_says_so(run_cli, tmp_pa
     doc = json.loads(out)
     assert doc["training"]["quant_storage"] == "bfloat16"
     assert "TRL" in doc["sources"]["quant_storage"]
+
+
+def test_text_table_shows_whole_strategy_names_in_gib(run_cli):
+    args = (
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "80",
+        "--host-ram",
+        "1024",
+    )
+    code, out, _ = run_cli(*args)
+    _, js, _ = run_cli(*args, "--format", "json")
+    for s in json.loads(js)["strategies"]:
+        assert s["name"] in out, s["name"]
+    assert " GB " not in out and " GB)" not in out  # one unit: GiB
