@@ -7,6 +7,7 @@ must not rule out a failure (or raise an alarm) on information it does not have.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,17 +47,27 @@ def is_auto(value: Any) -> bool:
 
 
 def as_number(value: Any) -> float | None:
-    """A config value as a number: 5e8, "5e8" and 500000000 alike; None for anything else (bools too)."""
+    """A config value as a number: 5e8, "5e8" and 500000000 alike; None for anything else (bools too), and
+    for what no count or size can be: NaN, infinities ("inf", 1e999) and integers too large for a float."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if len(text) > 400:  # no real number is spelled this long; float() of 5,000 digits is just slow
+            return None
         try:
-            return float(value)
+            number = float(text)
         except ValueError:
             return None
-    return None
+    else:
+        return None
+    try:
+        out = float(number)
+    except OverflowError:  # an int beyond 1.8e308
+        return None
+    return out if math.isfinite(out) else None
 
 
 def _loose_equal(a: Any, b: Any) -> bool:
@@ -78,6 +89,8 @@ def truthy(value: Any) -> bool | None:
         return value
     if value is None:
         return False
+    if isinstance(value, float) and math.isnan(value):
+        return None
     if isinstance(value, int | float):
         return value != 0
     if isinstance(value, str):

@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from zerodoctor.cli.common import EXIT_CLEAN, EXIT_FINDINGS, positive_int
+from zerodoctor.cli.common import EXIT_CLEAN, EXIT_FINDINGS
 from zerodoctor.findings import Severity
+from zerodoctor.safeio import count_arg
 
 EXIT_HELP = """check exit codes:
   0  ready (or ready with warnings, unless --fail-on warning)
@@ -44,10 +45,10 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "--model", help="model when the configs do not name it (catalog name, hub id, config.json)"
     )
     g = p.add_argument_group("cluster (or a cluster.yaml in the setup directory)")
-    g.add_argument("--nodes", type=positive_int, help="number of nodes")
-    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node")
+    g.add_argument("--nodes", type=count_arg, help="number of nodes")
+    g.add_argument("--gpus-per-node", type=count_arg, help="GPUs per node")
     g.add_argument(
-        "--world-size", type=positive_int, help="total GPUs (ranks), when nodes x GPUs is not given"
+        "--world-size", type=count_arg, help="total GPUs (ranks), when nodes x GPUs is not given"
     )
     g.add_argument("--gpu-memory", type=_gib, metavar="GIB", help="memory per GPU in GiB")
     g.add_argument("--host-ram", type=_gib, metavar="GIB", help="host RAM per node in GiB")
@@ -65,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         choices=("hf", "llamafactory", "accelerate", "xtuner", "deepspeed"),
         help="how the job is launched, when the files do not say",
     )
-    p.add_argument("--samples", type=positive_int, help="training samples per epoch (checks step counts)")
+    p.add_argument("--samples", type=count_arg, help="training samples per epoch (checks step counts)")
     p.add_argument("--margin", type=float, default=10.0, metavar="PERCENT", help="memory safety margin (10)")
     p.add_argument("--only", action="append", metavar="ID", help="run only these checks (id, prefix or name)")
     p.add_argument("--skip", action="append", metavar="ID", help="skip these checks")

@@ -11,9 +11,9 @@ from zerodoctor.cli.common import (
     emit,
     exit_code,
     load_env_option,
-    positive_int,
 )
 from zerodoctor.errors import UsageError
+from zerodoctor.safeio import count_arg
 from zerodoctor.setup.document import KINDS
 from zerodoctor.setup.model import FRAMEWORKS
 
@@ -38,13 +38,13 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         choices=FRAMEWORKS,
         help="how the job is launched, when the files do not say (deepspeed = plain deepspeed.initialize)",
     )
-    p.add_argument("--world-size", type=positive_int, help="total number of GPUs (ranks) of the job")
-    p.add_argument("--nodes", type=positive_int, help="number of nodes")
-    p.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node")
+    p.add_argument("--world-size", type=count_arg, help="total number of GPUs (ranks) of the job")
+    p.add_argument("--nodes", type=count_arg, help="number of nodes")
+    p.add_argument("--gpus-per-node", type=count_arg, help="GPUs per node")
     p.add_argument(
         "--model", help="model (catalog name, hub id or config.json path) when the configs do not name it"
     )
-    p.add_argument("--samples", type=positive_int, help="training samples per epoch (expected step counts)")
+    p.add_argument("--samples", type=count_arg, help="training samples per epoch (expected step counts)")
     p.add_argument(
         "--select", action="append", metavar="CODE", help="only these rules (code, prefix or name)"
     )

@@ -16,14 +16,14 @@ stay unknown. Bad input raises `EnvError` naming file:line and what to attach in
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from zerodoctor.env.model import DeepSpeedInfo, Environment, PackageInfo, TorchInfo
 from zerodoctor.env.probes import TRACKED_PACKAGES
-from zerodoctor.errors import EnvError
+from zerodoctor.errors import EnvError, InputError
+from zerodoctor.safeio import load_json, read_bytes, shown
 from zerodoctor.versions import normalize_package, parse_version
 
 ACCEPTED_FORMATS = (
@@ -43,24 +43,25 @@ _TORCH_LABEL = re.compile(r"\+(?:cu(?P<cu>\d+)|rocm(?P<rocm>[\d.]+)|(?P<cpu>cpu)
 
 
 def load_env(path: str | Path) -> Environment:
-    """Read a snapshot or pip listing (see the module docstring). Raises EnvError on anything else."""
+    """Read a snapshot or pip listing (see the module docstring), "-" for stdin, through the bounded input
+    layer (`zerodoctor.safeio`). Raises EnvError on anything else."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise EnvError(
-            f"{p}: no such file",
-            hint="give the path of `zerodoctor env --format json` output or a `pip freeze`",
-        ) from None
-    except OSError as exc:
-        raise EnvError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        raw = read_bytes(p, what="an environment snapshot")
+    except InputError as err:
+        hint = err.hint
+        if "no such file" in err.message:
+            hint = "give the path of `zerodoctor env --format json` output or a `pip freeze`"
+        raise EnvError(err.message, hint=hint) from None
+    if b"\x00" in raw[:8192] and not raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise EnvError(f"{shown(p)}: a binary file, not a text listing", hint=f"accepted: {ACCEPTED_FORMATS}")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         try:
             text = raw.decode("utf-16")  # `pip freeze > f` in Windows PowerShell writes UTF-16
         except UnicodeDecodeError:
-            raise EnvError(f"{p}: not a text file", hint=f"accepted: {ACCEPTED_FORMATS}") from None
+            raise EnvError(f"{shown(p)}: not a text file", hint=f"accepted: {ACCEPTED_FORMATS}") from None
     stripped = text.lstrip()
     if not stripped:
         raise EnvError(f"{p}: the file is empty", hint=f"accepted: {ACCEPTED_FORMATS}")
@@ -74,11 +75,13 @@ def load_env(path: str | Path) -> Environment:
 
 def _load_json(p: Path, text: str) -> Environment:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = load_json(text, p)
+    except InputError as err:
         raise EnvError(
-            f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
-            hint="write it again with `zerodoctor env --format json > env.json` (redirect stdout only)",
+            err.message,
+            hint=err.hint
+            if "invalid JSON" not in err.message
+            else "write it again with `zerodoctor env --format json > env.json` (redirect stdout only)",
         ) from None
     if isinstance(data, list):
         return _from_pip_json(p, data)

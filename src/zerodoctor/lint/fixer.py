@@ -16,6 +16,7 @@ from typing import Any
 from zerodoctor.errors import InputError
 from zerodoctor.findings import Finding
 from zerodoctor.lint.rules import RULES
+from zerodoctor.safeio import read_text, replace_with_backup, write_free
 from zerodoctor.setup.deepspeed_config import ACCELERATE_TO_DS, spelled
 from zerodoctor.setup.document import ConfigDocument
 from zerodoctor.setup.model import TrainingSetup
@@ -87,6 +88,16 @@ def plan_fixes(
             if doc.kind == "xtuner":
                 skipped.append(Skipped(f.id, f"{doc.display} is a Python config; edit {file_key} by hand"))
                 continue
+            if doc.duplicates:
+                (dup_key, dup_pos), *_ = doc.duplicates
+                skipped.append(
+                    Skipped(
+                        f.id,
+                        f"{doc.display}:{dup_pos.line}: {'.'.join(dup_key)} is written twice; a rewrite would "
+                        "keep only one of them, so remove the one you do not mean and run --fix again",
+                    )
+                )
+                continue
             slot = (str(doc.path), file_key)
             if slot in taken:
                 if taken[slot] != value:
@@ -142,7 +153,12 @@ def _set(node: dict[str, Any], keys: list[str], value: Any, make: Any = dict) ->
 
 
 def _fix_json(doc: ConfigDocument, changes: list[Change]) -> str:
-    data = json.loads(doc.text, parse_float=_Num, parse_int=_Num)
+    try:
+        data = json.loads(doc.text, parse_float=_Num, parse_int=_Num)
+    except ValueError:  # a YAML flow mapping that starts with "{": rewrite it as YAML
+        return _fix_yaml(doc, changes)
+    if not isinstance(data, dict):
+        raise InputError(doc.display, "cannot rewrite: not an object at the top level")
     for c in changes:
         _set(data, c.key.split("."), _REMOVE if c.removed else c.new)
     m = re.search(r"\n([ \t]+)\S", doc.text)
@@ -159,7 +175,15 @@ def _fix_yaml(doc: ConfigDocument, changes: list[Change]) -> str:
     yaml = YAML()  # round-trip: comments, order and quoting are kept
     yaml.preserve_quotes = True
     yaml.width = 4096
-    data = yaml.load(doc.text)
+    try:
+        data = yaml.load(doc.text)
+    except Exception as err:  # noqa: BLE001 - ruamel's errors have no common base worth naming
+        first = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(
+            doc.display, f"cannot rewrite this YAML: {first}", hint="apply the fixes shown by hand"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(doc.display, "cannot rewrite: not a mapping at the top level")
     for c in changes:
         _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=CommentedMap)
     buf = io.StringIO()
@@ -167,23 +191,12 @@ def _fix_yaml(doc: ConfigDocument, changes: list[Change]) -> str:
     return buf.getvalue()
 
 
-def _free_path(path: Path) -> Path:
-    if not path.exists():
-        return path
-    for i in range(2, 1000):
-        candidate = path.with_name(f"{path.stem}.{i}{path.suffix}")
-        if not candidate.exists():
-            return candidate
-    raise InputError(
-        str(path), "too many earlier copies next to this file", hint="remove old .fixed/.bak copies"
-    )
-
-
 def write_fixes(
     setup: TrainingSetup, changes: list[Change], *, in_place: bool = False
 ) -> list[tuple[Path, Path | None]]:
     """Write each changed file; returns (written path, backup path or None). Never overwrites a user file
-    without a backup, never overwrites an earlier copy."""
+    without a backup, never overwrites an earlier copy (`zerodoctor.safeio`: exclusive creation, atomic
+    replace after a backup)."""
     by_file: dict[str, list[Change]] = {}
     for c in changes:
         by_file.setdefault(c.file, []).append(c)
@@ -198,12 +211,13 @@ def write_fixes(
             else _fix_yaml(doc, todo)
         )
         if in_place:
-            backup = _free_path(doc.path.with_name(doc.path.name + ".bak"))
-            backup.write_bytes(doc.path.read_bytes())
-            doc.path.write_text(text, encoding="utf-8")
+            if read_text(doc.path) != doc.text:
+                raise InputError(
+                    doc.display, "changed since it was read; not rewriting it", hint="run lint --fix again"
+                )
+            backup = replace_with_backup(doc.path, text)
             written.append((doc.path, backup))
         else:
-            target = _free_path(doc.path.with_name(f"{doc.path.stem}.fixed{doc.path.suffix}"))
-            target.write_text(text, encoding="utf-8")
+            target = write_free(doc.path.with_name(f"{doc.path.stem}.fixed{doc.path.suffix}"), text)
             written.append((target, None))
     return written

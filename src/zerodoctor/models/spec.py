@@ -36,7 +36,6 @@ Two traps that these counts avoid (memory.md §2.1, §17):
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -431,16 +430,15 @@ def model_from_config(
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A config.json through the bounded input layer (size cap, special files refused, UTF-8, nesting and
+    number limits); every problem is a PlanError naming the file (and line and key where there is one)."""
+    from zerodoctor.errors import InputError
+    from zerodoctor.safeio import load_json, read_text
+
     try:
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as err:
-        raise PlanError(f"{path}: cannot read model config: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise PlanError(
-            f"{path}:{err.lineno}:{err.colno}: not valid JSON: {err.msg}",
-            hint="pass a Hugging Face config.json",
-        ) from err
+        data = load_json(read_text(path, what="a model config.json"), path)
+    except InputError as err:
+        raise PlanError(err.message, hint=err.hint or "pass a Hugging Face config.json") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: a config.json must be a JSON object, found {type(data).__name__}")
     return data

@@ -71,21 +71,13 @@ def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
 
 
 def write_ds_config(path: str | Path, inputs: PlanInputs, plan: StrategyPlan) -> Path:
-    """Write the config; never overwrites an existing file (PlanError instead)."""
-    target = Path(path)
-    if target.exists():
-        raise PlanError(
-            f"{target}: already exists; not overwriting it",
-            hint="pass a new file name to --emit-ds-config, or move the existing file away",
-        )
-    if not target.parent.exists():
-        raise PlanError(f"{target.parent}: no such directory", hint="create it or choose another path")
+    """Write the config; never overwrites an existing file (PlanError instead). A path ending in "/" or
+    naming a directory gets `ds_config.json` inside it (`zerodoctor.safeio.output_path`)."""
+    from zerodoctor.errors import InputError
+    from zerodoctor.safeio import output_path, write_new
+
     text = json.dumps(ds_config(inputs, plan), indent=2) + "\n"
     try:
-        with target.open("x", encoding="utf-8") as fh:
-            fh.write(text)
-    except FileExistsError:
-        raise PlanError(f"{target}: already exists; not overwriting it") from None
-    except OSError as err:
-        raise PlanError(f"{target}: cannot write: {err.strerror or err}") from None
-    return target
+        return write_new(output_path(path, "ds_config.json"), text)
+    except InputError as err:
+        raise PlanError(err.message, hint=err.hint or "pass a new file name to --emit-ds-config") from None

@@ -84,4 +84,7 @@ class ConfigDocument:
 
 
 def source_of(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
+    """A config file's text, read through the bounded input layer (`zerodoctor.safeio.read_text`)."""
+    from zerodoctor.safeio import read_text
+
+    return read_text(path)

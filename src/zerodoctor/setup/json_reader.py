@@ -1,4 +1,5 @@
-"""JSON with positions. `json` validates and builds the values; a small scanner records where each key is.
+"""JSON with positions. `json` validates and builds the values (through `zerodoctor.safeio.load_json`, which
+bounds the nesting and refuses non-finite or absurd numbers); a small scanner records where each key is.
 
 DeepSpeed reads its config with `json.load(..., object_pairs_hook=dict_raise_error_on_duplicate_keys)`, so
 duplicate keys are recorded (they are an error at launch) rather than silently collapsed.
@@ -11,10 +12,12 @@ import re
 from typing import Any
 
 from zerodoctor.errors import InputError
+from zerodoctor.safeio import load_json
 from zerodoctor.setup.document import KeyPath, Position
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _WS = re.compile(r"[ \t\r\n]*")
+_TOKEN = re.compile(r"[^,}\] \t\r\n]*")  # a number, true, false or null
 
 
 def _line_col(text: str, offset: int, line_starts: list[int]) -> Position:
@@ -25,21 +28,23 @@ def _line_col(text: str, offset: int, line_starts: list[int]) -> Position:
 
 
 def parse_json(path: str, text: str) -> tuple[Any, dict[KeyPath, Position], list[tuple[KeyPath, Position]]]:
+    """Parse with `zerodoctor.safeio.load_json` (depth limit, numbers checked), then record key positions."""
     if not text.strip():
         raise InputError(path, "the file is empty", hint="expected a JSON object")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            path,
-            f"invalid JSON: {exc.msg}",
-            line=exc.lineno,
-            column=exc.colno,
-            hint="fix the syntax (JSON allows no comments and no trailing commas)",
-        ) from None
+    line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+
+    def locate(key: KeyPath) -> tuple[int, int] | None:
+        found: dict[KeyPath, Position] = {}
+        _Scanner(text, line_starts, found, []).value(0, ())
+        while key:
+            if key in found:
+                return found[key].line, found[key].column
+            key = key[:-1]
+        return None
+
+    data = load_json(text, path, locate=locate)
     positions: dict[KeyPath, Position] = {}
     duplicates: list[tuple[KeyPath, Position]] = []
-    line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
     _Scanner(text, line_starts, positions, duplicates).value(0, ())
     return data, positions, duplicates
 
@@ -74,10 +79,8 @@ class _Scanner:
             m = _STRING.match(self.text, i)
             assert m
             return m.end()
-        j = i
-        while j < len(self.text) and self.text[j] not in ",}] \t\r\n":
-            j += 1
-        return j
+        m = _TOKEN.match(self.text, i)
+        return m.end() if m else i
 
     def obj(self, i: int, path: KeyPath) -> int:
         i = self.ws(i)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from zerodoctor.errors import InputError
+from zerodoctor.safeio import read_text
 from zerodoctor.setup.deepspeed_config import DEEPSPEED_TOP_KEYS
 from zerodoctor.setup.document import KINDS, ConfigDocument
 from zerodoctor.setup.json_reader import parse_json
@@ -71,23 +72,8 @@ MODEL_KEYS = {"model_type", "architectures", "hidden_size", "num_hidden_layers",
 
 
 def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(str(path), "no such file", hint="check the path") from None
-    except IsADirectoryError:
-        raise InputError(str(path), "is a directory, not a config file") from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror}") from None
-    if b"\x00" in raw[:8192]:
-        raise InputError(str(path), "is a binary file, not a config file")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(
-            str(path), "is not valid UTF-8 text", line=line, hint="save the file as UTF-8"
-        ) from None
+    """The file's text through the one bounded input layer (size cap, special files refused, UTF-8)."""
+    return read_text(path)
 
 
 def detect_kind(path: Path, data: Any, text: str) -> str | None:
