@@ -285,6 +285,36 @@ def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str
     }
 
 
+def cold_start(runs: int) -> None:
+    """Wall and CPU seconds of `zerodoctor diagnose` on a small log, each run a fresh process: with the cache
+    (kb.cache: validated KB, hyperscan database) warm, and with ZERODOCTOR_CACHE_DIR=off (YAML parsed and
+    patterns compiled at every start)."""
+    log = (
+        Path(__file__).resolve().parents[1]
+        / "tests/diagnose/corpus/healthy_hf_trainer_qwen2_1_5b_full_run.log"
+    )
+    cmd = [sys.executable, "-m", "zerodoctor", "diagnose", "--fail-on", "never", str(log)]
+    for label, extra in (("cache warm", {}), ("cache off", {"ZERODOCTOR_CACHE_DIR": "off"})):
+        env = {**os.environ, **extra}
+        subprocess.run(cmd, capture_output=True, env=env, check=False)  # fill the cache / the page cache
+        walls, cpus = [], []
+        for _ in range(runs):
+            before = os.times()
+            t0 = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, env=env, check=False)
+            walls.append(time.perf_counter() - t0)
+            after = os.times()
+            cpus.append(
+                after.children_user + after.children_system - before.children_user - before.children_system
+            )
+        walls.sort()
+        cpus.sort()
+        print(
+            f"cold start ({label}): median wall {walls[len(walls) // 2]:.2f} s (min {walls[0]:.2f}), "
+            f"median CPU {cpus[len(cpus) // 2]:.2f} s, {runs} runs"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024)
@@ -294,7 +324,12 @@ def main() -> int:
     ap.add_argument(
         "--logs", default="generated,dense", help="which logs: generated (few hits), dense (real-run lines)"
     )
+    ap.add_argument(
+        "--cold-runs", type=int, default=7, help="fresh-process runs for the cold-start figure (0: skip)"
+    )
     args = ap.parse_args()
+    if args.cold_runs:
+        cold_start(args.cold_runs)
     work = args.keep or Path(tempfile.mkdtemp(prefix="zd-speed-"))
     work.mkdir(parents=True, exist_ok=True)
     pats = work / "patterns.ere"

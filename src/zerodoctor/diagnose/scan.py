@@ -111,13 +111,31 @@ class _Engine(Protocol):
 SATURATE_AFTER = 64
 
 
+class _LazyCompiled:
+    """Python `re` objects of the patterns, compiled on first use: most patterns never hit a given log, and
+    compiling all ~170 at start costs more than the rest of a small log's diagnosis."""
+
+    def __init__(self, regexes: tuple[str, ...]) -> None:
+        self._regexes = regexes
+        self._compiled: dict[int, re.Pattern[str]] = {}
+
+    def __getitem__(self, pid: int) -> re.Pattern[str]:
+        rx = self._compiled.get(pid)
+        if rx is None:
+            rx = self._compiled[pid] = re.compile(self._regexes[pid])
+        return rx
+
+    def __len__(self) -> int:
+        return len(self._regexes)
+
+
 @dataclass(frozen=True)
 class PatternSet:
     """Distinct regexes (engine order) and, for each, the keys that use it."""
 
     regexes: tuple[str, ...]
     keys: tuple[tuple[str, ...], ...]
-    compiled: tuple[re.Pattern[str], ...]
+    compiled: _LazyCompiled
 
 
 @functools.cache
@@ -129,9 +147,7 @@ def pattern_set() -> PatternSet:
     for name, rx in EXTRACTOR_PATTERNS.items():
         by_regex.setdefault(rx, []).append(f"x:{name}")
     regexes = tuple(by_regex)
-    return PatternSet(
-        regexes, tuple(tuple(v) for v in by_regex.values()), tuple(re.compile(r) for r in regexes)
-    )
+    return PatternSet(regexes, tuple(tuple(v) for v in by_regex.values()), _LazyCompiled(regexes))
 
 
 class _HyperscanEngine:

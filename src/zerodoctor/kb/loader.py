@@ -69,7 +69,7 @@ def _load_all(directory: str) -> tuple[Entry, ...]:
     entries: tuple[Entry, ...] | None = None
     if cached is not None:
         try:
-            entries = tuple(_adapter().validate_json(cached))
+            entries = tuple(_adapter().validate_json(cached, context={"from_cache": True}))
         except (ValidationError, ValueError):
             entries = None
     if entries is None or len(entries) != len(files):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ENTRY_ID = r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"
 REFERENCE = r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(#\d+|@[0-9a-f]{7,40}|:[^\s]+)|https?://\S+)$"
@@ -91,7 +91,11 @@ class Signature(_Strict):
 
     @field_validator("pattern")
     @classmethod
-    def _compiles(cls, v: str) -> str:
+    def _compiles(cls, v: str, info: ValidationInfo) -> str:
+        if info.context and info.context.get("from_cache"):
+            return (
+                v  # checked when the cache was written from the YAML (kb.loader); compiling costs the start
+            )
         if _FORBIDDEN_REGEX.search(v):
             raise ValueError("no lookaround or back-references: patterns must be RE2/hyperscan compatible")
         re.compile(v)
