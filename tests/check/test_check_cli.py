@@ -318,3 +318,18 @@ def test_bad_cluster_file(run_cli, tmp_path):
 def test_missing_path_and_no_setup(run_cli, tmp_path):
     _one_line_error(run_cli, str(tmp_path / "nope"))
     _one_line_error(run_cli)
+
+
+def test_check_imports_no_torch_deepspeed_or_transformers():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, io, contextlib\n"
+        "from zerodoctor.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['check', {str(EXAMPLES / 'llava-zero3-offload')!r}, '--fail-on', 'never'])\n"
+        "print(sorted(m for m in ('torch', 'deepspeed', 'transformers', 'accelerate', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
