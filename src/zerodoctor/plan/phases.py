@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor.models.spec import LINEAR
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import activation_bytes
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
@@ -467,40 +468,40 @@ def plan_strategy(
     fwd_extra: list[Item] = []
     gathered_bpp = fbp if t.method == "qlora" and frozen else float(pb)
     if zero.stage == 3:
-        live = max(p.largest_module_numel, min(zero.max_live_parameters, p.total))
+        persistent = _persistent_params(inputs, zero.param_persistence_threshold)
+        live = zero3_working_set_numel(
+            partitioned=p.total - persistent,
+            largest_module=p.largest_module_numel,
+            max_live=zero.max_live_parameters,
+            max_reuse=zero.max_reuse_distance,
+            prefetch_bucket=zero.prefetch_bucket_size,
+            gradient_checkpointing=t.gradient_checkpointing,
+        )
         fwd_extra.append(
             Item(
                 "ZeRO-3 fetched parameters (working set)",
                 math.ceil(live * gathered_bpp),
-                f"max(largest module {p.largest_module_name} {p.largest_module_numel:,}, "
-                f"min(max_live_parameters {zero.max_live_parameters:,}, model)) x {gathered_bpp:.2f} B; "
-                f"parameters reused within max_reuse_distance {zero.max_reuse_distance:,} elements stay gathered"
+                f"{live:,} elements x {gathered_bpp:.2f} B: max(largest module {p.largest_module_name} "
+                f"{p.largest_module_numel:,}, max_reuse_distance {zero.max_reuse_distance:,} / "
+                f"{3 if t.gradient_checkpointing else 2}, prefetch up to max_live_parameters "
+                f"{zero.max_live_parameters:,}), at most the partitioned model"
                 + (
                     " (H2D from the pinned host partitions: offload_param)"
                     if zero.offload_param != "none"
                     else ""
                 ),
-                "deepspeed/runtime/zero/partitioned_param_coordinator.py PartitionedParameterCoordinator."
-                "fetch_sub_module / release_sub_module (__max_n_available_params, __max_reuse_dist_in_numel)",
+                "deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module (prefetch while "
+                "available < max_live), __params_to_release (keep what recurs within max_reuse_distance); "
+                "measured on the engine: benchmarks/plan_zero3_engine.py",
             )
         )
-        if zero.prefetch_bucket_size:
-            fwd_extra.append(
-                Item(
-                    "ZeRO-3 prefetch bucket",
-                    math.ceil(min(zero.prefetch_bucket_size, p.total) * gathered_bpp),
-                    f"stage3_prefetch_bucket_size {zero.prefetch_bucket_size:,} elements",
-                    "partitioned_param_coordinator.py fetch_sub_module (prefetch up to the bucket; memory.md §11.1)",
-                )
-            )
-        persistent = _persistent_params(inputs, zero.param_persistence_threshold)
         if persistent:
             fwd_extra.append(
                 Item(
                     "persistent small parameters",
                     persistent * pb,
-                    f"modules with <= {zero.param_persistence_threshold:,} parameters stay whole on every GPU",
-                    "stage3_param_persistence_threshold (memory.md §11.1)",
+                    f"parameters with <= {zero.param_persistence_threshold:,} elements stay whole on every GPU",
+                    "partition_parameters.py (ds_persist: ds_numel <= stage3_param_persistence_threshold)",
                 )
             )
     if zero.stage >= 2:
@@ -677,10 +678,49 @@ def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
 
 
 def _persistent_params(inputs: PlanInputs, threshold: int) -> int:
-    """Parameters of modules small enough to stay un-partitioned (norms, biases-only modules)."""
+    """Parameters small enough to stay un-partitioned: DeepSpeed decides per parameter
+    (`ds_numel <= param_persistence_threshold`, partition_parameters.py), so a Linear's bias can persist
+    while its weight is partitioned."""
     if threshold <= 0:
         return 0
-    return sum(m.total for m in inputs.model.modules if 0 < m.numel <= threshold)
+    total = 0
+    for m in inputs.model.modules:
+        if m.tied_to is not None:
+            continue
+        if m.kind == LINEAR and m.in_features:
+            weight = m.in_features * m.out_features
+            bias = m.out_features if m.bias else 0
+            total += m.count * (
+                (weight if weight <= threshold else 0) + (bias if 0 < bias <= threshold else 0)
+            )
+        elif 0 < m.numel <= threshold:
+            total += m.total
+    return total
+
+
+def zero3_working_set_numel(
+    *,
+    partitioned: int,
+    largest_module: int,
+    max_live: int,
+    max_reuse: int,
+    prefetch_bucket: int,
+    gradient_checkpointing: bool,
+) -> int:
+    """Elements of ZeRO-3 parameters gathered whole on a GPU at the peak of forward/backward.
+
+    From DeepSpeed's PartitionedParameterCoordinator (partitioned_param_coordinator.py): a module's
+    parameters are fetched whole before it runs (so never less than the largest module); after it runs they
+    are kept if they recur within the next `max_reuse_distance` elements of the traced module order. A layer
+    recurs in backward (and, with gradient checkpointing, in the recomputed forward first), so at the end of
+    the forward pass about R/2 elements are kept (R/3 with checkpointing: each layer appears three times in
+    the rest of the trace). Prefetch keeps gathering while fewer than `max_live_parameters` elements are
+    available, in `prefetch_bucket_size` steps, so with prefetch on the set fills up to max_live. Persistent
+    parameters are not counted here. Measured on the engine (2 gloo ranks): benchmarks/plan_zero3_engine.py.
+    """
+    reuse = max_reuse // (3 if gradient_checkpointing else 2)
+    prefetch = max_live if prefetch_bucket > 0 else 0
+    return min(max(partitioned, largest_module), max(largest_module, reuse, prefetch))
 
 
 def _save(
