@@ -25,7 +25,6 @@ def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
     """The DeepSpeed config dict for `plan` (see the module docstring for "auto" vs concrete)."""
     z = plan.zero
     t = plan.training
-    h = inputs.model.params.hidden_size
     hf = inputs.framework in ("hf", "llamafactory", "accelerate") or inputs.framework is None
     xtuner = inputs.framework == "xtuner"
 
@@ -52,11 +51,11 @@ def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
         zero[part] = block
     zero["overlap_comm"] = z.overlap
     zero["contiguous_gradients"] = True
-    zero["reduce_bucket_size"] = auto(h * h) if hf else z.reduce_bucket_size
+    zero["reduce_bucket_size"] = "auto" if hf else z.reduce_bucket_size
     if z.stage == 3:
         zero["sub_group_size"] = z.sub_group_size
-        zero["stage3_prefetch_bucket_size"] = auto(int(0.9 * h * h)) if hf else z.prefetch_bucket_size
-        zero["stage3_param_persistence_threshold"] = auto(10 * h) if hf else z.param_persistence_threshold
+        zero["stage3_prefetch_bucket_size"] = "auto" if hf else z.prefetch_bucket_size
+        zero["stage3_param_persistence_threshold"] = "auto" if hf else z.param_persistence_threshold
         zero["stage3_max_live_parameters"] = z.max_live_parameters
         zero["stage3_max_reuse_distance"] = z.max_reuse_distance
         zero["stage3_gather_16bit_weights_on_model_save"] = z.gather_16bit_on_save

@@ -10,6 +10,7 @@ mismatch TrainingArguments values" if any mismatch was recorded. Tested against 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,24 @@ def _node(config: dict[str, Any], dotted: str) -> tuple[dict[str, Any] | None, s
     return (node if isinstance(node, dict) else None), last
 
 
+# The ZeRO keys HF Trainer fills from the model's hidden size h when they are "auto" (transformers
+# integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_finalize; the last two only for ZeRO-3).
+# The one place these formulas live: the run description and the planner read them from here.
+HF_AUTO_BUCKETS: dict[str, tuple[str, Callable[[int], int]]] = {
+    "zero_optimization.reduce_bucket_size": ("hidden_size*hidden_size", lambda h: h * h),
+    "zero_optimization.stage3_prefetch_bucket_size": (
+        "0.9*hidden_size*hidden_size",
+        lambda h: int(0.9 * h * h),
+    ),
+    "zero_optimization.stage3_param_persistence_threshold": ("10*hidden_size", lambda h: 10 * h),
+}
+
+
+def hf_auto_bucket(key: str, hidden_size: int) -> int:
+    """What HF Trainer writes for an "auto" bucket key (`zero_optimization.<name>`) of a model of `hidden_size`."""
+    return HF_AUTO_BUCKETS[key][1](hidden_size)
+
+
 def resolve_hf_auto(
     ds_config: dict[str, Any],
     args: dict[str, Any],
@@ -147,21 +166,9 @@ def resolve_hf_auto(
     fill("scheduler.params.warmup_max_lr", args["learning_rate"], "learning_rate")
     fill("fp16.enabled", bool(args["fp16"] or args["fp16_full_eval"]), "fp16|fp16_full_eval")
     fill("bf16.enabled", bool(args["bf16"] or args["bf16_full_eval"]), "bf16|bf16_full_eval")
-    h = hidden_size
-    fill("zero_optimization.reduce_bucket_size", h * h if h else None, "hidden_size*hidden_size", False)
-    if zero3:
-        fill(
-            "zero_optimization.stage3_prefetch_bucket_size",
-            int(0.9 * h * h) if h else None,
-            "0.9*hidden_size*hidden_size",
-            False,
-        )
-        fill(
-            "zero_optimization.stage3_param_persistence_threshold",
-            10 * h if h else None,
-            "10*hidden_size",
-            False,
-        )
+    for key, (formula, value) in HF_AUTO_BUCKETS.items():
+        if zero3 or key == "zero_optimization.reduce_bucket_size":
+            fill(key, value(hidden_size) if hidden_size else None, formula, False)
     # total_num_steps needs the dataset size: filled at train time, never a mismatch here. warmup_num_steps is
     # max(1, args.get_warmup_steps(N)) (transformers 5.23), known before launch when warmup_steps >= 1 (that
     # value) or 0 (then 1); a fractional warmup_steps is a ratio of N and stays unknown.

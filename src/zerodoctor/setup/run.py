@@ -25,6 +25,7 @@ from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
 from zerodoctor.setup.deepspeed_config import pin_memory_default
+from zerodoctor.setup.hf_args import HF_AUTO_BUCKETS, hf_auto_bucket
 from zerodoctor.setup.model import FILLS_AUTO, TrainingSetup, normalize_dtype
 
 if TYPE_CHECKING:
@@ -858,12 +859,13 @@ def _zero(
     h = model.params.hidden_size if model is not None else None
     hf_like = traits.name in ("hf", "llamafactory", "accelerate")
 
-    def knob(key: str, ds_default: int, hf_auto: int | None) -> Known[int]:
+    def knob(key: str, ds_default: int) -> Known[int]:
         full = f"zero_optimization.{key}"
         k = rd.ds(full)
         if k is None:
             return Known(ds_default, Origin("deepspeed", f"DeepSpeed default for {full}", key=full))
         if is_auto(k.value):
+            hf_auto = hf_auto_bucket(full, h) if h and full in HF_AUTO_BUCKETS else None
             if hf_like and hf_auto is not None:
                 return Known(
                     hf_auto,
@@ -972,17 +974,13 @@ def _zero(
         offload_optimizer_written=opt_written,
         offload_param_written=par_written,
         pin_memory=pin,
-        reduce_bucket_size=knob("reduce_bucket_size", DS_DEFAULT_REDUCE_BUCKET, h * h if h else None),
-        allgather_bucket_size=knob("allgather_bucket_size", DS_DEFAULT_ALLGATHER_BUCKET, None),
-        prefetch_bucket_size=knob(
-            "stage3_prefetch_bucket_size", DS_DEFAULT_PREFETCH_BUCKET, int(0.9 * h * h) if h else None
-        ),
-        max_live_parameters=knob("stage3_max_live_parameters", DS_DEFAULT_MAX_LIVE, None),
-        max_reuse_distance=knob("stage3_max_reuse_distance", DS_DEFAULT_MAX_REUSE, None),
-        param_persistence_threshold=knob(
-            "stage3_param_persistence_threshold", DS_DEFAULT_PERSISTENCE, 10 * h if h else None
-        ),
-        sub_group_size=knob("sub_group_size", DS_DEFAULT_SUB_GROUP, None),
+        reduce_bucket_size=knob("reduce_bucket_size", DS_DEFAULT_REDUCE_BUCKET),
+        allgather_bucket_size=knob("allgather_bucket_size", DS_DEFAULT_ALLGATHER_BUCKET),
+        prefetch_bucket_size=knob("stage3_prefetch_bucket_size", DS_DEFAULT_PREFETCH_BUCKET),
+        max_live_parameters=knob("stage3_max_live_parameters", DS_DEFAULT_MAX_LIVE),
+        max_reuse_distance=knob("stage3_max_reuse_distance", DS_DEFAULT_MAX_REUSE),
+        param_persistence_threshold=knob("stage3_param_persistence_threshold", DS_DEFAULT_PERSISTENCE),
+        sub_group_size=knob("sub_group_size", DS_DEFAULT_SUB_GROUP),
         overlap_comm=overlap,
         gather_16bit_on_save=gather,
         zero3_init=zero3_init,
