@@ -4,7 +4,7 @@ With an HF-family launcher (HF Trainer, LLaMA-Factory, accelerate) the keys HF T
 (`lint/rules/_common.HF_FILLABLE_AUTO`: batch sizes, clipping, precision, the hidden-size bucket values),
 so the config cannot disagree with the training arguments. For XTuner or plain DeepSpeed every value is
 concrete. `train_batch_size` is left out for concrete configs: DeepSpeed derives it from micro batch x
-grad accumulation x data-parallel size (memory.md §17 saw a filled-in world size of 1 break the check).
+grad accumulation x data-parallel size (a world size filled in as 1 breaks DeepSpeed's batch-size assertion on the real cluster).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
     cfg["zero_optimization"] = zero
     if z.offload_optimizer != "none" and not hf:
         # Without HF/accelerate nobody swaps a torch optimizer for DeepSpeedCPUAdam: name it here
-        # (failures.md zero-offload-client-optimizer).
+        # (ZeRORuntimeException "client provided optimizer", `zerodoctor kb zero-offload-client-optimizer`).
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}}
     return cfg
 

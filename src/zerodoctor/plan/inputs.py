@@ -66,7 +66,7 @@ class Cluster:
 class Training:
     """The recipe. `quant_storage` is the bnb 4-bit storage dtype (QLoRA only; "uint8" = bnb's default,
     which ZeRO-3 cannot partition); `quant_storage_by_framework` is True when the framework sets it itself
-    (LLaMA-Factory, failures.md A4)."""
+    (LLaMA-Factory model/model_utils/quantization.py)."""
 
     method: str = "full"
     lora_rank: int = DEFAULT_LORA_RANK
@@ -96,7 +96,7 @@ class Training:
 
 @dataclass(frozen=True)
 class ZeroSettings:
-    """One DeepSpeed ZeRO configuration: the knobs that move memory (memory.md §11.1)."""
+    """One DeepSpeed ZeRO configuration: the knobs that move memory (docs/memory-model.md)."""
 
     stage: int
     offload_optimizer: str = "none"
@@ -134,7 +134,7 @@ class ZeroSettings:
 
     @property
     def overlap(self) -> bool:
-        """`overlap_comm` as DeepSpeed resolves None: True for ZeRO-3, False otherwise (memory.md §11.1)."""
+        """`overlap_comm` as DeepSpeed resolves None: True for ZeRO-3, False otherwise (DeepSpeed runtime/zero/config.py)."""
         return self.overlap_comm if self.overlap_comm is not None else self.stage == 3
 
     @property

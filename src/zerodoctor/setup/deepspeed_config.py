@@ -106,7 +106,7 @@ DS_DEFAULTS: dict[str, Any] = {
 
 def pin_memory_default(deepspeed_version: str | None) -> bool | None:
     """`offload_*.pin_memory` default: True in 0.19.8 (installed source; DeepSpeed PR #8207), False in 0.16.x
-    (memory.md §11.1). For releases in between we do not know, so None."""
+    (DeepSpeed 0.16.x runtime/zero/offload_config.py). For releases in between we do not know, so None."""
     v = parse_version(deepspeed_version)
     if v is None:
         return None

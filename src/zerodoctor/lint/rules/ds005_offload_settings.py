@@ -9,8 +9,8 @@ Stage 3.", `runtime/zero/config.py`).
 
 What is *not* a problem: offloading parameters without the optimizer, or the optimizer without parameters.
 Both are valid, and `offload_param: cpu` with `offload_optimizer: none` is the documented workaround for the
-DeepSpeed 0.14.1/0.14.2 clip-grad bug. (The seed article on MiniCPM-V suggested checking that the two devices
-"agree"; failures.md shows that is unrelated to that bug.)
+DeepSpeed 0.14.1/0.14.2 clip-grad bug. (Some write-ups of that bug suggest checking that the two devices
+"agree"; the bug is in the clip coefficient, deepspeedai/DeepSpeed#5461, and unrelated to that.)
 
 Example (silently not offloaded):
 

@@ -4,12 +4,12 @@ Why it matters: with `offload_optimizer: cpu`, each rank keeps on the host its f
 trainable parameter), fp32 gradient buffers (4 B), 16-bit gradient partitions (2 B) and, from the first
 optimizer step on, the Adam moments (8 B, allocated lazily by DeepSpeedCPUAdam); `offload_param: cpu` adds the
 16-bit parameter partitions (2 B). Summed over a node's ranks that is about 18 (20 with parameters) bytes per
-trainable parameter divided by the number of nodes (failures.md A3; memory.md §11.2). Yi-34B full fine-tuning
-on one 8-GPU node is about 34.4e9 x 20 B = 690 GB before buffers, which is why the seed report needed "1 TB"
+trainable parameter divided by the number of nodes (docs/memory-model.md, per node: offloaded model states; measured on DeepSpeed 0.19.8 by benchmarks/plan_accuracy.py). Yi-34B full fine-tuning
+on one 8-GPU node is about 34.4e9 x 20 B = 690 GB before buffers, which is why Yi-34B reports on one node ask for "1 TB" (InternLM/xtuner#589)
 and died with `exitcode -9` at iteration accumulative_counts-1 (the first optimizer step). Pinned buffers
 (`pin_memory: true`, the default since DeepSpeed PR #8207; false in 0.16.x) cannot be swapped, and PyTorch
 rounds each pinned block up to a power of two (pytorch#95823). Whether a low `ulimit -l` breaks pinning
-outside WSL is not confirmed (failures.md, pin-memory-failure), so that part is information only.
+outside WSL is not confirmed upstream (deepspeedai/DeepSpeed#2977), so that part is information only.
 
 The bytes come from the planner's model-state accounting (`zerodoctor.plan.model_states`, within 0.000 % of
 what DeepSpeed 0.19.8 holds, benchmarks/RESULTS.md), with pinned blocks rounded when the ranks per node are

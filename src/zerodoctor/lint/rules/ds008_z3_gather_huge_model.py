@@ -6,7 +6,7 @@ to rank 0's CPU (DeepSpeed PR #893's design). (LoRA/QLoRA through HF Trainer are
 Trainer.save_model gathers only the adapters, `exclude_frozen_parameters=True` in transformers 5.23; custom save
 functions that call `get_state_dict` on the engine still gather the whole base model.) Rank 0's host therefore grows by about 2 bytes per parameter at every save, on top of
 everything the node already holds (offloaded optimizer states, the other ranks): DeepSeek-Coder-V2 236B needs
-about 472 GB extra on node 0 (failures.md A5; transformers#21482: "they have to consolidate it first on cpu
+about 472 GB extra on node 0 (hiyouga/LlamaFactory#7532; transformers#21482: "they have to consolidate it first on cpu
 and that's where there might not be enough of memory").
 
 Fixes: save adapters only for LoRA, keep gather off and convert offline with `zero_to_fp32.py`, or give node 0

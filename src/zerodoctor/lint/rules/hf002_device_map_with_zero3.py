@@ -3,7 +3,7 @@
 Why it matters: ZeRO-3 places parameters itself (zero.Init partitions them at load). transformers refuses the
 combination: "ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a
 `device_map`." (newer: "...with passing a `device_map`."). A `device_map="auto"` also turns training into
-naive pipeline placement, which is what the seed article on QLoRA recommended instead of fixing ZeRO-3.
+naive pipeline placement, which some QLoRA guides recommend instead of fixing ZeRO-3.
 
 Example (fails): `model_init_kwargs: {device_map: auto}` with a ZeRO-3 DeepSpeed config.
 Use instead: no `device_map` under ZeRO-3 (the fix removes it; safe).

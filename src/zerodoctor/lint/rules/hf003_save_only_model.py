@@ -2,7 +2,7 @@
 
 Why it matters: HF Trainer's `_save_checkpoint` writes the DeepSpeed optimizer state (fp32 master weights and
 Adam moments, about 12 bytes per trainable parameter: 2.8 TB for a 236B full fine-tune) unless
-`save_only_model: true` (LLaMA-Factory#7532, seed case 004; DeepSpeed#6598: a 90 GB optimizer file for 8B).
+`save_only_model: true` (hiyouga/LlamaFactory#7532: a 236B run on 48 GPUs; DeepSpeed#6598: a 90 GB optimizer file for 8B).
 But under ZeRO-3 with `stage3_gather_16bit_weights_on_model_save: false`, `save_model` itself falls back to
 `save_checkpoint`, so the optimizer state is written anyway and `save_only_model` saves nothing
 (transformers trainer.py `save_model`; docs/framework-facts.md a). Trade-off: without optimizer state a run
@@ -23,7 +23,7 @@ from zerodoctor.setup.run import RunDescription
 
 GATHER = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 OPTIMIZER_STATE_BYTES = 12  # fp32 master 4 + Adam exp_avg 4 + exp_avg_sq 4, per trainable parameter
-LARGE_FULL_FT = 100e9  # failures.md Part C: save_only_model for > 100B full fine-tunes
+LARGE_FULL_FT = 100e9  # above this a full fine-tune's optimizer state is terabytes per checkpoint (hiyouga/LlamaFactory#7532)
 
 
 def check(run: RunDescription) -> Iterator[Finding]:

@@ -2,7 +2,7 @@
 
 Why it matters: bitsandbytes packs 4-bit weights into `uint8` by default. ZeRO-3 flattens and partitions
 parameters per dtype group next to the bf16/fp16 ones, and cannot do that with the uint8-packed weights, so
-the quantized base model stays whole on every GPU (seed case 003: Llama-3 8B/70B/405B OOM with QLoRA +
+the quantized base model stays whole on every GPU (huggingface/peft#1844: Llama-3 8B/70B/405B OOM with QLoRA +
 ZeRO-3). PEFT's guide "Use PEFT QLoRA and DeepSpeed with ZeRO3" sets `bnb_4bit_quant_storage` to the same
 dtype as the model's `torch_dtype` (bf16), which makes the 4-bit weights partitionable. Even then the load
 skips `zero.Init` (transformers only enters it when the model is not quantized), so each GPU holds the whole
