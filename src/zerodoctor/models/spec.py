@@ -406,10 +406,21 @@ def model_from_config(
     cfg = _Cfg(config, source)
     model_type = cfg.str_("model_type")
     builder = _BUILDERS.get(model_type)
+    count_method = _ANALYTIC_ONLY.get(model_type, _TESTED_AGAINST_META)
     if builder is None:
-        raise PlanError(
-            f"{source}: model_type '{model_type}' is not supported by the parameter counter",
-            hint=f"supported model types: {', '.join(sorted(_BUILDERS))}",
+        if any(k in config for k in _MOE_KEYS) or not all(k in config for k in _GENERIC_KEYS):
+            raise PlanError(
+                f"{source}: model_type '{model_type}' is not supported by the parameter counter",
+                hint=f"supported model types: {', '.join(sorted(_BUILDERS))}; any other decoder-only model "
+                f"is counted approximately when its config has {', '.join(_GENERIC_KEYS)} and no MoE keys",
+            )
+        builder = _dense_decoder
+        cfg = _Cfg({**config, "model_type": _GENERIC}, source)
+        count_method = (
+            f"approximate: '{model_type}' has no builder of its own; counted as a Llama-style decoder "
+            "(SwiGLU MLP, RMSNorm, q/k/v/o from hidden_size, heads, num_key_value_heads, head_dim; "
+            "attention_bias, mlp_bias, tie_word_embeddings) -- LayerNorm biases, fused or GELU MLPs and "
+            "learned position embeddings are not counted"
         )
     modules, shape = builder(cfg)
     params = _summarise(modules, shape)
@@ -423,7 +434,7 @@ def model_from_config(
         modules=tuple(modules),
         hub_ids=hub_ids,
         catalog_slug=catalog_slug,
-        count_method=_ANALYTIC_ONLY.get(model_type, _TESTED_AGAINST_META),
+        count_method=count_method,
         notes=notes,
         loss_in_model_dtype=loss_in_model_dtype,
     )
@@ -555,14 +566,25 @@ def _norm(path: str, dim: int, *, count: int = 1, component: str = TEXT, bias: b
     return ModuleShape(path, NORM, dim * (2 if bias else 1), count, component)
 
 
+_QK_NORM = frozenset({"qwen3", "qwen3_moe", "gemma3_text"})
+"""Per-head RMSNorms on q and k (`self_attn.q_norm`, `self_attn.k_norm`, head_dim each)."""
+_FOUR_NORMS = frozenset({"gemma2", "gemma3_text"})
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text"})
+_HEAD_DIM_256 = frozenset({"gemma", "gemma2", "gemma3_text"})
+
+
 def _dense_decoder(cfg: _Cfg, prefix: str = "model.") -> tuple[list[ModuleShape], _Shape]:
-    """Llama, Mistral, Qwen2, Yi (converted to Llama), Gemma-2.
+    """Llama, Mistral, Qwen2, Qwen3, Yi (converted to Llama), Gemma 1/2/3 (text), Phi-3, and the generic
+    Llama-style decoder (`_GENERIC`: any other decoder-only config with the standard keys).
 
     Differences that matter for the count:
     * Qwen2: biases on q/k/v (not o), hard-coded in `Qwen2Attention`.
-    * Llama: `attention_bias` puts biases on q/k/v/o, `mlp_bias` on gate/up/down.
-    * Gemma-2: four RMSNorms per layer (input, post_attention, pre_feedforward, post_feedforward),
-      `head_dim` defaults to 256 and is not hidden/heads; embeddings tied by default.
+    * Llama (and the generic decoder): `attention_bias` puts biases on q/k/v/o, `mlp_bias` on gate/up/down.
+    * Qwen3 / Gemma-3: per-head `q_norm` and `k_norm` (head_dim each); no attention biases by default.
+    * Gemma: `head_dim` defaults to 256 and is not hidden/heads; embeddings tied by default; Gemma-2 and
+      Gemma-3 have four RMSNorms per layer (input, post_attention, pre_feedforward, post_feedforward).
+    * Phi-3: fused `qkv_proj` (h -> (heads + 2 kv) x head_dim) and `gate_up_proj` (h -> 2i): the same count
+      as Llama, different module names (what LoRA targets see).
     """
     model_type = cfg.str_("model_type")
     hidden = cfg.int_("hidden_size")
@@ -570,37 +592,104 @@ def _dense_decoder(cfg: _Cfg, prefix: str = "model.") -> tuple[list[ModuleShape]
     heads = cfg.int_("num_attention_heads")
     inter = cfg.int_("intermediate_size")
     vocab = cfg.int_("vocab_size")
-    kv = cfg.int_("num_key_value_heads", heads)
-    if model_type == "gemma2":
+    kv = cfg.int_("num_key_value_heads", heads) or heads
+    if model_type in _HEAD_DIM_256:
         head_dim = cfg.int_("head_dim", 256)
-        tied = cfg.bool_("tie_word_embeddings", True)
     else:
         # transformers: `getattr(config, "head_dim", None) or hidden_size // num_attention_heads`
         head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
-        tied = cfg.bool_("tie_word_embeddings", False)
+    tied = cfg.bool_("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
 
     if model_type == "qwen2":
         qkv_bias, o_bias, mlp_bias = True, False, False
-    elif model_type == "llama":
+    elif model_type == "mistral":
+        qkv_bias = o_bias = mlp_bias = False
+    elif model_type in ("llama", _GENERIC):
         qkv_bias = o_bias = cfg.bool_("attention_bias", False)
         mlp_bias = cfg.bool_("mlp_bias", False)
-    elif model_type == "gemma2":
+    else:  # qwen3, gemma*, phi3
         qkv_bias = o_bias = cfg.bool_("attention_bias", False)
         mlp_bias = False
-    else:  # mistral
-        qkv_bias = o_bias = mlp_bias = False
 
     lp = f"{prefix}layers.{{i}}."
     mods = [ModuleShape(f"{prefix}embed_tokens", EMBEDDING, vocab * hidden)]
-    mods += _attention_gqa(lp, hidden, heads, kv, head_dim, qkv_bias, o_bias, layers)
-    mods += _mlp(lp + "mlp.", hidden, inter, mlp_bias, layers)
+    if model_type == "phi3":
+        mods.append(_linear(lp + "self_attn.qkv_proj", hidden, (heads + 2 * kv) * head_dim, count=layers))
+        mods.append(_linear(lp + "self_attn.o_proj", heads * head_dim, hidden, count=layers))
+        mods.append(_linear(lp + "mlp.gate_up_proj", hidden, 2 * inter, count=layers))
+        mods.append(_linear(lp + "mlp.down_proj", inter, hidden, count=layers))
+    else:
+        mods += _attention_gqa(lp, hidden, heads, kv, head_dim, qkv_bias, o_bias, layers)
+        mods += _mlp(lp + "mlp.", hidden, inter, mlp_bias, layers)
+    if model_type in _QK_NORM:
+        mods += [_norm(lp + f"self_attn.{n}", head_dim, count=layers) for n in ("q_norm", "k_norm")]
     norms = ["input_layernorm", "post_attention_layernorm"]
-    if model_type == "gemma2":
+    if model_type in _FOUR_NORMS:
         norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
     mods += [_norm(lp + n, hidden, count=layers) for n in norms]
     mods.append(_norm(f"{prefix}norm", hidden))
     mods.append(_lm_head(hidden, vocab, tied, prefix))
     shape = _Shape(layers, layers, 0, hidden, inter, vocab, heads, kv, head_dim, tied, prefix=prefix)
+    return mods, shape
+
+
+def _qwen_moe(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """Qwen2-MoE / Qwen3-MoE: Qwen2 (biased q/k/v) or Qwen3 (q/k norms) attention; every
+    `decoder_sparse_step`-th layer not in `mlp_only_layers` has a router (E x h), E routed experts of
+    `moe_intermediate_size` and, for Qwen2-MoE, one shared SwiGLU expert of
+    `shared_expert_intermediate_size` with a 1 x h `shared_expert_gate`; the other layers a dense MLP."""
+    model_type = cfg.str_("model_type")
+    hidden = cfg.int_("hidden_size")
+    layers = cfg.int_("num_hidden_layers")
+    heads = cfg.int_("num_attention_heads")
+    inter = cfg.int_("intermediate_size")
+    vocab = cfg.int_("vocab_size")
+    kv = cfg.int_("num_key_value_heads", heads) or heads
+    head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+    experts = cfg.int_("num_experts")
+    top_k = cfg.int_("num_experts_per_tok")
+    moe_inter = cfg.int_("moe_intermediate_size")
+    step = cfg.int_("decoder_sparse_step", 1) or 1
+    raw_only = cfg.data.get("mlp_only_layers") or []
+    only = {int(i) for i in raw_only} if isinstance(raw_only, list) else set()
+    tied = cfg.bool_("tie_word_embeddings", False)
+    moe_layers = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
+    dense_layers = layers - moe_layers
+    qwen2 = model_type == "qwen2_moe"
+    lp = "model.layers.{i}."
+    mods = [ModuleShape("model.embed_tokens", EMBEDDING, vocab * hidden)]
+    bias = cfg.bool_("attention_bias", False) if not qwen2 else True
+    mods += _attention_gqa(lp, hidden, heads, kv, head_dim, bias, False, layers)
+    if not qwen2:
+        mods += [_norm(lp + f"self_attn.{n}", head_dim, count=layers) for n in ("q_norm", "k_norm")]
+    if dense_layers:
+        mods += _mlp(lp + "mlp.", hidden, inter, False, dense_layers)
+    if moe_layers:
+        mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * hidden, moe_layers))
+        mods.append(_experts(lp + "mlp.experts", experts, hidden, moe_inter, moe_layers))
+        if qwen2:
+            shared = cfg.int_("shared_expert_intermediate_size")
+            mods += _mlp(lp + "mlp.shared_expert.", hidden, shared, False, moe_layers)
+            mods.append(_linear(lp + "mlp.shared_expert_gate", hidden, 1, count=moe_layers))
+    mods += [_norm(lp + n, hidden, count=layers) for n in ("input_layernorm", "post_attention_layernorm")]
+    mods.append(_norm("model.norm", hidden))
+    mods.append(_lm_head(hidden, vocab, tied, "model."))
+    shape = _Shape(
+        layers,
+        dense_layers,
+        moe_layers,
+        hidden,
+        inter,
+        vocab,
+        heads,
+        kv,
+        head_dim,
+        tied,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_intermediate_size=moe_inter,
+        per_expert=3 * hidden * moe_inter,
+    )
     return mods, shape
 
 
@@ -967,16 +1056,30 @@ def _minicpmv(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     return mods, shape
 
 
+_GENERIC = "(generic)"
+"""Builder key of the generic Llama-style decoder used for model types without their own builder."""
+
 _BUILDERS = {
     "llama": _dense_decoder,
     "mistral": _dense_decoder,
     "qwen2": _dense_decoder,
+    "qwen3": _dense_decoder,
+    "gemma": _dense_decoder,
     "gemma2": _dense_decoder,
+    "gemma3_text": _dense_decoder,
+    "phi3": _dense_decoder,
     "mixtral": _mixtral,
+    "qwen2_moe": _qwen_moe,
+    "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek_v2,
+    "deepseek_v3": _deepseek_v2,
     "llava_next": _llava_next,
     "minicpmv": _minicpmv,
 }
+
+_GENERIC_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+"""A config with these keys and no MoE keys can be counted as a Llama-style decoder."""
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 
 _TESTED_AGAINST_META = "analytic (equal to the transformers 5.23 meta-device build, tested)"
 
@@ -998,7 +1101,11 @@ def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
     projector = sum(m.total for m in mods if m.component == PROJECTOR)
 
     def is_moe_mlp(path: str) -> bool:
-        return path.endswith((".mlp.gate", ".mlp.experts")) or ".mlp.shared_experts." in path
+        return (
+            path.endswith((".mlp.gate", ".mlp.experts", ".mlp.shared_expert_gate"))
+            or ".mlp.shared_experts." in path
+            or ".mlp.shared_expert." in path
+        )
 
     def is_dense_mlp(path: str) -> bool:
         return path.endswith((".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj")) and not is_moe_mlp(path)
