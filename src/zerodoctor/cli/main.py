@@ -11,13 +11,13 @@ from typing import NoReturn
 
 import zerodoctor.cli.guard_cmd as guard_cmd
 from zerodoctor import __version__
-from zerodoctor.cli import check_cmd, diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd
+from zerodoctor.cli import check_cmd, diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd, selftest_cmd
 from zerodoctor.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from zerodoctor.errors import ZeroDoctorError
 
 # Command name -> module with `add_parser(subparsers)` and `run(args) -> int`. Later: check, plan, diagnose,
 # selftest, report.
-COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd}
+COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd, "selftest": selftest_cmd}
 COMMANDS["guard"] = guard_cmd
 
 EPILOG = """exit codes:

@@ -1,0 +1,595 @@
+"""Judge what the selftest's ranks recorded: a verdict per phase, the positive checks, and findings.
+
+A failure is explained by `zerodoctor.diagnose` reading the selftest's own log (the same entry point as
+`zerodoctor diagnose`); a failure the knowledge base does not know is still reported with its first error,
+rank and phase.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.selftest.result import (
+    FAILED,
+    INTERRUPTED,
+    NOT_APPLICABLE,
+    NOT_CHECKED,
+    NOT_REACHED,
+    PASSED,
+    PHASE_TITLES,
+    PHASES,
+    SKIPPED,
+    TIMED_OUT,
+    CheckResult,
+    PhaseResult,
+    SelftestResult,
+)
+from zerodoctor.selftest.run import Launch, RankLog
+from zerodoctor.selftest.shrink import Adaptation
+from zerodoctor.selftest.spec import SAVE_PATHS, SelftestSpec
+
+LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 2e-2}
+"""Largest relative difference allowed between DeepSpeed's mean loss per step and the plain fp32
+single-process reference. 16-bit runs differ by rounding (about 5e-4 measured for bf16 ZeRO-3 offload on
+the default tiny Llama over 3 steps); a wrong update, a lost gradient or a skipped clip is far larger."""
+WEIGHT_TOLERANCE = 1e-3
+"""Saved and reloaded 16-bit weights must equal the live ones (relative to each tensor's largest value)."""
+FP32_TOLERANCE = 1e-2
+"""zero_to_fp32's fp32 master weights against the 16-bit weights: within bf16 rounding (2^-8)."""
+
+CPU_LIMITS = (
+    "a CUDA/CPU device mismatch (accelerator and host are the same device here, so a tensor left on the "
+    "wrong one cannot fail; the DeepSpeed 0.14.1/0.14.2 clip-grad bug needs a GPU to show)",
+    "pinned host memory (pinning is a no-op without CUDA: no page-locked allocation, no power-of-two "
+    "rounding, no `ulimit -l` limit)",
+    "GPU memory: no CUDA out-of-memory, no fragmentation, no GPU peak at the first step or at save",
+    "NCCL (gloo runs the collectives): no NCCL timeouts, /dev/shm or network problems",
+    "CUDA-only kernels (flash attention, fused Adam on GPU) and bitsandbytes 4-bit layers",
+)
+REFERENCES = ("deepspeedai/DeepSpeed#6877", "deepspeedai/DeepSpeed#5422")
+
+
+def _phase_results(ranks: list[RankLog], launch: Launch) -> list[PhaseResult]:
+    out = []
+    wd = launch.watchdog or {}
+    for name in PHASES:
+        starts = {
+            rl.rank: e["t"]
+            for rl in ranks
+            for e in rl.events
+            if e.get("event") == "start" and e.get("phase") == name
+        }
+        ends = {
+            rl.rank: e["t"]
+            for rl in ranks
+            for e in rl.events
+            if e.get("event") == "end" and e.get("phase") == name
+        }
+        errors = [
+            (rl.rank, e)
+            for rl in ranks
+            for e in rl.events
+            if e.get("event") == "error" and e.get("phase") == name
+        ]
+        seconds = max((ends.get(r, e_t) - t for r, t in starts.items() for e_t in [t]), default=None)
+        if starts and ends:
+            seconds = round(max(ends[r] - starts[r] for r in starts if r in ends), 2)
+        silent = [rl.rank for rl in ranks if _died_in(rl) == name]
+        if silent and wd.get("reason") != "phase-limit":
+            echo = (
+                f"; then rank {errors[0][0]} failed: {errors[0][1].get('type')}: "
+                f"{str(errors[0][1].get('message'))[:200]}"
+                if errors
+                else ""
+            )
+            out.append(
+                PhaseResult(
+                    name,
+                    INTERRUPTED,
+                    None,
+                    f"rank {', '.join(map(str, silent))} ended in this phase without a Python "
+                    f"exception (killed or crashed){echo}",
+                    silent[0],
+                )
+            )
+        elif errors:
+            rank, e = errors[0]
+            out.append(
+                PhaseResult(name, FAILED, seconds, f"{e.get('type')}: {str(e.get('message'))[:300]}", rank)
+            )
+        elif wd.get("phase") == name and wd.get("reason") == "phase-limit":
+            out.append(
+                PhaseResult(
+                    name,
+                    TIMED_OUT,
+                    wd.get("seconds"),
+                    f"rank {wd.get('rank')} was still in this phase after {wd.get('seconds')} s "
+                    f"(limit {wd.get('limit_s')} s): the watchdog ended all ranks",
+                    wd.get("rank"),
+                )
+            )
+        elif starts and set(starts) - set(ends) and wd.get("reason") != "phase-limit":
+            missing = sorted(set(starts) - set(ends))
+            out.append(
+                PhaseResult(
+                    name,
+                    INTERRUPTED,
+                    None,
+                    f"rank {', '.join(map(str, missing))} never finished this phase "
+                    "(the process ended without a Python exception, or was ended)",
+                    missing[0],
+                )
+            )
+        elif starts:
+            out.append(PhaseResult(name, PASSED, seconds, _phase_detail(name, ranks)))
+        elif name == "reference":
+            out.append(
+                PhaseResult(
+                    name,
+                    SKIPPED if all(rl.done for rl in ranks) else NOT_REACHED,
+                    None,
+                    "no plain reference for a model built by a factory"
+                    if all(rl.done for rl in ranks)
+                    else "",
+                )
+            )
+        else:
+            out.append(PhaseResult(name, NOT_REACHED, None))
+    return out
+
+
+def _phase_detail(name: str, ranks: list[RankLog]) -> str:
+    """What a passed phase is worth saying: the op build or load time inside engine init."""
+    if name != "engine-init" or not ranks:
+        return ""
+    data = ranks[0].data("engine-init")
+    ops = data.get("ops") or {}
+    parts = [f"{op} {v['how']} in {v['seconds']} s" for op, v in ops.items()]
+    if data.get("initialize_seconds") is not None:
+        parts.append(f"deepspeed.initialize {data['initialize_seconds']} s")
+    return "; ".join(parts)
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def _checks(spec: SelftestSpec, ranks: list[RankLog], world: int) -> list[CheckResult]:
+    checks: list[CheckResult] = []
+    insp = [rl.data("inspect") for rl in ranks]
+    path = ranks[0].data("distributed-init") if ranks else {}
+    on_cpu = path.get("accelerator") == "cpu"
+    # --- partitioning -------------------------------------------------------------------------------------
+    if all(insp) and insp:
+        stage = spec.zero_stage
+        i0 = insp[0]
+        if stage == 3:
+            full_p = i0["partitioned_full"]
+            bad = [
+                i
+                for i in insp
+                if not (
+                    full_p > 0
+                    and i["partitioned_local"] <= i["partitioned_bound"]
+                    and i["partitioned_local"] >= full_p / world - world * 64
+                )
+            ]
+            detail = (
+                f"ZeRO-3: each rank holds {i0['partitioned_local']:,} of {full_p:,} partitioned parameter "
+                f"elements ({i0['partitioned_local'] / max(full_p, 1):.1%}; expected 1/{world}), plus "
+                f"{i0['persistent']:,} elements of small tensors kept whole on every rank (persistence "
+                f"threshold); the module's own view of {i0['module_views_empty']} partitioned tensors is empty "
+                "between uses, as ZeRO-3 leaves it"
+            )
+            if full_p == 0:
+                detail = (
+                    "ZeRO-3 partitioned nothing: every tensor is below the persistence threshold, so each "
+                    "rank holds the whole model"
+                )
+            checks.append(CheckResult("partitioning", FAILED if bad else PASSED, detail, {"ranks": insp}))
+        else:
+            master = i0.get("master_numel")
+            trainable = i0["trainable_full"]
+            expect_part = stage in (1, 2)
+            if master is None:
+                checks.append(
+                    CheckResult(
+                        "partitioning",
+                        NOT_CHECKED,
+                        f"stage {stage}: no ZeRO fp32 master partition to measure",
+                        {"ranks": insp},
+                    )
+                )
+            else:
+                share = master / max(trainable, 1)
+                ok = share <= 1 / world + 0.05 if expect_part else share >= 0.95
+                checks.append(
+                    CheckResult(
+                        "partitioning",
+                        PASSED if ok else FAILED,
+                        f"ZeRO-{stage}: parameters whole on every rank (as stage {stage} keeps them); fp32 master and "
+                        f"optimizer states partitioned: rank 0 holds {master:,} of {trainable:,} trainable elements "
+                        f"({share:.1%}; expected {'1/' + str(world) if expect_part else 'all'})",
+                        {"ranks": insp},
+                    )
+                )
+        # --- placement ------------------------------------------------------------------------------------
+        opt_dev = spec.offload_optimizer
+        want = "cpu" if opt_dev in ("cpu", "nvme") else str(path.get("accelerator") or "accelerator")
+        got_master = set(i0.get("master_devices") or [])
+        got_states = set(i0.get("adam_state_devices") or [])
+        cls = i0.get("optimizer_class")
+        problems = []
+        if got_master and not all(d.startswith(want) for d in got_master):
+            problems.append(f"fp32 master on {sorted(got_master)}, expected {want}")
+        if got_states and not all(d.startswith(want) for d in got_states):
+            problems.append(f"optimizer states on {sorted(got_states)}, expected {want}")
+        if (
+            opt_dev in ("cpu", "nvme")
+            and cls != "DeepSpeedCPUAdam"
+            and "Adam" in str((spec.ds_config.get("optimizer") or {}).get("type", ""))
+        ):
+            problems.append(f"optimizer is {cls}, expected DeepSpeedCPUAdam for offload_optimizer={opt_dev}")
+        states = i0.get("adam_state_numel")
+        detail = (
+            f"offload_optimizer={opt_dev}: fp32 master on {sorted(got_master) or '?'}, Adam states "
+            f"({states:,} elements per rank) on {sorted(got_states) or '?'}, optimizer {cls}; "
+            f"offload_param={spec.offload_param}: parameter partitions on {i0.get('param_devices')}"
+        )
+        if on_cpu:
+            detail += (
+                "; on the CPU path the accelerator is the host, so this shows the optimizer DeepSpeed chose "
+                "but cannot tell GPU from host placement"
+            )
+        checks.append(
+            CheckResult(
+                "placement",
+                FAILED if problems else PASSED,
+                "; ".join(problems) + ("; " if problems else "") + detail,
+                {"rank0": i0},
+            )
+        )
+    else:
+        for name in ("partitioning", "placement"):
+            checks.append(CheckResult(name, NOT_CHECKED, "the run did not get that far"))
+    # --- clipping ---------------------------------------------------------------------------------------------
+    clip0 = ranks[0].data("clip-step") if ranks else {}
+    if spec.clip is None:
+        checks.append(
+            CheckResult(
+                "clipping",
+                NOT_APPLICABLE,
+                "no gradient_clipping in the config: the clip path (where DeepSpeed 0.14.1/0.14.2 "
+                "failed with offload) is not exercised",
+            )
+        )
+    elif clip0.get("grad_norm") is None:
+        checks.append(CheckResult("clipping", NOT_CHECKED, "the first optimizer step did not complete"))
+    else:
+        norm = float(clip0["grad_norm"])
+        checks.append(
+            CheckResult(
+                "clipping",
+                PASSED if norm > spec.clip else FAILED,
+                f"first optimizer step: gradient norm {norm:.4g} {'>' if norm > spec.clip else '<='} gradient_clipping "
+                f"{spec.clip:g}, so the clipping code path {'ran' if norm > spec.clip else 'did not run'}",
+                {"grad_norm": norm, "clip": spec.clip},
+            )
+        )
+    # --- loss vs reference --------------------------------------------------------------------------------
+    ref = ranks[0].data("reference") if ranks else {}
+    steps = (
+        [ranks[0].data("clip-step")] + list(ranks[0].data("optimizer-steps").get("steps", []))
+        if ranks
+        else []
+    )
+    per_rank_steps = []
+    for rl in ranks:
+        s = [rl.data("clip-step")] + list(rl.data("optimizer-steps").get("steps", []))
+        per_rank_steps.append([x for x in s if x])
+    tol = LOSS_TOLERANCE.get(str(path.get("precision") or spec.precision), 2e-2)
+    if ref.get("skipped"):
+        checks.append(CheckResult("loss-vs-reference", NOT_CHECKED, str(ref["skipped"])))
+    elif not ref.get("steps") or not steps or not all(per_rank_steps):
+        checks.append(CheckResult("loss-vs-reference", NOT_CHECKED, "the run did not finish its steps"))
+    else:
+        rows = []
+        worst = 0.0
+        for k, r in enumerate(ref["steps"]):
+            losses = [v for rs in per_rank_steps if k < len(rs) for v in rs[k]["losses"]]
+            ds = sum(losses) / len(losses)
+            rel_diff = _rel(ds, r["loss"])
+            worst = max(worst, rel_diff)
+            rows.append(
+                {"step": k + 1, "deepspeed": round(ds, 5), "reference": round(r["loss"], 5), "rel": rel_diff}
+            )
+        shown = ", ".join(f"{x['deepspeed']:.4f} vs {x['reference']:.4f}" for x in rows)
+        checks.append(
+            CheckResult(
+                "loss-vs-reference",
+                PASSED if worst <= tol else FAILED,
+                f"mean loss per step, DeepSpeed vs plain single-process fp32 reference: {shown}; largest relative "
+                f"difference {worst:.2e} (tolerance {tol:g} for {path.get('precision') or spec.precision})",
+                {"steps": rows, "tolerance": tol},
+            )
+        )
+    # --- saved weights ----------------------------------------------------------------------------------
+    save = ranks[0].data("checkpoint-save") if ranks else {}
+    if not save:
+        checks.append(CheckResult("saved-weights", NOT_CHECKED, "the save did not complete"))
+    elif save.get("file") is None:
+        needs = spec.save_path in ("save_16bit_model", "state_dict")
+        checks.append(
+            CheckResult(
+                "saved-weights",
+                FAILED if needs else NOT_APPLICABLE,
+                (save.get("note") or "no weights file was written")
+                + f" (save path: {SAVE_PATHS[spec.save_path]})",
+                save,
+            )
+        )
+    else:
+        empty, missing = int(save.get("empty_count", 0)), int(save.get("missing_count", 0))
+        diff = float(save.get("max_rel_diff") or 0.0)
+        ok = empty == 0 and missing == 0 and diff <= WEIGHT_TOLERANCE
+        detail = (
+            f"{save.get('tensors')} tensors, {save.get('numel'):,} elements, {save.get('file_bytes'):,} bytes"
+            f" written by {spec.save_path}; {empty} empty, {missing} missing; largest difference from the "
+            f"live weights {diff:.1e}"
+        )
+        if empty:
+            detail = (
+                f"{empty} of {save.get('tensors')} saved tensors are empty (e.g. {', '.join(save['empty'][:3])}): "
+                f"the save wrote ZeRO-3's partitioned views, not the weights; " + detail
+            )
+        checks.append(CheckResult("saved-weights", PASSED if ok else FAILED, detail, save))
+    # --- reload and zero_to_fp32 ------------------------------------------------------------------------
+    reload = ranks[0].data("reload") if ranks else {}
+    if not reload:
+        checks.append(CheckResult("reload", NOT_CHECKED, "the reload did not complete"))
+        checks.append(CheckResult("zero-to-fp32", NOT_CHECKED, "the reload did not complete"))
+    else:
+        d = float(reload.get("reload_max_rel_diff") or 0.0)
+        checks.append(
+            CheckResult(
+                "reload",
+                PASSED if d <= WEIGHT_TOLERANCE else FAILED,
+                f"one more step moved the weights, load_checkpoint restored them: largest difference from the saved "
+                f"weights {d:.1e} (tolerance {WEIGHT_TOLERANCE:g})",
+                reload,
+            )
+        )
+        if not reload.get("zero_to_fp32_ok"):
+            checks.append(
+                CheckResult(
+                    "zero-to-fp32", FAILED, f"zero_to_fp32 failed: {reload.get('zero_to_fp32_error')}", reload
+                )
+            )
+        else:
+            zd = float(reload.get("zero_to_fp32_max_rel_diff") or 0.0)
+            empty_z, miss_z = reload.get("zero_to_fp32_empty") or [], reload.get("zero_to_fp32_missing") or []
+            ok = zd <= FP32_TOLERANCE and not empty_z and not miss_z
+            checks.append(
+                CheckResult(
+                    "zero-to-fp32",
+                    PASSED if ok else FAILED,
+                    f"DeepSpeed's zero_to_fp32 rebuilt {reload.get('zero_to_fp32_tensors')} fp32 tensors from the checkpoint "
+                    f"in {reload.get('zero_to_fp32_seconds')} s; {len(empty_z)} empty, {len(miss_z)} missing; largest "
+                    f"difference from the 16-bit weights {zd:.1e} (tolerance {FP32_TOLERANCE:g}, 16-bit rounding)",
+                    reload,
+                )
+            )
+    return checks
+
+
+def _died_in(rl: RankLog) -> str | None:
+    """The phase a rank was in when its process ended without a Python exception (None if it did not)."""
+    if rl.done or rl.error is not None:
+        return None
+    cur = rl.current()
+    return cur[0] if cur else None
+
+
+def _first_error(ranks: list[RankLog], launch: Launch) -> dict[str, Any] | None:
+    errs = sorted((e["t"], rl.rank, e) for rl in ranks for e in rl.events if e.get("event") == "error")
+    wd = launch.watchdog or {}
+    dead = [(rl.rank, _died_in(rl)) for rl in ranks if _died_in(rl)]
+    if dead and wd.get("reason") != "phase-limit":
+        # a rank that vanished mid-phase comes first: the others' errors (a gloo "Connection reset by peer",
+        # an NCCL timeout) are what its disappearance caused
+        rank, phase = dead[0]
+        return {
+            "rank": rank,
+            "phase": phase,
+            "type": "exit",
+            "message": f"rank {rank} ended in phase {phase} without a Python exception (torchrun exit code "
+            f"{launch.returncode}; the log says how it ended)"
+            + (
+                f"; rank {errs[0][1]} then failed: {errs[0][2].get('type')}: "
+                f"{str(errs[0][2].get('message'))[:200]}"
+                if errs
+                else ""
+            ),
+        }
+    if errs:
+        _t, rank, e = errs[0]
+        return {
+            "rank": rank,
+            "phase": e.get("phase"),
+            "type": e.get("type"),
+            "message": e.get("message"),
+            "traceback": e.get("traceback"),
+        }
+    if launch.watchdog:
+        return {
+            "rank": launch.watchdog.get("rank"),
+            "phase": launch.watchdog.get("phase"),
+            "type": "watchdog",
+            "message": _watchdog_text(launch.watchdog),
+        }
+    if launch.returncode not in (0, None) or not all(rl.done for rl in ranks):
+        return {
+            "rank": None,
+            "phase": None,
+            "type": "exit",
+            "message": f"torchrun exited with code {launch.returncode} and no rank recorded an error "
+            "(a rank may have died before its first phase)",
+        }
+    return None
+
+
+def _watchdog_text(wd: dict[str, Any]) -> str:
+    if wd.get("reason") == "phase-limit":
+        return (
+            f"rank {wd.get('rank')} spent {wd.get('seconds')} s in phase {wd.get('phase')} (limit "
+            f"{wd.get('limit_s')} s); the watchdog ended every rank"
+        )
+    if wd.get("reason") == "after-failure":
+        return (
+            f"rank {wd.get('rank')} was still running {wd.get('seconds')} s after another rank failed; the "
+            "watchdog ended every rank"
+        )
+    return f"the selftest ran past its {wd.get('limit_s')} s limit; the watchdog ended every rank"
+
+
+def _diagnose(spec: SelftestSpec, launch: Launch, versions: dict[str, str]) -> list[Finding]:
+    from zerodoctor.diagnose import diagnose
+    from zerodoctor.diagnose.judge import NO_KNOWN_FAILURE
+
+    try:
+        result = diagnose([str(launch.log_path)], versions=versions or None, config_facts=spec.facts or None)
+    except Exception:  # noqa: BLE001 - diagnose is a helper here; its own failure must not hide the verdict
+        return []
+    return [f for f in result.findings if f.id != NO_KNOWN_FAILURE][:2]
+
+
+def judge(
+    spec: SelftestSpec, launch: Launch, *, ranks: int, rank_changes: list[Adaptation]
+) -> SelftestResult:
+    logs = launch.ranks
+    init = logs[0].data("distributed-init") if logs else {}
+    phases = _phase_results(logs, launch)
+    checks = _checks(spec, logs, ranks)
+    versions = {k: str(init[k]) for k in ("torch", "deepspeed") if init.get(k)}
+    backend, accel = init.get("backend"), init.get("accelerator")
+    if backend:
+        path = f"{backend} + DeepSpeed {accel} accelerator, {ranks} ranks under torchrun"
+    else:
+        path = f"{ranks} ranks under torchrun (stopped before the backend was known)"
+    limits = CPU_LIMITS if accel == "cpu" else ()
+    worker_adapt = [
+        Adaptation(a["key"], a["user_value"], a["run_value"], a["why"]) for a in init.get("adaptations", [])
+    ]
+    adaptations = tuple(spec.adaptations) + tuple(rank_changes) + tuple(worker_adapt)
+    first = _first_error(logs, launch)
+    findings: list[Finding] = []
+    ev = (Evidence(file=str(launch.log_path), text=(first or {}).get("message")),)
+    if first is not None:
+        phase = first.get("phase")
+        title = PHASE_TITLES.get(str(phase), str(phase or "startup"))
+        known = _diagnose(spec, launch, versions)
+        fixes: tuple[Fix, ...] = (
+            known[0].fixes
+            if known
+            else (
+                Fix(
+                    f"read the first error above (rank {first.get('rank')}, phase {title}) and the full log: "
+                    f"{launch.log_path}"
+                ),
+            )
+        )
+        diag_text = (
+            f" zerodoctor diagnose on this log: {known[0].title}."
+            if known
+            else " zerodoctor diagnose does not know this failure."
+        )
+        findings.append(
+            Finding(
+                id="selftest-failed" if first.get("type") not in ("watchdog",) else "selftest-timeout",
+                severity=Severity.ERROR,
+                title=f"Selftest failed in phase '{title}' on rank {first.get('rank')}",
+                message=f"First error: {first.get('type')}: {str(first.get('message'))[:600]}.{diag_text}",
+                fixes=fixes,
+                evidence=ev,
+                references=known[0].references if known else (),
+                source="selftest",
+                data={
+                    "phase": phase,
+                    "rank": first.get("rank"),
+                    "first_error": first,
+                    "diagnosis": known[0].id if known else None,
+                },
+            )
+        )
+        findings.extend(known)
+    findings.extend(_check_findings(spec, checks))
+    if accel == "cpu":
+        findings.append(
+            Finding(
+                id="selftest-cpu-path",
+                severity=Severity.INFO,
+                title="Ran on the CPU path: gloo + DeepSpeed's CPU accelerator",
+                message="The same ZeRO code paths ran (partitioning, offload, CPU Adam, clipping, save, reload), but "
+                "this path cannot show: " + "; ".join(CPU_LIMITS) + ". Run `zerodoctor selftest` on one GPU "
+                "node of the cluster for those.",
+                source="selftest",
+                references=REFERENCES,
+            )
+        )
+    return SelftestResult(
+        findings=tuple(findings),
+        phases=tuple(phases),
+        checks=tuple(checks),
+        path=path,
+        limits=limits,
+        adaptations=adaptations,
+        model=f"{spec.model_family} shrunk to {spec.tiny_params:,} parameters",
+        wall_seconds=launch.wall_seconds,
+        log_path=str(launch.log_path),
+        workdir=str(launch.workdir),
+        versions=versions,
+        first_error=first,
+    )
+
+
+def _check_findings(spec: SelftestSpec, checks: list[CheckResult]) -> list[Finding]:
+    out = []
+    ds_file = spec.ds_file
+    for c in checks:
+        if c.status != FAILED:
+            continue
+        fixes: tuple[Fix, ...] = ()
+        refs: tuple[str, ...] = ()
+        evidence: tuple[Evidence, ...] = ()
+        if c.name == "saved-weights":
+            from zerodoctor.kb.loader import get_entry
+            from zerodoctor.kb.preflight import entry_fixes, entry_references
+
+            entry = get_entry("z3-save-empty-weights")
+            key = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+            own = Fix(
+                f"set {key}: true" + (f" in {ds_file}" if ds_file else "") + " and save through the engine "
+                "(trainer.save_model() / engine.save_16bit_model() on every rank)",
+                target="deepspeed",
+                patch={key: True},
+            )
+            fixes = (own, *entry_fixes(entry))
+            refs = entry_references(entry)
+            evidence = (
+                (Evidence(file=ds_file, key=key, text=f"{spec.gather_on_save}".lower()),) if ds_file else ()
+            )
+        out.append(
+            Finding(
+                id=f"selftest-{c.name}",
+                severity=Severity.ERROR,
+                title=f"Selftest check failed: {c.name.replace('-', ' ')}",
+                message=c.detail,
+                fixes=fixes,
+                references=refs,
+                evidence=evidence,
+                source="selftest",
+                data={"check": c.name},
+            )
+        )
+    return out

@@ -1,0 +1,266 @@
+"""Launch the selftest on N local ranks with torchrun, under a watchdog, and judge what the ranks recorded.
+
+The watchdog reads each rank's phase log while the job runs. A phase that runs past its limit on any rank,
+or ranks still running long after another rank failed or died, end the whole process group (SIGTERM, then
+SIGKILL): no rank is left waiting in a collective for a partner that is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zerodoctor.errors import UsageError
+from zerodoctor.selftest.result import SelftestResult
+from zerodoctor.selftest.shrink import TINY_VOCAB
+from zerodoctor.selftest.spec import SelftestSpec, run_config
+
+DEFAULT_TIMEOUT_S = 600
+PHASE_LIMITS_S = {"distributed-init": 120.0, "model-build": 120.0, "engine-init": 420.0}
+"""Per-phase limits; engine init includes a JIT build of DeepSpeed's CPU Adam (about a minute on 2 cores)."""
+DEFAULT_PHASE_LIMIT_S = 120.0
+AFTER_FAILURE_GRACE_S = 15.0
+"""How long the other ranks may run on after one rank failed or died, before the watchdog ends them."""
+
+
+@dataclass
+class RankLog:
+    """What one rank wrote to its phase log so far."""
+
+    rank: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def current(self) -> tuple[str, float] | None:
+        """(phase, start time) of the phase this rank is in, or None."""
+        open_: dict[str, float] = {}
+        for e in self.events:
+            if e.get("event") == "start":
+                open_[e["phase"]] = e["t"]
+            elif e.get("event") in ("end", "error"):
+                open_.pop(e.get("phase", ""), None)
+        if not open_:
+            return None
+        phase = max(open_, key=lambda k: open_[k])
+        return phase, open_[phase]
+
+    @property
+    def done(self) -> bool:
+        return any(e.get("event") == "done" for e in self.events)
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == "error"), None)
+
+    def data(self, phase: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for e in self.events:
+            if e.get("event") == "data" and e.get("phase") == phase:
+                out.update(e.get("values") or {})
+        return out
+
+
+@dataclass
+class Launch:
+    """What the launcher saw: per-rank logs, the exit code, the watchdog's intervention, timing."""
+
+    ranks: list[RankLog]
+    returncode: int | None
+    log_path: Path
+    workdir: Path
+    wall_seconds: float
+    watchdog: dict[str, Any] | None = None
+    output_tail: str = ""
+
+
+def read_rank_logs(out: Path, nranks: int) -> list[RankLog]:
+    logs = []
+    for r in range(nranks):
+        path = out / f"rank{r}.jsonl"
+        events: list[dict[str, Any]] = []
+        if path.exists():
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill
+        logs.append(RankLog(r, events))
+    return logs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End torchrun and every rank it started (they share the session we gave it)."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(
+    worker_spec: Mapping[str, Any],
+    *,
+    ranks: int,
+    timeout_s: float,
+    phase_limits: Mapping[str, float],
+    default_limit_s: float,
+    workdir: Path,
+) -> Launch:
+    out = workdir / "ranks"
+    if out.exists():  # a reused --workdir: the phase logs are appended to, so start them empty
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    spec_path = workdir / "selftest_spec.json"
+    spec_path.write_text(json.dumps(worker_spec, indent=1, default=str))
+    log_path = workdir / "selftest.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(ranks),
+        "--master_port",
+        str(_free_port()),
+        "--tee",
+        "3",
+        "--log-dir",
+        str(workdir / "torchrun"),
+        "-m",
+        "zerodoctor.selftest.worker",
+        str(spec_path),
+        str(out),
+    ]
+    t0 = time.time()
+    watchdog: dict[str, Any] | None = None
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
+        )
+        try:
+            first_failure_at: float | None = None
+            while proc.poll() is None:
+                time.sleep(0.25)
+                now = time.time()
+                logs = read_rank_logs(out, ranks)
+                for rl in logs:
+                    cur = rl.current()
+                    if cur is None:
+                        continue
+                    phase, started = cur
+                    limit = phase_limits.get(phase, default_limit_s)
+                    if now - started > limit:
+                        watchdog = {
+                            "reason": "phase-limit",
+                            "phase": phase,
+                            "rank": rl.rank,
+                            "seconds": round(now - started, 1),
+                            "limit_s": limit,
+                        }
+                        break
+                if watchdog is None:
+                    failed = any(rl.error for rl in logs) or any(rl.done for rl in logs)
+                    if failed and not all(rl.done or rl.error for rl in logs):
+                        first_failure_at = first_failure_at or now
+                        if now - first_failure_at > AFTER_FAILURE_GRACE_S and any(rl.error for rl in logs):
+                            stuck = [rl for rl in logs if not (rl.done or rl.error)]
+                            cur = stuck[0].current() if stuck else None
+                            watchdog = {
+                                "reason": "after-failure",
+                                "rank": stuck[0].rank if stuck else None,
+                                "phase": cur[0] if cur else None,
+                                "seconds": round(now - first_failure_at, 1),
+                                "limit_s": AFTER_FAILURE_GRACE_S,
+                            }
+                if watchdog is None and now - t0 > timeout_s:
+                    watchdog = {
+                        "reason": "total-timeout",
+                        "seconds": round(now - t0, 1),
+                        "limit_s": timeout_s,
+                    }
+                if watchdog is not None:
+                    _end_group(proc)
+                    break
+        finally:
+            if proc.poll() is None:
+                _end_group(proc)
+    wall = round(time.time() - t0, 2)
+    text = log_path.read_bytes().decode("utf-8", errors="replace")
+    return Launch(
+        read_rank_logs(out, ranks), proc.returncode, log_path, workdir, wall, watchdog, text[-6000:]
+    )
+
+
+def run_selftest(
+    spec: SelftestSpec,
+    *,
+    ranks: int = 2,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    phase_timeout_s: float | None = None,
+    workdir: Path | None = None,
+) -> SelftestResult:
+    """Run `spec` for real on `ranks` local processes and judge it (see `zerodoctor.selftest.judge`).
+
+    `phase_timeout_s` is the limit of each phase after engine init (default 120 s); the setup phases keep
+    theirs (engine init allows a JIT build of DeepSpeed's CPU Adam).
+    """
+    if ranks < 1:
+        raise UsageError(f"--ranks must be at least 1, got {ranks}")
+    from zerodoctor.selftest.judge import judge
+
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zerodoctor-selftest-"))
+    work.mkdir(parents=True, exist_ok=True)
+    config, rank_changes = run_config(spec, ranks)
+    _nvme_paths(config, work)
+    text = spec.model_config.get("text_config") if spec.builder == "image-text-to-text" else spec.model_config
+    vocab = int((text or {}).get("vocab_size", TINY_VOCAB))
+    worker_spec = {
+        **spec.to_dict(),
+        "ds_config": config,
+        "vocab_size": vocab - 1,
+        "collective_timeout_s": max(30.0, min(timeout_s, 2 * (phase_timeout_s or timeout_s))),
+    }
+    limits = dict(PHASE_LIMITS_S)  # the setup phases keep theirs: imports and a JIT build are slow
+    default_limit = phase_timeout_s or DEFAULT_PHASE_LIMIT_S
+    result = launch(
+        worker_spec,
+        ranks=ranks,
+        timeout_s=timeout_s,
+        phase_limits=limits,
+        default_limit_s=default_limit,
+        workdir=work,
+    )
+    return judge(spec, result, ranks=ranks, rank_changes=rank_changes)
+
+
+def _nvme_paths(config: dict[str, Any], work: Path) -> None:
+    zero = config.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return
+    for part in ("offload_optimizer", "offload_param"):
+        block = zero.get(part)
+        if isinstance(block, dict) and block.get("nvme_path") == "<NVME>":
+            path = work / "nvme"
+            path.mkdir(exist_ok=True)
+            block["nvme_path"] = str(path)

@@ -1,0 +1,74 @@
+"""SelftestSpec from a setup, without running anything: the tiny model, the scaled DeepSpeed config, the
+batch for the selftest's ranks, and the CLI's input errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerodoctor.cli.main import main
+from zerodoctor.errors import SetupError
+from zerodoctor.models import model_from_config, resolve_model
+from zerodoctor.selftest.shrink import shrink_model
+from zerodoctor.selftest.spec import default_spec, run_config, spec_from_setup
+from zerodoctor.setup.load import load_setup
+
+
+@pytest.mark.parametrize(
+    ("model", "keeps"),
+    [
+        ("mixtral-8x7b", ["grouped-query attention", "MoE (4 experts, 2 per token)"]),
+        ("deepseek-coder-v2-lite", ["MoE", "multi-head latent attention"]),
+        ("gemma-2-27b", ["tied input/output embeddings"]),
+        ("llava-v1.6-34b", ["vision tower"]),
+    ],
+)
+def test_shrunk_model_keeps_the_family_module_types(model, keeps):
+    spec = resolve_model(model)
+    tiny = shrink_model(spec.config, spec.display_name)
+    counted = model_from_config(tiny.config, name="tiny", source=spec.source).params
+    assert counted.total < 400_000
+    assert counted.is_moe == spec.params.is_moe
+    assert counted.tied_embeddings == spec.params.tied_embeddings
+    for want in keeps:
+        assert any(want in k for k in tiny.keeps), tiny.keeps
+
+
+def test_remote_code_model_is_built_as_its_language_model_and_says_so():
+    spec = resolve_model("minicpm-llama3-v-2.5")
+    tiny = shrink_model(spec.config, spec.display_name)
+    assert tiny.config["model_type"] == "llama"
+    assert any("remote code" in n for n in tiny.notes)
+
+
+def test_default_spec_scales_knobs_so_zero3_still_partitions():
+    spec = default_spec()
+    zero = spec.ds_config["zero_optimization"]
+    assert spec.zero_stage == 3 and spec.offload_optimizer == "cpu" and spec.offload_param == "cpu"
+    # 10 * hidden (40960 for Llama-3.1-8B) becomes 10 * 64: norms stay whole, 64x64 projections are partitioned
+    assert zero["stage3_param_persistence_threshold"] == 640
+    assert all(zero[k] % 64 == 0 for k in ("reduce_bucket_size", "sub_group_size", "allgather_bucket_size"))
+    assert {a.key for a in spec.adaptations} >= {"zero_optimization.sub_group_size", "optimizer"}
+
+
+def test_train_batch_size_follows_the_ranks_only_when_it_fits_the_user_world(tmp_path):
+    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+           "zero_optimization": {"stage": 2}}
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    fits = spec_from_setup(load_setup([tmp_path / "ds.json"], framework="deepspeed", world_size=16))
+    assert run_config(fits, 2)[0]["train_batch_size"] == 8
+    wrong = spec_from_setup(load_setup([tmp_path / "ds.json"], framework="deepspeed", world_size=8))
+    assert run_config(wrong, 2)[0]["train_batch_size"] == 16  # still wrong: 16 != 2 * 2 * 2
+
+
+def test_setup_without_deepspeed_config_is_a_setup_error(tmp_path):
+    (tmp_path / "args.yaml").write_text("output_dir: out\nper_device_train_batch_size: 2\n")
+    with pytest.raises(SetupError, match="no DeepSpeed config"):
+        spec_from_setup(load_setup([tmp_path / "args.yaml"]))
+
+
+def test_cli_input_errors_exit_2(tmp_path, capsys):
+    assert main(["selftest", str(tmp_path / "missing.json")]) == 2
+    assert main(["selftest", "--model", "llama-3.1-8b"]) == 2
+    assert "give its files too" in capsys.readouterr().err
