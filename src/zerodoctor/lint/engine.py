@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Iterable
 
 from zerodoctor.errors import UsageError
-from zerodoctor.findings import Finding, Severity, sort_findings
+from zerodoctor.findings import Finding, Fix, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
 from zerodoctor.setup.model import TrainingSetup
@@ -42,8 +42,31 @@ def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | No
 
 
 def lint_setup(setup: TrainingSetup, rules: list[Rule] | None = None) -> list[Finding]:
-    """Describe the run leniently (a wrong value is the rules' to report, not an error) and lint it."""
-    return lint_run(describe_run(setup, strict=False), rules)
+    """Describe the run leniently (a wrong value is reported, not an error) and lint it."""
+    run = describe_run(setup, strict=False)
+    return sort_findings(invalid_value_findings(run) + lint_run(run, rules))
+
+
+def invalid_value_findings(run: RunDescription) -> list[Finding]:
+    """ZD003: a value of the training files that cannot be used (a zero micro batch, an unknown method).
+    Values of the DeepSpeed JSON are DS001's to report, with DeepSpeed's own wording."""
+    out = []
+    for origin, why in run.invalid:
+        if run.files.ds_doc is not None and origin.file == run.files.ds_doc.display:
+            continue
+        out.append(
+            Finding(
+                id="ZD003",
+                name="setup.invalid-value",
+                severity=Severity.ERROR,
+                title="A setting has a value the run cannot use",
+                message=f"{why}. The checks below assumed the default instead.",
+                fixes=(Fix(f"Correct {origin.key or 'the value'} in {origin.file or 'the setup'}"),),
+                evidence=(origin.evidence(),),
+                source="lint",
+            )
+        )
+    return out
 
 
 def lint_run(run: RunDescription, rules: list[Rule] | None = None) -> list[Finding]:

@@ -202,6 +202,8 @@ class RunDescription:
     zero: ZeroDescription | None
     cluster: ClusterDescription
     notes: tuple[str, ...] = ()
+    invalid: tuple[tuple[Origin, str], ...] = ()
+    """Values that were wrong and replaced by their default (lenient descriptions only): where, and why."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -328,10 +330,18 @@ def choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     raise SetupError(f"{what} '{value}' is not known", hint=hint)
 
 
+MAX_COUNT = 10**12
+"""No count of a training run (ranks, batch, rank of an adapter, tokens) comes near this: a larger one is a typo."""
+
+
 def positive(value: Any, what: str) -> int:
     num = as_number(value)
     if num is None or num != num or num in (float("inf"), float("-inf")) or num != int(num) or num <= 0:
         raise SetupError(f"{what} must be a whole number above 0, got {value!r}")
+    if num > MAX_COUNT:
+        raise SetupError(
+            f"{what} is {value!r}, larger than any count a training run can use", hint="fix the typo"
+        )
     return int(num)
 
 
@@ -343,11 +353,13 @@ class _Validate:
     def __init__(self, strict: bool, notes: list[str]) -> None:
         self.strict = strict
         self.notes = notes
+        self.invalid: list[tuple[Origin, str]] = []
 
     def _fail(self, err: SetupError, k: Known[Any], fallback: Any) -> Known[Any]:
         if self.strict:
             raise err
         self.notes.append(f"{err}; assumed {fallback!r}")
+        self.invalid.append((k.origin, str(err)))
         return Known(fallback, Origin("default", f"invalid value replaced by {fallback!r}", key=k.origin.key))
 
     def count(self, k: Known[Any], what: str, fallback: int = 1) -> Known[int]:
@@ -690,6 +702,7 @@ def describe_run(
         zero=zero,
         cluster=cluster,
         notes=tuple(notes),
+        invalid=tuple(check.invalid),
     )
 
 
