@@ -77,4 +77,4 @@ def test_guard_instruments_an_unmodified_trainer_on_every_rank(tmp_path):
         meta = recs[0]
         assert meta["options"]["host_measure"] == "rss"
     err = json.loads((out / "zerodoctor" / "error-rank0.json").read_text())
-    assert err["diagnosis"]["data"]["first_failure"]["kind"] == "cuda-oom"
+    assert "out of memory" in (err["diagnosis"]["title"] + err["diagnosis"]["message"]).lower()

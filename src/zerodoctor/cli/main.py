@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import zerodoctor.cli.guard_cmd as guard_cmd
+import zerodoctor.cli.report_cmd as report_cmd
 from zerodoctor import __version__
 from zerodoctor.cli import check_cmd, diagnose_cmd, env_cmd, kb_cmd, lint_cmd, plan_cmd, selftest_cmd
 from zerodoctor.cli.common import EXIT_INTERNAL, EXIT_USAGE
@@ -19,6 +20,7 @@ from zerodoctor.errors import ZeroDoctorError
 # selftest, report.
 COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd, "selftest": selftest_cmd}
 COMMANDS["guard"] = guard_cmd
+COMMANDS["report"] = report_cmd
 
 EPILOG = """exit codes:
   0  clean: no finding at or above --fail-on

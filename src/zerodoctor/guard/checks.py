@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,29 @@ def check_step_count(
     ]
 
 
+def finite_config(obj: Any) -> Any:
+    """The config as plain JSON: non-finite floats are dropped (HF writes steps_per_print=inf for "never",
+    which JSON cannot hold), other objects become strings."""
+    if isinstance(obj, Mapping):
+        return {str(k): finite_config(v) for k, v in obj.items() if not _non_finite(v)}
+    if isinstance(obj, list | tuple):
+        return [finite_config(v) for v in obj if not _non_finite(v)]
+    if isinstance(obj, str | int | float | bool) or obj is None:
+        return obj
+    return str(obj)
+
+
+def _non_finite(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
+
+
+def write_live_config(ds_config: Mapping[str, Any], guard_dir: Path) -> Path:
+    guard_dir.mkdir(parents=True, exist_ok=True)
+    path = guard_dir / "ds_config.live.json"
+    path.write_text(json.dumps(finite_config(ds_config), indent=1))
+    return path
+
+
 def lint_live_config(
     ds_config: Mapping[str, Any], guard_dir: Path, *, world_size: int, framework: str = "deepspeed"
 ) -> list[Finding]:
@@ -67,9 +91,6 @@ def lint_live_config(
     from zerodoctor.lint.engine import lint_setup
     from zerodoctor.setup.load import load_setup
 
-    path = guard_dir / "ds_config.live.json"
-    if not path.exists():
-        guard_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dict(ds_config), indent=1, default=str))
+    path = write_live_config(ds_config, guard_dir)
     setup = load_setup([path], kind="deepspeed", framework=framework, world_size=world_size)
     return [f for f in lint_setup(setup) if f.severity >= Severity.WARNING]

@@ -35,14 +35,14 @@ def predict_for_run(
     if not ds_config:
         return {"available": False, "reason": "no DeepSpeed config (not a ZeRO run)"}
     try:
+        from zerodoctor.guard.checks import write_live_config
         from zerodoctor.plan.inputs import PlanOptions, load_inputs
         from zerodoctor.plan.phases import plan_strategy
 
         guard_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = guard_dir / "model_config.json"
         cfg_path.write_text(json.dumps(dict(model_config), default=str))
-        ds_path = guard_dir / "ds_config.live.json"
-        ds_path.write_text(json.dumps(_jsonable(ds_config), indent=1, default=str))
+        ds_path = write_live_config(ds_config, guard_dir)
         nodes = max(world_size // max(gpus_per_node, 1), 1)
         opts = PlanOptions(
             model=str(cfg_path),
@@ -80,13 +80,3 @@ def predict_for_run(
         },
         "checkpoint": sp.checkpoint.to_dict(),
     }
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, str | int | float | bool) or obj is None:
-        return obj
-    return str(obj)

@@ -1,0 +1,264 @@
+"""Charts of a guarded run (matplotlib, Agg, no display): per-rank memory timelines on a shared step axis as
+small multiples, with steps, epochs, evaluations, saves and the first optimizer step marked; host RAM per
+node against its limit with the projected exhaustion point and the planner's prediction as a band; outlier
+ranks highlighted; allocator fragmentation and non-PyTorch memory apart. Each chart is rendered once as PNG
+(files next to the page) and once as SVG (inline in the page)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from zerodoctor.report.run_report import GIB, RankData, RunReport
+
+_MARK_STYLE = {
+    "first_optimizer_step": {"color": "#7b3fa0", "linestyle": "-", "label": "first optimizer step"},
+    "epoch": {"color": "#888888", "linestyle": "--", "label": "epoch end"},
+    "evaluation": {"color": "#2e8b57", "linestyle": ":", "label": "evaluation"},
+    "save": {"color": "#d2691e", "linestyle": ":", "label": "checkpoint save"},
+    "exception": {"color": "#c00000", "linestyle": "-.", "label": "exception"},
+}
+OUTLIER_COLOR = "#c00000"
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str
+    title: str
+    png: bytes
+    svg: str
+    points: int
+
+
+def _figure(rows: int, cols: int, width: float = 11.0, row_h: float = 2.4) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, max(row_h * rows, 3.0)), dpi=100, layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, squeeze=False)
+    return fig, axes
+
+
+def _mark(ax: Any, markers: dict[str, list[int]], *, legend: bool) -> None:
+    for kind, steps in markers.items():
+        style = _MARK_STYLE[kind]
+        for i, s in enumerate(sorted(set(steps))):
+            ax.axvline(
+                s,
+                color=style["color"],
+                linestyle=style["linestyle"],
+                linewidth=1.0,
+                alpha=0.8,
+                label=style["label"] if legend and i == 0 else None,
+            )
+
+
+def _render(fig: Any, name: str, title: str, points: int) -> Chart:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    svg = io.StringIO()
+    fig.savefig(svg, format="svg")
+    text = svg.getvalue()
+    text = text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
+    start, end = text.find("<metadata>"), text.find("</metadata>")
+    if 0 <= start < end:  # RDF metadata (creator, date): not needed, and keeps the page reproducible
+        text = text[:start] + text[end + len("</metadata>") :]
+    return Chart(name, title, png.getvalue(), text, points)
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = 1 if n == 1 else 2 if n <= 8 else 4
+    return -(-n // cols), cols
+
+
+def _small_multiples(
+    report: RunReport,
+    name: str,
+    title: str,
+    lines: list[tuple[str, str, str]],
+    ylabel: str,
+    band: tuple[float, float] | None = None,
+) -> Chart | None:
+    ranks = [r for r in report.ranks if any(r.has(k) for k, _l, _c in lines)]
+    if not ranks:
+        return None
+    rows, cols = _grid(len(ranks))
+    fig, axes = _figure(rows, cols)
+    markers = report.markers()
+    points = 0
+    outliers = set(report.outliers)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(ranks):
+            ax.set_visible(False)
+            continue
+        r: RankData = ranks[i]
+        for key, label, color in lines:
+            xs, ys = r.series(key)
+            if xs:
+                ax.plot(
+                    xs,
+                    [y / GIB for y in ys],
+                    label=label,
+                    color=color,
+                    linewidth=1.4,
+                    marker=".",
+                    markersize=3,
+                )
+                points += len(xs)
+        if band is not None:
+            ax.axhspan(
+                band[0] / GIB,
+                band[1] / GIB,
+                color="#2ca02c",
+                alpha=0.18,
+                label="planner prediction (phases)" if i == 0 else None,
+            )
+        _mark(ax, markers, legend=i == 0)
+        hot = r.rank in outliers
+        ax.set_title(
+            f"rank {r.rank} ({r.host}, local {r.local_rank})" + ("  OUTLIER" if hot else ""),
+            fontsize=9,
+            color=OUTLIER_COLOR if hot else "black",
+        )
+        if hot:
+            for side in ax.spines.values():
+                side.set_edgecolor(OUTLIER_COLOR)
+                side.set_linewidth(2)
+        ax.grid(alpha=0.3)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=8)
+        if i == 0:
+            ax.legend(fontsize=7, loc="upper left")
+    for ax in axes[-1]:
+        ax.set_xlabel("optimizer step", fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    return _render(fig, name, title, points)
+
+
+def host_per_rank(report: RunReport) -> Chart | None:
+    return _small_multiples(
+        report,
+        "host_per_rank",
+        "Host memory per rank (process RSS and its high-water mark)",
+        [("rss_hwm", "RSS high-water", "#9ecae1"), ("rss", "RSS", "#1f77b4")],
+        "GiB",
+    )
+
+
+def _gpu_band(report: RunReport) -> tuple[float, float] | None:
+    pred = report.prediction
+    if not pred or not pred.get("available"):
+        return None
+    vals = [p.get("gpu_bytes") for p in pred.get("phases", {}).values()]
+    nums = [float(v) for v in vals if isinstance(v, int | float) and v > 0]
+    return (min(nums), max(nums)) if nums else None
+
+
+def gpu_per_rank(report: RunReport) -> Chart | None:
+    return _small_multiples(
+        report,
+        "gpu_per_rank",
+        "GPU memory per rank (PyTorch caching allocator)",
+        [
+            ("gpu_allocated", "allocated", "#1f77b4"),
+            ("gpu_allocated_peak", "allocated peak", "#9ecae1"),
+            ("gpu_reserved", "reserved", "#ff7f0e"),
+        ],
+        "GiB",
+        band=_gpu_band(report),
+    )
+
+
+def gpu_outside(report: RunReport) -> Chart | None:
+    """Fragmentation (reserved - allocated) and memory outside PyTorch (total - free - reserved) apart."""
+    ranks = [r for r in report.ranks if r.has("gpu_reserved")]
+    if not ranks:
+        return None
+    fig, axes = _figure(2, 1, row_h=2.8)
+    points = 0
+    for r in ranks:
+        steps = [int(s["step"]) for s in r.samples if "gpu_reserved" in s]
+        frag = [(s["gpu_reserved"] - s["gpu_allocated"]) / GIB for s in r.samples if "gpu_reserved" in s]
+        other = [s.get("gpu_non_pytorch", 0) / GIB for s in r.samples if "gpu_reserved" in s]
+        hot = r.rank in report.outliers
+        kw = {"linewidth": 2.2 if hot else 1.0, "color": OUTLIER_COLOR if hot else None}
+        axes[0][0].plot(steps, frag, label=f"rank {r.rank}", **kw)
+        axes[1][0].plot(steps, other, label=f"rank {r.rank}", **kw)
+        points += 2 * len(steps)
+    axes[0][0].set_title("reserved but not allocated (fragmentation)", fontsize=9)
+    axes[1][0].set_title("outside PyTorch's allocator: CUDA context, NCCL, other libraries", fontsize=9)
+    for ax in (axes[0][0], axes[1][0]):
+        _mark(ax, report.markers(), legend=False)
+        ax.set_ylabel("GiB", fontsize=8)
+        ax.grid(alpha=0.3)
+    if len(ranks) <= 16:
+        axes[0][0].legend(fontsize=7, ncol=4)
+    axes[1][0].set_xlabel("optimizer step", fontsize=8)
+    fig.suptitle("GPU memory the allocator does not hand out", fontsize=11)
+    return _render(fig, "gpu_outside", "GPU fragmentation and non-PyTorch memory", points)
+
+
+def host_nodes(report: RunReport) -> Chart | None:
+    nodes = [n for n in report.nodes if n.steps]
+    if not nodes:
+        return None
+    fig, axes = _figure(len(nodes), 1, row_h=3.0)
+    points = 0
+    pred = report.prediction if report.prediction and report.prediction.get("available") else None
+    for ax, n in zip(axes.flat, nodes, strict=False):
+        ax.plot(
+            n.steps,
+            [u / GIB for u in n.used],
+            color="#1f77b4",
+            marker=".",
+            markersize=3,
+            label=f"used ({'job cgroup' if n.measure == 'cgroup' else 'node'})",
+        )
+        points += len(n.steps)
+        if n.limit:
+            ax.axhline(
+                n.limit / GIB, color=OUTLIER_COLOR, linewidth=1.5, label=f"limit {n.limit / GIB:.1f} GiB"
+            )
+        pr = n.projection
+        if pr and pr.get("exhaustion_step") is not None and n.limit:
+            x0, y0, x1 = pr["from_step"], pr["from_bytes"] / GIB, pr["exhaustion_step"]
+            ax.plot(
+                [x0, x1],
+                [y0, n.limit / GIB],
+                color=OUTLIER_COLOR,
+                linestyle="--",
+                linewidth=1.2,
+                label=f"trend: limit at step {x1}",
+            )
+            ax.plot([x1], [n.limit / GIB], marker="X", color=OUTLIER_COLOR, markersize=9)
+        if pred:
+            vals = [p.get("host_bytes_per_node") for p in pred.get("phases", {}).values()]
+            vals = [v for v in vals if v]
+            if vals:
+                ax.axhspan(
+                    min(vals) / GIB,
+                    max(vals) / GIB,
+                    color="#2ca02c",
+                    alpha=0.18,
+                    label="planner prediction (phases)",
+                )
+        _mark(ax, report.markers(), legend=False)
+        ax.set_title(f"host RAM on {n.host}", fontsize=9)
+        ax.set_ylabel("GiB", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[-1][0].set_xlabel("optimizer step", fontsize=8)
+    fig.suptitle("Host RAM per node against the limit the kernel enforces", fontsize=11)
+    return _render(fig, "host_nodes", "Host RAM per node vs limit", points)
+
+
+def render_charts(report: RunReport) -> list[Chart]:
+    """Every chart the run's data supports (GPU charts only when the run had CUDA)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    charts = [gpu_per_rank(report), gpu_outside(report), host_per_rank(report), host_nodes(report)]
+    return [c for c in charts if c is not None]

@@ -1,0 +1,539 @@
+"""Read what the runtime guard recorded in RUN_DIR/zerodoctor/ and judge it across ranks: the data behind
+`zerodoctor report` (HTML + PNGs in `run_html`/`plots`, JSON through `report.render.envelope`).
+
+The reader is tolerant of what a dying job leaves: a truncated last line is skipped and counted, a rank
+without a file is reported as missing, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from zerodoctor.errors import InputError
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
+
+GIB = 1 << 30
+MIB = 1 << 20
+SPIKE_PHASES = frozenset({"first_optimizer_step", "evaluation", "save"})
+OUTLIER_RATIO = 1.10
+OUTLIER_MIN_BYTES = 512 * MIB
+
+
+@dataclass(frozen=True)
+class RankData:
+    rank: int
+    host: str
+    local_rank: int
+    samples: tuple[dict[str, Any], ...]
+    events: tuple[dict[str, Any], ...]
+    meta: dict[str, Any]
+    records: int
+    bad_lines: int
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        xs, ys = [], []
+        for s in self.samples:
+            if key in s and s[key] is not None:
+                xs.append(int(s.get("step", 0)))
+                ys.append(float(s[key]))
+        return xs, ys
+
+    def has(self, key: str) -> bool:
+        return any(key in s for s in self.samples)
+
+    def peak(self, key: str) -> float | None:
+        vals = [float(s[key]) for s in self.samples if s.get(key) is not None]
+        return max(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class NodeData:
+    host: str
+    measure: str
+    steps: tuple[int, ...]
+    used: tuple[int, ...]
+    limit: int | None
+    projection: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_dir: str
+    ranks: tuple[RankData, ...]
+    nodes: tuple[NodeData, ...]
+    findings: tuple[Finding, ...]
+    prediction: dict[str, Any] | None
+    gaps: tuple[dict[str, Any], ...]
+    errors: tuple[dict[str, Any], ...]
+    stacks: tuple[dict[str, Any], ...]
+    placements: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(r.has("gpu_allocated") for r in self.ranks)
+
+    @property
+    def outliers(self) -> tuple[int, ...]:
+        return tuple(sorted({int(f.data["rank"]) for f in self.findings if f.id == "report.outlier-rank"}))
+
+    def markers(self) -> dict[str, list[int]]:
+        """Steps of the run's events (from rank 0, or the lowest rank present)."""
+        r = self.ranks[0]
+        out: dict[str, list[int]] = {
+            "save": [],
+            "evaluation": [],
+            "epoch": [],
+            "first_optimizer_step": [],
+            "exception": [],
+        }
+        for e in r.events:
+            name, step = e.get("event"), int(e.get("step", 0))
+            if name == "save_begin":
+                out["save"].append(step)
+            elif name == "evaluation_begin":
+                out["evaluation"].append(step)
+            elif name == "epoch_end":
+                out["epoch"].append(step)
+            elif name == "first_optimizer_step":
+                out["first_optimizer_step"].append(step)
+            elif name == "exception":
+                out["exception"].append(step)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "has_gpu": self.has_gpu,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "host": r.host,
+                    "local_rank": r.local_rank,
+                    "records": r.records,
+                    "bad_lines": r.bad_lines,
+                    "not_available": r.meta.get("not_available", []),
+                    "versions": r.meta.get("versions", {}),
+                    "samples": list(r.samples),
+                    "events": list(r.events),
+                }
+                for r in self.ranks
+            ],
+            "nodes": [
+                {
+                    "host": n.host,
+                    "measure": n.measure,
+                    "steps": list(n.steps),
+                    "used": list(n.used),
+                    "limit": n.limit,
+                    "projection": n.projection,
+                }
+                for n in self.nodes
+            ],
+            "markers": self.markers(),
+            "outlier_ranks": list(self.outliers),
+            "prediction": self.prediction,
+            "gaps": list(self.gaps),
+            "errors": list(self.errors),
+            "stacks": list(self.stacks),
+            "placements": list(self.placements),
+            "notes": list(self.notes),
+        }
+
+
+_RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
+
+
+def guard_folder(run_dir: Path) -> Path:
+    d = run_dir / "zerodoctor"
+    if run_dir.name == "zerodoctor" and not d.is_dir():
+        d = run_dir
+    if not d.is_dir():
+        raise InputError(
+            str(run_dir),
+            "no zerodoctor/ folder with guard records here",
+            hint="pass the run's output directory (where ZeroDoctorCallback or `zerodoctor guard` wrote)",
+        )
+    return d
+
+
+def load_run(run_dir: str | Path) -> RunReport:
+    """Read and judge one run directory; raises InputError (one line) when there is nothing to read."""
+    root = Path(run_dir)
+    if not root.exists():
+        raise InputError(str(root), "no such directory", hint="pass the run's output directory")
+    d = guard_folder(root)
+    files = sorted((int(m.group(1)), p) for p in d.iterdir() if (m := _RANK_FILE.match(p.name)))
+    if not files:
+        raise InputError(str(d), "no rank*.jsonl guard records", hint="was the guard active in this run?")
+    ranks: list[RankData] = []
+    notes: list[str] = []
+    predictions: list[dict[str, Any]] = []
+    gaps: list[dict[str, Any]] = []
+    placements: list[dict[str, Any]] = []
+    raw_findings: list[tuple[int, dict[str, Any]]] = []
+    for rank, path in files:
+        samples, events, bad, n = [], [], 0, 0
+        meta: dict[str, Any] = {}
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise InputError(str(path), f"cannot read: {exc.strerror}") from None
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if not isinstance(rec, dict):
+                bad += 1
+                continue
+            n += 1
+            kind = rec.get("kind")
+            if kind == "sample":
+                samples.append(rec)
+            elif kind == "event":
+                events.append(rec)
+            elif kind == "meta" and not meta:
+                meta = rec
+            elif kind == "finding" and isinstance(rec.get("finding"), dict):
+                raw_findings.append((rank, rec["finding"]))
+            elif kind == "prediction":
+                predictions.append(rec)
+            elif kind == "gap":
+                gaps.append(rec)
+            elif kind == "placement":
+                placements.append(rec)
+            elif kind == "guard_error":
+                notes.append(
+                    f"rank {rank}: the guard's own error in {rec.get('where')} was ignored: {rec.get('error')}"
+                )
+        if bad:
+            notes.append(
+                f"{path.name}: {bad} unreadable line(s) skipped (a rank killed mid-write leaves one)"
+            )
+        ranks.append(
+            RankData(
+                rank,
+                str(meta.get("host", "?")),
+                int(meta.get("local_rank", rank)),
+                tuple(samples),
+                tuple(events),
+                meta,
+                n,
+                bad,
+            )
+        )
+    world = max((int(r.meta.get("world_size", 1)) for r in ranks), default=1)
+    missing = sorted(set(range(world)) - {r.rank for r in ranks})
+    if missing:
+        notes.append(f"no guard records from rank(s) {missing} of {world}")
+    errors = tuple(_read_errors(d))
+    stacks = tuple(_read_stacks(d, [r.rank for r in ranks]))
+    nodes = tuple(_nodes(ranks))
+    findings = _guard_findings(raw_findings)
+    findings += _judge(ranks, nodes, errors, stacks)
+    return RunReport(
+        run_dir=str(root),
+        ranks=tuple(ranks),
+        nodes=nodes,
+        findings=tuple(findings),
+        prediction=next(
+            (p for p in predictions if p.get("rank") == 0), predictions[0] if predictions else None
+        ),
+        gaps=tuple(gaps),
+        errors=errors,
+        stacks=stacks,
+        placements=tuple(placements),
+        notes=tuple(notes),
+    )
+
+
+def _finding_from_dict(d: dict[str, Any], rank: int) -> Finding:
+    try:
+        sev = Severity.parse(str(d.get("severity", "info")))
+    except ValueError:
+        sev = Severity.INFO
+    return Finding(
+        id=str(d.get("id", "guard.unknown")),
+        severity=sev,
+        title=str(d.get("title", "")),
+        message=f"rank {rank}: {d.get('message', '')}",
+        fixes=tuple(Fix(str(t)) for t in d.get("fixes", [])),
+        evidence=tuple(
+            Evidence(**{k: v for k, v in e.items() if k in ("file", "line", "column", "key", "text")})
+            for e in d.get("evidence", [])
+            if isinstance(e, dict)
+        ),
+        references=tuple(str(r) for r in d.get("references", [])),
+        source=str(d.get("source", "guard")),
+        data={**(d.get("data") or {}), "rank": rank},
+    )
+
+
+def _guard_findings(raw: list[tuple[int, dict[str, Any]]]) -> list[Finding]:
+    """Guard findings of all ranks; one per (id, rank), and rank-independent ones (step count, lint) once."""
+    out: list[Finding] = []
+    seen: set[tuple[str, int | None]] = set()
+    for rank, d in raw:
+        fid = str(d.get("id"))
+        per_rank = fid.startswith("guard.") and fid not in ("guard.max-steps-below-epoch",)
+        key = (fid, rank if per_rank else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(_finding_from_dict(d, rank))
+    return out
+
+
+def _read_errors(d: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(d.glob("error-rank*.json")):
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(rec, dict):
+            rec = {k: v for k, v in rec.items() if k != "traceback"}
+            rec["file"] = p.name
+            out.append(rec)
+    return out
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _read_stacks(d: Path, ranks: list[int]) -> list[dict[str, Any]]:
+    """Which ranks' watchdogs fired and where each one's current thread stood (innermost frame first)."""
+    out = []
+    for rank in ranks:
+        p = d / f"stacks-rank{rank}.txt"
+        text = p.read_text(errors="replace") if p.exists() else ""
+        if not text.strip():
+            continue
+        frames: list[str] = []
+        block = text.split("Timeout")[-1]
+        current = block.split("Current thread")[-1] if "Current thread" in block else block
+        for line in current.splitlines():
+            m = _FRAME.match(line)
+            if m:
+                frames.append(f"{m['func']} ({Path(m['file']).name}:{m['line']})")
+        out.append({"rank": rank, "file": p.name, "dumps": text.count("Timeout ("), "top_frames": frames[:6]})
+    return out
+
+
+def _nodes(ranks: list[RankData]) -> list[NodeData]:
+    """Host RAM per node, from the lowest local rank of each host: the cgroup when it has a limit, else the
+    node; the projection fits the samples outside spike phases (first optimizer step, evaluation, save)."""
+    by_host: dict[str, RankData] = {}
+    for r in sorted(ranks, key=lambda r: (r.local_rank, r.rank)):
+        by_host.setdefault(r.host, r)
+    out = []
+    for host, r in by_host.items():
+        cg = [s for s in r.samples if "cgroup_limit" in s and "cgroup_usage" in s]
+        if cg:
+            pts = [(int(s["step"]), int(s["cgroup_usage"]), s.get("phase"), s.get("t")) for s in cg]
+            limit: int | None = int(cg[-1]["cgroup_limit"])
+            measure = "cgroup"
+        else:
+            pts = [
+                (int(s["step"]), int(s["node_used"]), s.get("phase"), s.get("t"))
+                for s in r.samples
+                if "node_used" in s
+            ]
+            limit = int(r.samples[-1]["node_total"]) if r.samples and "node_total" in r.samples[-1] else None
+            measure = "node"
+        out.append(
+            NodeData(
+                host, measure, tuple(p[0] for p in pts), tuple(p[1] for p in pts), limit, _project(pts, limit)
+            )
+        )
+    return out
+
+
+def _project(pts: list[tuple[int, int, Any, Any]], limit: int | None) -> dict[str, Any] | None:
+    calm = [p for p in pts if p[2] not in SPIKE_PHASES][-30:]
+    if limit is None or len(calm) < 5:
+        return None
+    xs = [p[0] for p in calm]
+    ys = [p[1] for p in calm]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+    if slope <= 0:
+        return {"slope_bytes_per_step": slope, "exhaustion_step": None}
+    last_x, last_y = xs[-1], my + slope * (xs[-1] - mx)
+    step = round(last_x + (limit - last_y) / slope)
+    out: dict[str, Any] = {
+        "slope_bytes_per_step": slope,
+        "exhaustion_step": step,
+        "from_step": last_x,
+        "from_bytes": int(last_y),
+    }
+    ts = [p[3] for p in calm]
+    if all(isinstance(t, int | float) for t in ts) and ts[-1] > ts[0]:
+        sec_per_step = (ts[-1] - ts[0]) / max(xs[-1] - xs[0], 1)
+        out["exhaustion_in_s"] = (step - last_x) * sec_per_step
+    return out
+
+
+def _judge(
+    ranks: list[RankData],
+    nodes: tuple[NodeData, ...],
+    errors: tuple[dict[str, Any], ...],
+    stacks: tuple[dict[str, Any], ...],
+) -> list[Finding]:
+    out: list[Finding] = []
+    out += _outliers(ranks)
+    out += _fragmentation(ranks)
+    for e in errors:
+        diag = e.get("diagnosis") or {}
+        out.append(
+            Finding(
+                id="report.rank-failed",
+                severity=Severity.ERROR,
+                title=f"rank {e.get('rank')} failed",
+                message=(
+                    f"rank {e.get('rank')} on {e.get('host')} raised {e.get('type')} at step {e.get('step')} "
+                    f"({e.get('phase')}, {e.get('time')}): {str(e.get('message', ''))[:300]}"
+                    + (f". Diagnosis: {diag.get('title')}: {diag.get('message')}" if diag else "")
+                ),
+                fixes=tuple(Fix(str(t)) for t in diag.get("fixes", [])),
+                evidence=(Evidence(file=str(e.get("file")), text=str(e.get("message", ""))[:300]),),
+                references=tuple(diag.get("references", [])),
+                source="report",
+                data={"rank": e.get("rank"), "diagnosis": diag.get("id")},
+            )
+        )
+    if stacks:
+        fired = sorted(s["rank"] for s in stacks)
+        quiet = sorted({r.rank for r in ranks} - set(fired))
+        where = "; ".join(
+            f"rank {s['rank']}: {' <- '.join(s['top_frames'][:3]) or 'no frames'}" for s in stacks
+        )
+        out.append(
+            Finding(
+                id="report.hang-stacks",
+                severity=Severity.WARNING,
+                title="the hang watchdog dumped stacks",
+                message=(
+                    f"rank(s) {fired} did not reach the next step boundary in time and dumped their stacks ({where})"
+                    + (
+                        f"; rank(s) {quiet} did not dump: they were not stuck, or never reached that point"
+                        if quiet
+                        else ""
+                    )
+                ),
+                fixes=(
+                    Fix(
+                        "the ranks stuck in a collective wait for the ranks that are elsewhere: read those first"
+                    ),
+                    Fix(
+                        "zerodoctor diagnose RUN_DIR/zerodoctor/stacks-rank*.txt merges the dumps with the logs"
+                    ),
+                ),
+                evidence=tuple(Evidence(file=s["file"], text=(s["top_frames"] or ["?"])[0]) for s in stacks),
+                source="report",
+                data={"ranks_dumped": fired, "ranks_quiet": quiet},
+            )
+        )
+    for n in nodes:
+        pr = n.projection
+        if pr and pr.get("exhaustion_step") is not None and n.limit:
+            secs = pr.get("exhaustion_in_s")
+            if secs is not None and secs < 2 * 3600:
+                out.append(
+                    Finding(
+                        id="report.host-ram-projection",
+                        severity=Severity.WARNING,
+                        title=f"host RAM on {n.host} heads for the limit",
+                        message=(
+                            f"{n.measure} memory on {n.host} grows {pr['slope_bytes_per_step'] / MIB:.1f} MiB per step "
+                            f"outside spike phases; at this rate it reaches the {n.limit / GIB:.1f} GiB limit at about "
+                            f"step {pr['exhaustion_step']} ({secs / 60:.0f} min after the last sample)"
+                        ),
+                        fixes=(
+                            Fix(
+                                "find what grows between steps (see the guard's host-ram-trend finding), or raise the "
+                                "job's memory limit"
+                            ),
+                        ),
+                        source="report",
+                        data={"host": n.host, **pr},
+                    )
+                )
+    return out
+
+
+def _outliers(ranks: list[RankData]) -> list[Finding]:
+    key = "gpu_reserved_peak" if any(r.has("gpu_reserved_peak") for r in ranks) else "rss"
+    peaks = {r.rank: r.peak(key) for r in ranks}
+    vals = [v for v in peaks.values() if v is not None]
+    if len(vals) < 2:
+        return []
+    med = median(vals)
+    out = []
+    for rank, v in peaks.items():
+        if v is not None and v > med * OUTLIER_RATIO and v - med > OUTLIER_MIN_BYTES:
+            out.append(
+                Finding(
+                    id="report.outlier-rank",
+                    severity=Severity.WARNING,
+                    title=f"rank {rank} uses more memory than the others",
+                    message=(
+                        f"rank {rank} peaked at {v / GIB:.2f} GiB {key.replace('_', ' ')}, the median rank at "
+                        f"{med / GIB:.2f} GiB; under ZeRO every rank should hold about the same (uneven batches, "
+                        "a rank that also does logging/eval work, or replicated weights: QLoRA skips zero.Init)"
+                    ),
+                    fixes=(
+                        Fix(
+                            "compare the rank's samples around its peak step in the report; check for rank-0-only "
+                            "work and for weights loaded outside zero.Init"
+                        ),
+                    ),
+                    source="report",
+                    data={"rank": rank, "metric": key, "peak": v, "median": med},
+                )
+            )
+    return out
+
+
+def _fragmentation(ranks: list[RankData]) -> list[Finding]:
+    out = []
+    for r in ranks:
+        if not r.has("gpu_reserved"):
+            continue
+        worst = max(r.samples, key=lambda s: s.get("gpu_reserved", 0) - s.get("gpu_allocated", 0))
+        gap = worst.get("gpu_reserved", 0) - worst.get("gpu_allocated", 0)
+        retries = max(int(s.get("gpu_alloc_retries", 0)) for s in r.samples)
+        if retries > 0 or (gap > GIB and gap > 0.2 * worst.get("gpu_reserved", 1)):
+            out.append(
+                Finding(
+                    id="report.fragmentation",
+                    severity=Severity.WARNING,
+                    title=f"rank {r.rank}: the caching allocator is fragmented",
+                    message=(
+                        f"up to {gap / GIB:.2f} GiB reserved but not allocated (step {worst.get('step')}) and "
+                        f"{retries} allocator retries (cudaMalloc failed, cache flushed, retried)"
+                    ),
+                    fixes=(
+                        Fix("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+                        Fix(
+                            "lower ZeRO-3 prefetch/bucket sizes (stage3_prefetch_bucket_size, reduce_bucket_size)"
+                        ),
+                    ),
+                    source="report",
+                    data={"rank": r.rank, "gap": gap, "retries": retries},
+                )
+            )
+    return out
