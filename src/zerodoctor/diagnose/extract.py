@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from zerodoctor.diagnose.patterns import ACCUM
-from zerodoctor.diagnose.reader import LogLine
+from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
 
@@ -47,7 +47,9 @@ PHASES = (
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _EXC = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit))(?::\s?(.*))?\s*$")
-_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)"
+# bounded, and not starting inside a longer number: a 5,000-digit size is no size (and `[\d.]+` on it is
+# quadratic in re.search)
+_SIZE = r"(?<![\d.])([\d.]{1,24}) (GiB|MiB|KiB|bytes|B)"
 _UNITS = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3, "B": 1 / 1024**3}
 _OOM_FIELDS = {
     "tried": re.compile(r"Tried to allocate " + _SIZE),
@@ -347,9 +349,14 @@ class Facts:
     )
 
 
-def _gib(m: re.Match[str]) -> float:
+def _gib(m: re.Match[str]) -> float | None:
     groups = [g for g in m.groups() if g is not None]
-    return float(groups[0]) * _UNITS[groups[1]]
+    v = log_float(groups[0])
+    return None if v is None else v * _UNITS[groups[1]]
+
+
+def _neg(v: int | None) -> int | None:
+    return None if v is None else -v
 
 
 def parse_oom(line: LogLine) -> OomNumbers | None:
@@ -370,7 +377,7 @@ def parse_oom(line: LogLine) -> OomNumbers | None:
         vals["allocated"],
         ru,
         vals["in_use"],
-        int(g.group(1)) if g else None,
+        log_int(g.group(1)) if g else None,
         line,
     )
 
@@ -395,7 +402,7 @@ class Extractor:
             m = _RANK_IN_NAME.search(line.source.rsplit("/", 1)[-1])
             if m:
                 line = LogLine(
-                    line.source, line.lineno, line.text, int(m.group(1)), line.host, line.timestamp
+                    line.source, line.lineno, line.text, log_int(m.group(1)), line.host, line.timestamp
                 )
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
@@ -437,7 +444,7 @@ class Extractor:
         if "x:accum" in keys:
             m = ACCUM.search(line.text)
             if m:
-                self.facts.accumulation = int(m.group(1))
+                self.facts.accumulation = log_int(m.group(1))
         for k in sorted(keys):
             if k.startswith("x:phase-"):
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
@@ -466,7 +473,7 @@ class Extractor:
         tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
         if len(tb.frames) >= MAX_FRAMES:
             del tb.frames[0]
-        tb.frames.append(Frame(m.group(1), int(m.group(2)), m.group(3), line))
+        tb.frames.append(Frame(m.group(1), log_int(m.group(2)) or 0, m.group(3), line))
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
         m = _EXC.match(line.text)
@@ -486,8 +493,9 @@ class Extractor:
         text = line.text
         if "x:launch-elastic-rank" in keys:
             m = _ELASTIC_RANK.search(text)
-            if m:
-                self._elastic_rank[line.source] = (int(m.group(1)), int(m.group(2)), line.lineno)
+            g_rank, g_local = (log_int(m.group(1)), log_int(m.group(2))) if m else (None, None)
+            if g_rank is not None and g_local is not None:
+                self._elastic_rank[line.source] = (g_rank, g_local, line.lineno)
         if "x:launch-ds-rc" in keys:
             m = _DS_RC.search(text)
             if m:
@@ -497,28 +505,30 @@ class Extractor:
                     line,
                     hit,
                     text.strip()[-300:],
-                    exit_code=int(m.group(1)),
-                    rank=int(lr.group(1)) if lr else line.rank,
+                    exit_code=log_int(m.group(1)),
+                    rank=log_int(lr.group(1)) if lr else line.rank,
                 )
             return
         if "x:launch-elastic-failed" in keys:
             m = _ELASTIC_FAILED.search(text)
             if m:
-                fpid = int(m.group(3))
+                fpid = log_int(m.group(3))
                 self._event(
                     "exit",
                     line,
                     hit,
                     text.strip()[:300],
-                    exit_code=int(m.group(1)),
-                    rank=self._pid_rank.get(fpid, int(m.group(2))),
+                    exit_code=log_int(m.group(1)),
+                    rank=self._pid_rank.get(fpid, log_int(m.group(2)))
+                    if fpid is not None
+                    else log_int(m.group(2)),
                     pid=fpid,
                 )
             return
         if "x:launch-elastic-exitcode" in keys:
             m = _ELASTIC_EXIT.search(text)
             if m:
-                pid: int | None = int(m.group(2)) if m.group(2) else None
+                pid: int | None = log_int(m.group(2)) if m.group(2) else None
                 rank = line.rank
                 er = self._elastic_rank.get(line.source)
                 if er is not None and 0 <= line.lineno - er[2] <= 4:
@@ -529,19 +539,19 @@ class Extractor:
                             if ev.pid == pid:
                                 ev.rank = rank
                 self._event(
-                    "exit", line, hit, text.strip()[:300], exit_code=int(m.group(1)), rank=rank, pid=pid
+                    "exit", line, hit, text.strip()[:300], exit_code=log_int(m.group(1)), rank=rank, pid=pid
                 )
         if "x:launch-signal" in keys:
             m = _SIGNAL.search(text)
             if m:
-                pid = int(m.group(3))
+                pid = log_int(m.group(3))
                 self._event(
                     "exit",
                     line,
                     hit,
                     text.strip()[:300],
-                    exit_code=-int(m.group(1)),
-                    rank=self._pid_rank.get(pid, line.rank),
+                    exit_code=_neg(log_int(m.group(1))),
+                    rank=self._pid_rank.get(pid, line.rank) if pid is not None else line.rank,
                     pid=pid,
                 )
         if "x:launch-mpirun" in keys:
@@ -552,9 +562,9 @@ class Extractor:
                     line,
                     hit,
                     text.strip()[:300],
-                    exit_code=-int(m.group(4)),
-                    rank=int(m.group(1)),
-                    pid=int(m.group(2)),
+                    exit_code=_neg(log_int(m.group(4))),
+                    rank=log_int(m.group(1)),
+                    pid=log_int(m.group(2)),
                 )
         if "x:launch-slurm" in keys:
             code = -9 if "oom" in text.lower() or "OOM" in text else None

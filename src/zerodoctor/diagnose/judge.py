@@ -178,10 +178,14 @@ def judge(
             continue
         score = sum(weights[s] for s in matched if s in weights)
         score += sum(1.0 for r in results if r.value is Tri.TRUE)
+        # keyed: two hits on one CR-separated line share a seq, and LogLines do not order
         evidence = sorted(
-            (seq, line, sig)
-            for sig, lines in facts.signature_lines.get(entry.id, {}).items()
-            for seq, line in lines
+            (
+                (seq, line, sig)
+                for sig, lines in facts.signature_lines.get(entry.id, {}).items()
+                for seq, line in lines
+            ),
+            key=lambda e: (e[0], e[1].text, e[2]),
         )
         strong = [e for e in evidence if weights.get(e[2], 0) > 0] or evidence
         anchor = None

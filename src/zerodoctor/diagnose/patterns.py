@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from zerodoctor.diagnose.reader import log_float, log_int
+
 # name -> pattern. The name's prefix says which extractor reads the line.
 EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
@@ -95,21 +97,21 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
         return None
     last: tuple[str, int | None, int | None, float | None] | None = None
     for m in _TQDM.finditer(text):
-        last = ("tqdm", int(m.group(1)), int(m.group(2)), None)
+        last = ("tqdm", log_int(m.group(1)), log_int(m.group(2)), None)
     if last is not None:
         return last
     m2 = _HF.search(text)
     if m2:
-        return ("trainer", None, None, float(m2.group(1)))
+        return ("trainer", None, None, log_float(m2.group(1)))
     m3 = _DS.search(text)
     if m3:
-        return ("deepspeed", int(m3.group(1)), None, None)
+        return ("deepspeed", log_int(m3.group(1)), None, None)
     m4 = _MM_ITER.search(text)
     if m4:
-        return ("mmengine", int(m4.group(1)), int(m4.group(2)), None)
+        return ("mmengine", log_int(m4.group(1)), log_int(m4.group(2)), None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):
-            epoch = float(m5.group(1)) if m5.group(1) else None
-            return ("mmengine", int(m5.group(2)), int(m5.group(3)), epoch)
+            epoch = log_float(m5.group(1)) if m5.group(1) else None
+            return ("mmengine", log_int(m5.group(2)), log_int(m5.group(3)), epoch)
     return None

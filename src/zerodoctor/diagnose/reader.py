@@ -11,7 +11,7 @@ a binary file (NUL bytes in the first block), a corrupt `.gz`.
 
 from __future__ import annotations
 
-import gzip
+import math
 import re
 import sys
 import zlib
@@ -48,6 +48,33 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("time", re.compile(r"^\[\s*(\d+\.\d+)\]\s*")),  # dmesg "[12345.678901] "
 )
 _RANK_IN_TEXT = re.compile(r"\[Rank (\d+)\]|\brank(?: |=)(\d+)\b|\[rank(\d+)\]")
+
+
+# Numbers read from log text: a 5,000-digit "rank" or pid must not raise (int() refuses > 4300 digits) and must
+# not become a huge value that breaks formatting or JSON downstream.
+MAX_INT_DIGITS = 18
+
+
+def log_int(text: str | None) -> int | None:
+    """An integer from a log field, or None when it is not one or is absurdly long (> 18 digits)."""
+    if text is None:
+        return None
+    t = text.strip()
+    digits = t[1:] if t[:1] in "+-" else t
+    if not digits.isascii() or not digits.isdigit() or len(digits) > MAX_INT_DIGITS:
+        return None
+    return int(t)
+
+
+def log_float(text: str | None) -> float | None:
+    """A finite float from a log field, or None ('.', 'nan', 'inf', 1e999, a 5,000-digit number)."""
+    if text is None or len(text) > 64:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,7 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
                 host = name
             elif kind == "rank":
                 if rank is None:
-                    rank = int(m.group(1))
+                    rank = log_int(m.group(1))
             elif stamp is None:
                 stamp = m.group(1)
             text = text[m.end() :]
@@ -97,11 +124,25 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
     return text, rank, host, stamp
 
 
+# A tqdm bar ends with "...it/s]" or "...s/it]"; text glued right after it (a watchdog line printed by another
+# thread while the bar had no newline) is a line of its own.
+_GLUED_AFTER_BAR = re.compile(r"(?<=(?:it/s|s/it)\])(?=\s*\S)")
+
+
+def _split_glued(segment: str) -> list[str]:
+    if "it]" not in segment or not _GLUED_AFTER_BAR.search(segment):
+        return [segment]
+    return [p for p in _GLUED_AFTER_BAR.split(segment) if p.strip()]
+
+
 def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
-    """Decode and normalise one physical line; tqdm `\\r` updates give one LogLine per non-empty segment."""
+    """Decode and normalise one physical line; tqdm `\\r` updates give one LogLine per non-empty segment, and
+    text glued onto the end of a tqdm bar is split off into its own LogLine."""
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     text = strip_ansi(text)
     segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else [text]
+    if "it]" in text:
+        segments = [p for seg in segments for p in _split_glued(seg)]
     out: list[LogLine] = []
     outer_rank: int | None = None
     outer_host: str | None = None
@@ -114,7 +155,7 @@ def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
         if rank is None:
             m = _RANK_IN_TEXT.search(body)
             if m:
-                rank = int(next(g for g in m.groups() if g is not None))
+                rank = log_int(next(g for g in m.groups() if g is not None))
         out.append(LogLine(source, lineno, body, rank, host, stamp, seg))
     return out
 
@@ -129,6 +170,7 @@ class Source:
     name: str
     stream: BinaryIO
     notes: list[str] = field(default_factory=list)
+    offset: int = 0  # bytes of text handed on so far (for "stopped reading after N bytes")
 
     def close(self) -> None:
         if self.stream is not sys.stdin.buffer:
@@ -142,7 +184,7 @@ def open_source(path: str) -> Source:
         name = "<stdin>"
         head = _peek(stream, name)
         if head[:2] == b"\x1f\x8b":
-            stream = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")  # type: ignore[call-overload]
+            stream = _Gunzip(_Prepend(head, stream))  # type: ignore[arg-type,assignment]
             head = _peek(stream, name)
     else:
         p = Path(path)
@@ -161,7 +203,7 @@ def open_source(path: str) -> Source:
             ) from None
         magic = raw.read(2)
         raw.seek(0)
-        stream = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+        stream = _Gunzip(raw) if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
         head = _peek(stream, name)
     if not head:
         raise DiagnoseError(f"{name}: the log is empty", hint="give the file the job's stdout/stderr went to")
@@ -191,6 +233,73 @@ def _peek(stream: BinaryIO, name: str) -> bytes:
         ) from None
 
 
+class _Gunzip:
+    """A streaming gzip reader that hands on every byte it could decompress before it raises.
+
+    `gzip.GzipFile.read(n)` raises on a truncated member and the bytes it decompressed in that call are lost
+    (up to a whole 8 MB chunk). Here the compressed input is fed to zlib in 256 KB pieces, decompressed output
+    is returned as it comes, and the error (truncated, corrupt) is raised only on the read after the last good
+    byte. Concatenated members (`cat a.gz b.gz`) are read one after another."""
+
+    _IN = 256 << 10
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buf = bytearray()
+        self._error: Exception | None = None
+        self._done = False
+
+    def _fill(self, n: int) -> None:
+        while len(self._buf) < n and not self._done and self._error is None:
+            data = self._d.unconsumed_tail or self._raw.read(self._IN)
+            if not data:
+                if not self._d.eof:
+                    self._error = EOFError(
+                        "compressed file ended before the end-of-stream marker was reached"
+                    )
+                self._done = True
+                break
+            try:
+                self._buf += self._d.decompress(data, max(n - len(self._buf), 1 << 16))
+            except zlib.error as exc:
+                self._error = exc
+                break
+            if self._d.eof:
+                rest = self._d.unused_data
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if rest.lstrip(b"\x00"):  # another member follows (trailing zero padding is not one)
+                    try:
+                        self._buf += self._d.decompress(rest, 1 << 16)
+                    except zlib.error as exc:
+                        self._error = exc
+                        break
+                else:
+                    more = self._raw.read(self._IN)
+                    if not more.lstrip(b"\x00"):
+                        self._done = True
+                        break
+                    try:
+                        self._buf += self._d.decompress(more, 1 << 16)
+                    except zlib.error as exc:
+                        self._error = exc
+                        break
+
+    def read(self, n: int = -1) -> bytes:
+        want = n if n >= 0 else 1 << 62
+        self._fill(want)
+        if not self._buf and self._error is not None:
+            err, self._error = self._error, None
+            self._done = True
+            raise err
+        out = bytes(self._buf[:want])
+        del self._buf[:want]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+
 class _Prepend:
     """A read-only stream that first returns `head`, then the rest of `stream`."""
 
@@ -213,47 +322,67 @@ class _Prepend:
         self._stream.close()
 
 
-def iter_chunks(src: Source, size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Newline-aligned chunks of about `size` bytes; the last one may end without a newline (truncated log).
-    Memory stays bounded: a line longer than MAX_LINE_BYTES is cut at that length."""
+def iter_pieces(src: Source, size: int = CHUNK_BYTES) -> Iterator[tuple[bytes, bool]]:
+    """Newline-aligned chunks of about `size` bytes, each with `continues`: True when the chunk ends inside a
+    line that the next chunk continues (same line number).
+
+    Memory stays bounded and nothing is skipped: a line longer than MAX_LINE_BYTES (a stream of tqdm `\\r`
+    updates with no newline, a dump) is cut at its last `\\r` before that length (so progress segments stay
+    whole), else at that length, and handed on in pieces. The last chunk may end without a newline (a
+    truncated log): it is complete, `continues` False."""
     carry = b""
     while True:
         try:
             block = src.stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
-            # A truncated or corrupt .gz: diagnose what was readable, say so.
-            src.notes.append(f"{src.name}: stopped reading: {exc} (the file looks truncated or corrupt)")
+            # A truncated or corrupt .gz: diagnose what was readable, say where it stopped.
+            src.notes.append(
+                f"{src.name}: stopped reading after {src.offset + len(carry):,} bytes of text: {exc} (the file "
+                "looks truncated or corrupt); every line before that point was read"
+            )
             block = b""
         if not block:
             if carry:
-                yield carry
+                src.offset += len(carry)
+                yield carry, False
             return
         data = carry + block if carry else block
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(data) > MAX_LINE_BYTES:
-                yield data[:MAX_LINE_BYTES] + b"\n"
-                carry = b""
+                cr = data.rfind(b"\r", 0, MAX_LINE_BYTES)
+                at = cr + 1 if cr > 0 else MAX_LINE_BYTES
+                src.offset += at
+                yield data[:at], True
+                carry = data[at:]
             else:
                 carry = data
             continue
         carry = data[cut + 1 :]
-        if len(carry) > MAX_LINE_BYTES:
-            carry = carry[:MAX_LINE_BYTES]
-        yield data[: cut + 1]
+        src.offset += cut + 1
+        yield data[: cut + 1] if carry else data, False
+
+
+def iter_chunks(src: Source, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The chunks of `iter_pieces` without the continuation flag."""
+    for chunk, _continues in iter_pieces(src, size):
+        yield chunk
 
 
 def read_lines(path: str) -> Iterator[LogLine]:
     """Every line of a log, normalised (for tests and small logs; `scan` is the fast path)."""
     src = open_source(path)
     lineno = 0
+    pending = False  # the previous chunk ended inside the line that this one continues
     try:
-        for chunk in iter_chunks(src):
+        for chunk, continues in iter_pieces(src):
             raws = chunk.split(b"\n")
             if chunk.endswith(b"\n"):
                 raws.pop()
-            for raw in raws:
-                lineno += 1
+            for i, raw in enumerate(raws):
+                if not (i == 0 and pending):
+                    lineno += 1
                 yield from parse_line(src.name, lineno, raw)
+            pending = continues
     finally:
         src.close()

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
-from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine, Source, iter_chunks, open_source, parse_line
+from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine, Source, iter_pieces, open_source, parse_line
 from zerodoctor.kb import cache
 from zerodoctor.kb.loader import load_entries
 
@@ -269,11 +269,62 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progres
     return None
 
 
+# A physical line longer than this is split at `\r` for decoding: only the tqdm segment around a match is
+# decoded (a >1 MB stream of progress updates would otherwise be decoded and re-checked segment by segment).
+LONG_LINE = 64 << 10
+
+
+# Terminal wrapping: a line copied from a terminal is cut at the terminal's width (80-200 columns), often padded
+# with blanks; the rest of the message is on the next physical line(s). A hit line of such a width whose next
+# line does not start a new record (no prefix, timestamp, traceback or frame line) is joined with it before the
+# re-check, so a wrapped assertion still matches its signature.
+_WRAP_MIN, _WRAP_MAX, _WRAP_LINES = 79, 250, 4
+_NEW_RECORD = re.compile(
+    rb"^(?:\[|\s*File \"|Traceback|\s*\^|\d{4}-\d\d-\d\d|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*: |[A-Z]\d{4} |\s{2,}\S"
+    rb"|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b|\{'|\s*\d+%\|)"
+)
+_TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
+
+
+def _wrapped_end(chunk: bytes, start: int, stop: int) -> int:
+    """Where a terminal-wrapped logical line that starts at `start` ends (`stop` if it is not wrapped)."""
+    end, line_start = stop, start
+    for _ in range(_WRAP_LINES):
+        width = len(chunk[line_start:end].rstrip(b"\r"))
+        if not (_WRAP_MIN <= width <= _WRAP_MAX) or end >= len(chunk):
+            break
+        nxt_stop = chunk.find(b"\n", end + 1)
+        nxt_stop = len(chunk) if nxt_stop < 0 else nxt_stop
+        nxt = chunk[end + 1 : nxt_stop]
+        if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
+            break
+        cur = chunk[line_start:end].rstrip(b"\r")
+        padded = cur.endswith(b" ")
+        at_width = len(cur) in _TERMINAL_WIDTHS
+        mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
+        if not (padded or at_width or mid_word):
+            break
+        line_start, end = end + 1, nxt_stop
+    return end
+
+
+def _join_wrapped(raw: bytes) -> bytes:
+    """The physical lines of a wrapped line as one: the padding blanks of each cut are removed."""
+    parts = raw.split(b"\n")
+    return b"".join(p.rstrip(b"\r").rstrip(b" ") if i < len(parts) - 1 else p for i, p in enumerate(parts))
+
+
 def _line_bounds(chunk: bytes, end: int) -> tuple[int, int]:
     pos = max(end - 1, 0)
     start = chunk.rfind(b"\n", 0, pos) + 1
     stop = chunk.find(b"\n", pos)
-    return start, len(chunk) if stop < 0 else stop
+    stop = len(chunk) if stop < 0 else stop
+    if stop - start > LONG_LINE:
+        cr = chunk.rfind(b"\r", start, pos)
+        start = cr + 1 if cr >= 0 else max(start, pos - LONG_LINE)
+        cr_end = chunk.find(b"\r", pos, stop)
+        stop = cr_end if cr_end >= 0 else min(stop, pos + LONG_LINE)
+    return start, stop
 
 
 @dataclass
@@ -311,35 +362,41 @@ def scan_source(
     base_line = 0
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
-    for chunk in iter_chunks(src, chunk_bytes):
+    pending = False  # the previous piece ended inside the line this one continues
+    for chunk, continues in iter_pieces(src, chunk_bytes):
+        if pending:
+            base_line -= 1  # the first line here is the last line of the previous piece
         if state.skipped_since_rebuild >= REBUILD_AFTER_SKIPPED and saturated & set(state.eng.ids):
             state.eng = state.eng.without(frozenset(saturated))
             state.skipped_since_rebuild = 0
         eng = state.eng
         matches = eng.find(chunk)
-        per_line: dict[int, set[int]] = {}
+        per_line: dict[tuple[int, int], set[int]] = {}
         skipped = 0
         for pid, end in matches:
             if pid in saturated:
                 skipped += 1
                 continue
-            start, _stop = _line_bounds(chunk, end)
-            per_line.setdefault(start, set()).add(pid)
+            per_line.setdefault(_line_bounds(chunk, end), set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
-        for start in sorted(per_line):
-            pids = per_line[start]
+        for start, stop in sorted(per_line):
+            pids = per_line[(start, stop)]
             if saturated and pids <= saturated:  # saturated earlier in this chunk
                 skipped += len(pids)
                 continue
             counted_lines += chunk.count(b"\n", counted_to, start)
             counted_to = start
             lineno = counted_lines + 1
-            stop = chunk.find(b"\n", start)
-            raw = chunk[start : len(chunk) if stop < 0 else stop]
+            raw = chunk[start:stop]
+            wrapped = False
+            if _WRAP_MIN <= stop - start <= _WRAP_MAX + 1 and b"\r" not in raw[:-1]:
+                joined_end = _wrapped_end(chunk, start, stop)
+                if joined_end > stop:
+                    raw, wrapped = _join_wrapped(chunk[start:joined_end]), True
             for line in parse_line(src.name, lineno, raw):
-                if pids & ansi_ids:
-                    # colour codes may split a pattern: run the engine again on the cleaned text
+                if wrapped or pids & ansi_ids:
+                    # colour codes or a terminal wrap may split a pattern: run the engine again on the clean text
                     candidates = {pid for pid, _end in eng.find(line.text.encode("utf-8"))}
                 else:
                     candidates = pids
@@ -364,6 +421,7 @@ def scan_source(
         if stats is not None:
             stats.counted_only += skipped
         chunk_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        pending = continues
         if searched_to < len(chunk):
             found = _last_progress(chunk, searched_to, len(chunk), base_line + chunk_lines + 1)
             if found is not None:

@@ -1,0 +1,127 @@
+"""The line model: terminal-wrapped lines joined, lines glued onto a tqdm bar split, long `\\r` runs scanned in
+full in bounded memory, a truncated .gz read up to where it stops, and odd numbers in log lines never crash."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.diagnose import diagnose
+from zerodoctor.diagnose.reader import MAX_LINE_BYTES, log_float, log_int, parse_line, read_lines
+from zerodoctor.diagnose.scan import ScanStats, iter_hits
+
+
+def _wrap(text: str, width: int, pad: bool) -> str:
+    rows = [text[i : i + width] for i in range(0, len(text), width)]
+    return "\n".join(r.ljust(width) if pad and i < len(rows) - 1 else r for i, r in enumerate(rows)) + "\n"
+
+
+@pytest.mark.parametrize(("width", "pad"), [(80, True), (120, False), (200, True), (100, False)])
+def test_wrapped_batch_size_assertion_is_found(tmp_path: Path, width: int, pad: bool) -> None:
+    msg = (
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+        "gradient_acc_step * world_size 64 != 4 * 8 * 1"
+    )
+    if width >= len(msg):
+        msg = msg + " " + "x" * (width + 10 - len(msg))
+    log = tmp_path / "wrapped.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/deepspeed/runtime/config.py", line 700, in _batch_assertion\n'
+        + _wrap(msg, width, pad)
+        + "[2024-05-01 10:00:00,000] [INFO] next record\n"
+    )
+    assert diagnose([str(log)]).findings[0].id == "batch-size-assertion"
+
+
+def test_complete_lines_of_terminal_width_are_not_joined(tmp_path: Path) -> None:
+    frame = (
+        '  File "/usr/lib/python3/dist-packages/deepspeed/runtime/engine.py", line 3850, in save_16bit_model'
+    )
+    log = tmp_path / "x.log"
+    log.write_text(frame + "\nOSError: handle is closed\n")
+    hits = list(iter_hits([str(log)]))
+    assert [h.line.text for h in hits][-1] == "OSError: handle is closed"
+
+
+def test_watchdog_glued_onto_a_tqdm_bar_is_its_own_line() -> None:
+    raw = (
+        b"[rank1]:  5%|5         | 50/1000 [00:50<15:50,  1.00s/it][E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog "
+        b"caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000)"
+    )
+    lines = parse_line("f", 3, raw)
+    assert lines[-1].text.startswith("[E ProcessGroupNCCL.cpp:563]") and lines[-1].rank == 1
+
+
+def test_failure_after_a_long_carriage_return_run_is_found(tmp_path: Path) -> None:
+    bar = "".join(f"\r {i % 100}%|####      | {i}/90000 [01:00<40:00,  1.61s/it]" for i in range(60000))
+    assert len(bar) > 2 * MAX_LINE_BYTES
+    log = tmp_path / "cr.log"
+    log.write_text(bar + "\rtorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    stats = ScanStats()
+    hits = list(iter_hits([str(log)], stats, chunk_bytes=1 << 20))
+    assert stats.lines[str(log)] == 1
+    assert [(h.line.lineno, h.line.text[:22]) for h in hits] == [(1, "torch.OutOfMemoryError")]
+    assert hits[0].progress is not None and hits[0].progress.step == 59999
+
+
+def test_truncated_gzip_keeps_every_readable_line_and_says_where(tmp_path: Path) -> None:
+    body = b"".join(b"[rank0]: step %d ok\n" % i for i in range(200000))
+    data = gzip.compress(body + b"RuntimeError: never reached\n")
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(data[: len(data) * 3 // 4])
+    got = list(read_lines(str(p)))
+    assert len(got) > 140000  # all but the last quarter (GzipFile.read lost its whole last chunk)
+    assert all(ln.text == f"step {ln.lineno - 1} ok" for ln in got[:-1])
+    stats = ScanStats()
+    list(iter_hits([str(p)], stats))
+    assert any("stopped reading after" in n and "bytes of text" in n for n in stats.notes)
+
+
+def test_concatenated_gzip_members(tmp_path: Path) -> None:
+    p = tmp_path / "two.log.gz"
+    p.write_bytes(gzip.compress(b"a\n") + gzip.compress(b"RuntimeError: second member\n"))
+    assert [ln.text for ln in read_lines(str(p))] == ["a", "RuntimeError: second member"]
+
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"[rank{HUGE}]: RuntimeError: boom",
+        f'  File "/x/deepspeed/runtime/engine.py", line {HUGE}, in step',
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {HUGE}.00 GiB. GPU {HUGE} has a total "
+        "capacity of 1e999 GiB of which nan GiB is free.",
+        f"[ERROR] [launch.py:434:sigkill_handler] ['python', '--local_rank={HUGE}'] exits with return code = -{HUGE}",
+        f"failed (exitcode: -{HUGE}) local_rank: {HUGE} (pid: {HUGE}) of binary: /usr/bin/python3",
+        f"Signal {HUGE} (SIGKILL) received by PID {HUGE}",
+        "{'loss': 1.0, 'epoch': .}",
+        f" 50%|#####     | {HUGE}/{HUGE} [10:00<10:00,  1.20s/it]",
+        "exitcode  : -x9 (pid: abc)",
+    ],
+)
+def test_odd_numbers_never_crash(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "odd.log"
+    log.write_text("Traceback (most recent call last):\n" + line + "\nRuntimeError: after\n")
+    d = diagnose([str(log)])
+    assert d.findings
+
+
+def test_two_hits_on_one_carriage_return_line(tmp_path: Path) -> None:
+    log = tmp_path / "cr2.log"
+    log.write_text(
+        "CUDA out of memory. Tried to allocate 1.00 GiB\rCUDA out of memory. Tried to allocate 2.00 GiB\r"
+        "exits with return code = -9\n"
+    )
+    assert diagnose([str(log)]).findings
+
+
+def test_log_numbers() -> None:
+    assert log_int("42") == 42 and log_int("-9") == -9
+    assert log_int(HUGE) is None and log_int("x9") is None and log_int("") is None
+    assert log_float(".") is None and log_float("nan") is None and log_float("1e999") is None
+    assert log_float("1.5") == 1.5
