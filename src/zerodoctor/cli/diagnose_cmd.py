@@ -1,4 +1,4 @@
-"""`zerodoctor diagnose LOG... | -`: name the failure in a run's logs, with evidence, root cause and fixes."""
+"""`zerodoctor diagnose LOG|RUN_DIR... | -`: name the failure in a run's logs, with evidence, root cause and fixes."""
 
 from __future__ import annotations
 
@@ -16,13 +16,19 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     p = sub.add_parser(
         "diagnose",
         help="read the logs of a failed run and name the failure, the evidence and the fixes",
-        description="Read training logs (plain, .gz, or - for stdin; any size, multi-rank) and match them "
+        description="Read training logs (plain, .gz, or - for stdin; any size, multi-rank; a run directory "
+        "is read as its per-rank logs and torchrun error files) and match them "
         "against the knowledge base: the first failure, its phase, the root cause and the ranked fixes. "
         "--env and --config sharpen the verdict (version and config conditions).",
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("logs", nargs="+", metavar="LOG", help="log files (plain or .gz), or - for stdin")
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="log files (plain or .gz), run directories (per-rank logs, torchrun error.json files), or - for stdin",
+    )
     add_output_options(p)
     add_env_option(p)
     p.add_argument("--config", nargs="+", metavar="FILE", help="the run's training configs (as for lint)")

@@ -355,6 +355,22 @@ def _gib(m: re.Match[str]) -> float | None:
     return None if v is None else v * _UNITS[groups[1]]
 
 
+@functools.cache
+def _rank_of_file(source: str) -> int | None:
+    """A rank from a file's name (`rank3.log`, `worker_3.out`) or, in torchrun's --log-dir tree
+    (`attempt_0/3/stderr.log`, `.../3/error.json`), from its directory."""
+    parts = source.replace("\\", "/").rsplit("/", 2)
+    m = _RANK_IN_NAME.search(parts[-1])
+    if m:
+        return log_int(m.group(1))
+    if len(parts) >= 2 and parts[-2].isdigit() and parts[-1].lower() in _TORCHRUN_FILES:
+        return log_int(parts[-2])
+    return None
+
+
+_TORCHRUN_FILES = frozenset({"stdout.log", "stderr.log", "error.json", "stdout", "stderr"})
+
+
 def _neg(v: int | None) -> int | None:
     return None if v is None else -v
 
@@ -399,11 +415,9 @@ class Extractor:
         line = hit.line
         self._last_source, self._last_seq = line.source, hit.seq
         if line.rank is None:
-            m = _RANK_IN_NAME.search(line.source.rsplit("/", 1)[-1])
-            if m:
-                line = LogLine(
-                    line.source, line.lineno, line.text, log_int(m.group(1)), line.host, line.timestamp
-                )
+            rank = _rank_of_file(line.source)
+            if rank is not None:
+                line = LogLine(line.source, line.lineno, line.text, rank, line.host, line.timestamp)
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
         keys = hit.keys

@@ -31,8 +31,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
 from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine, Source, iter_pieces, open_source, parse_line
+from zerodoctor.diagnose.rundir import error_file_source
 from zerodoctor.kb import cache
 from zerodoctor.kb.loader import load_entries
 
@@ -436,7 +438,7 @@ def iter_hits(
     """Open every path first (so bad input fails before any work), then scan them one after another,
     yielding hits in order; `stats` is filled in as it goes."""
     stats = stats if stats is not None else ScanStats()
-    sources = [open_source(p) for p in paths]
+    sources = [error_file_source(p) or open_source(p) for p in rundir.expand(list(paths))]
     eng = engine()
     stats.engine = eng.name
     state = ScanState(eng)
