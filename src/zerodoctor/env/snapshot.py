@@ -88,6 +88,7 @@ def _load_json(p: Path, text: str) -> Environment:
     if isinstance(data, dict):
         inner = data.get("environment", data)
         if isinstance(inner, dict) and "schema_version" in inner:
+            _check_snapshot_packages(p, inner.get("packages"))
             try:
                 env = Environment.from_dict(inner)
             except EnvError as exc:
@@ -97,6 +98,24 @@ def _load_json(p: Path, text: str) -> Environment:
         f"{p}:1: JSON, but not an environment snapshot (no 'environment' object with a 'schema_version')",
         hint=f"accepted: {ACCEPTED_FORMATS}",
     )
+
+
+def _check_snapshot_packages(p: Path, packages: Any) -> None:
+    """The package records a snapshot holds: strings where `Environment` keeps strings."""
+    if not isinstance(packages, dict):
+        return  # Environment.from_dict names a wrong container itself
+    for key, info in packages.items():
+        if not isinstance(info, dict):
+            continue
+        for field in ("name", "version", "url"):
+            value = info.get(field)
+            if value is not None and not isinstance(value, str):
+                raise EnvError(
+                    f"{shown(p)}: packages.{_show(str(key))}.{field} must be a string, found {type(value).__name__}",
+                    hint="write it again with `zerodoctor env --format json > env.json`",
+                )
+        if isinstance(info.get("version"), str):
+            _version(info["version"], shown(p), f": packages.{_show(str(key))}")
 
 
 def _from_pip_json(p: Path, data: list[Any]) -> Environment:
@@ -112,7 +131,9 @@ def _from_pip_json(p: Path, data: list[Any]) -> Environment:
                 hint=f"accepted: {ACCEPTED_FORMATS}",
             )
         packages[normalize_package(item["name"])] = PackageInfo(
-            name=item["name"], version=item["version"], editable=bool(item.get("editable_project_location"))
+            name=item["name"],
+            version=_version(item["version"], str(p), f": item {i}"),
+            editable=bool(item.get("editable_project_location")),
         )
     return _environment(packages, f"pip-freeze:{p}")
 
@@ -152,7 +173,7 @@ def _parse_table(lines: list[str], header: int, origin: str) -> dict[str, Packag
                 hint="attach the unmodified output of `pip list` or `pip freeze`",
             )
         packages[normalize_package(parts[0])] = PackageInfo(
-            name=parts[0], version=parts[1], editable=len(parts) > 2
+            name=parts[0], version=_version(parts[1], origin, f":{lineno}"), editable=len(parts) > 2
         )
     return packages
 
@@ -185,7 +206,7 @@ def _parse_freeze(lines: list[str], origin: str) -> dict[str, PackageInfo]:
         m = _PINNED.match(s)
         if m:
             packages[normalize_package(m.group("name"))] = PackageInfo(
-                name=m.group("name"), version=m.group("version")
+                name=m.group("name"), version=_version(m.group("version"), origin, f":{lineno}")
             )
             seen_valid = True
             continue
@@ -240,6 +261,19 @@ def _version_from_url(name: str, url: str) -> str | None:
             version = rest.split("-", 1)[0] if suffix == ".whl" else rest
             return version if parse_version(version) is not None else None
     return None
+
+
+MAX_VERSION_CHARS = 128
+"""Longest version string read (PEP 440 versions are short; 5,000 digits would overflow Python's int parsing)."""
+
+
+def _version(version: str, origin: str, where: str) -> str:
+    if len(version) > MAX_VERSION_CHARS:
+        raise EnvError(
+            f"{origin}{where}: a version string of {len(version):,} characters ({_show(version)})",
+            hint="attach the unmodified output of `pip freeze`",
+        )
+    return version
 
 
 def _show(s: str) -> str:

@@ -1,0 +1,153 @@
+"""Issue 11's long fuzz campaign: N generated bad and odd inputs for every command, each through
+`zerodoctor.cli.main.main([...])` in a forked child with a time limit, judged like the test suite
+(tests/fuzz/runner.py): exit code in {0, 1, 2}, no traceback, one error line naming the file on exit 2, no
+harmed or unasked-for file, under the CPU limit.
+
+    python benchmarks/fuzz_campaign.py --cases 10000 --seconds 2400 --out /tmp/fuzz.json
+
+Cases come from `tests/fuzz/generators.py` with `random.Random(seed)` for seeds start..start+N-1, so any case
+is reproduced by its seed: `--only SEED`. Prints a summary (cases, crashes by cause and module with a
+reproducing seed, hangs, slowest case by CPU and by wall time, peak RSS of one case) and writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+
+from generators import RandomDraw, build_case  # noqa: E402
+from runner import run_case  # noqa: E402
+
+CPU_LIMIT = 5.0
+
+
+def _cause(problem: str) -> str:
+    """Group problems by kind and place: the message's head and the innermost zerodoctor frame."""
+    if problem.startswith("traceback:"):
+        head, _, where = problem.partition(" at ")
+        kind = head.removeprefix("traceback: ").split(":")[0]
+        return f"crash {kind} at {where.split(',')[0].strip(chr(34))}"
+    if problem.startswith("exit "):
+        return "exit code " + problem.split()[1]
+    return problem.split(":")[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument(
+        "--start", type=int, default=100_000, help="first seed (the suite uses hypothesis instead)"
+    )
+    ap.add_argument("--seconds", type=float, default=3600, help="stop generating after this much wall time")
+    ap.add_argument("--timeout", type=float, default=20.0, help="wall seconds before a case counts as a hang")
+    ap.add_argument("--only", type=int, help="run this one seed and print its output")
+    ap.add_argument("--out", type=Path, help="write the summary as JSON here")
+    args = ap.parse_args(argv)
+
+    import zerodoctor.cli.main  # noqa: F401 - imported once here, shared by every forked case
+
+    work = Path(tempfile.mkdtemp(prefix="zd-fuzz-"))
+    if args.only is not None:
+        case = build_case(RandomDraw(args.only))
+        o = run_case(case, work / "case", timeout=args.timeout)
+        print(case.describe()[:2000])
+        print(
+            f"exit {o.code}  {o.seconds:.2f} s wall  {o.cpu_seconds:.2f} s CPU  {o.max_rss_kib / 1024:.0f} MiB"
+        )
+        print("problems:", o.problems)
+        print(o.stderr[-4000:])
+        return 0
+
+    start = time.monotonic()
+    by_cause: dict[str, list[int]] = collections.defaultdict(list)
+    examples: dict[str, str] = {}
+    labels: collections.Counter[str] = collections.Counter()
+    codes: collections.Counter[str] = collections.Counter()
+    slowest_cpu = (0.0, -1, "")
+    slowest_wall = (0.0, -1, "")
+    peak = (0, -1, "")
+    done = 0
+    for seed in range(args.start, args.start + args.cases):
+        if time.monotonic() - start > args.seconds:
+            break
+        case = build_case(RandomDraw(seed))
+        root = work / f"c{seed}"
+        o = run_case(case, root, timeout=args.timeout)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(work / f"c{seed}.io", ignore_errors=True)
+        done += 1
+        labels[case.label.split("/")[0]] += 1
+        codes[str(o.code)] += 1
+        problems = list(o.problems)
+        if o.cpu_seconds > CPU_LIMIT:
+            problems.append(f"slow: over {CPU_LIMIT:g} s of CPU")
+        crashed = any(p.startswith("traceback") for p in problems)
+        for p in problems:
+            if crashed and p.startswith("exit "):
+                continue
+            c = _cause(p)
+            by_cause[c].append(seed)
+            examples.setdefault(c, f"seed {seed}: {case.describe()[:240]} -> {p[:240]}")
+        if o.cpu_seconds > slowest_cpu[0]:
+            slowest_cpu = (o.cpu_seconds, seed, case.describe()[:160])
+        if o.seconds > slowest_wall[0] and o.code is not None:
+            slowest_wall = (o.seconds, seed, case.describe()[:160])
+        if o.max_rss_kib > peak[0]:
+            peak = (o.max_rss_kib, seed, case.describe()[:160])
+        if done % 500 == 0:
+            print(
+                f"... {done} cases, {time.monotonic() - start:.0f} s, {sum(map(len, by_cause.values()))} problems",
+                flush=True,
+            )
+    elapsed = time.monotonic() - start
+    shutil.rmtree(work, ignore_errors=True)
+
+    def count(prefix: str) -> int:
+        return len({s for c, seeds in by_cause.items() if c.startswith(prefix) for s in seeds})
+
+    summary = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} {platform.processor() or ''} Python {platform.python_version()}".strip(),
+        "seeds": [args.start, args.start + done - 1],
+        "cases": done,
+        "wall_seconds": round(elapsed, 1),
+        "by_command": dict(labels),
+        "exit_codes": dict(codes),
+        "cases_with_crash": count("crash") + count("exit code"),
+        "cases_with_hang": count("hang"),
+        "cases_harmed_or_unasked_write": count("harmed") + count("wrote"),
+        "cases_slow": count("slow"),
+        "causes": {
+            c: {"cases": len(s), "seeds": s[:5], "example": examples[c]}
+            for c, s in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))
+        },
+        "slowest_cpu": {
+            "cpu_seconds": round(slowest_cpu[0], 2),
+            "seed": slowest_cpu[1],
+            "case": slowest_cpu[2],
+        },
+        "slowest_wall": {
+            "seconds": round(slowest_wall[0], 2),
+            "seed": slowest_wall[1],
+            "case": slowest_wall[2],
+        },
+        "peak_rss_mib": {"mib": round(peak[0] / 1024, 1), "seed": peak[1], "case": peak[2]},
+    }
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

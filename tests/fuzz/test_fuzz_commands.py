@@ -1,0 +1,326 @@
+"""Issue 11: every input a user can hand zerodoctor ends in an answer or a one-line error.
+
+A hypothesis property per command (derandomized: the same examples on every run; bounded counts so the whole
+file runs in well under 90 s on 2 cores) plus the named cases of the issue. Each case runs through
+`zerodoctor.cli.main.main([...])` in a forked child with a time limit (a hang is killed and fails the test,
+it never blocks the suite) and is judged by `runner.judge`: exit code in {0, 1, 2}, no traceback, on exit 2
+one error line naming the file or option, under `CASE_SECONDS` of CPU (the 2-core machine is shared, so wall
+time is only the kill limit), no input file changed or removed, nothing
+written that the user did not ask for.
+
+Crashes inside modules this suite does not own are listed in KNOWN_OPEN (module path -> what crashes): a
+case that hits only those is recorded and the test is reported as xfail naming them, so they stay visible
+until their owners remove the entry.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from generators import (  # noqa: E402
+    BIG_DIGITS,
+    COMMANDS,
+    Case,
+    billion_laughs,
+    ds_config,
+    hf_yaml,
+    model_json,
+    wide_line_expression,
+    xtuner_py,
+)
+from runner import Outcome, run_case  # noqa: E402
+
+CASE_SECONDS = 5.0
+KILL_SECONDS = 10.0
+EXAMPLES = {"lint": 25, "plan": 20, "env": 12, "kb": 6, "diagnose": 15, "files": 15, "check": 12}
+
+# Crash sites in modules owned elsewhere, found by this suite and reported to their owners (issue 11).
+KNOWN_OPEN: dict[str, str] = {
+    "diagnose/": "log-line values (OverflowError/ValueError on huge or '.' numbers), CR-line sort, 5,000-digit "
+    "values, a FIFO with no writer (hangs)",
+    "models/spec.py": "a --model name longer than the file system allows (Path.exists raises ENAMETOOLONG)",
+    "setup/load.py": "a referenced config path longer than the file system allows",
+    "setup/model.py": "a referenced config path longer than the file system allows",
+    "setup/hf_args.py": "'inf'/'1e999' strings where a count is expected: int(float('inf'))",
+    "lint/rules/": "'inf'/'1e999' strings in DeepSpeed counts: int(float('inf')) in DS001's message",
+    "report/env.py": "a snapshot whose fields have the wrong type reaches the renderer",
+    "env/model.py": "a snapshot whose fields have the wrong type",
+    "plan/": "planner arithmetic on odd values",
+}
+
+
+class HypothesisDraw:
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def choice(self, options):  # type: ignore[no-untyped-def]
+        return self.data.draw(st.sampled_from(list(options)))
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.data.draw(st.integers(lo, hi))
+
+
+def _commands() -> list[str]:
+    from zerodoctor.cli.main import COMMANDS as CLI
+
+    return [c for c in COMMANDS if c in CLI or c == "files"] + (["check"] if "check" in CLI else [])
+
+
+def _owned_elsewhere(problem: str, argv: list[str]) -> str | None:
+    if argv[0] == "diagnose" and problem.startswith("hang"):
+        return "diagnose/"
+    if not problem.startswith("traceback:") or " at " not in problem:
+        return None
+    where = problem.rsplit(" at ", 1)[1]
+    return next((k for k in KNOWN_OPEN if where.startswith(k)), None)
+
+
+def _check(case: Case, outcome: Outcome, open_hits: list[str]) -> None:
+    problems = list(outcome.problems)
+    if outcome.cpu_seconds > CASE_SECONDS:  # CPU time: the 2-core machine is shared, wall time is noisy
+        problems.append(f"slow: {outcome.cpu_seconds:.1f} s of CPU ({outcome.seconds:.1f} s wall)")
+    mine = []
+    for p in problems:
+        owner = _owned_elsewhere(p, case.argv)
+        if owner:
+            open_hits.append(f"{owner}: {p[:160]}")
+        else:
+            mine.append(p)
+    if len(mine) < len(problems):  # the exit code 3 of a crash owned elsewhere is that crash
+        mine = [p for p in mine if not p.startswith("exit ")]
+    assert not mine, f"{case.describe()[:400]}\n" + "\n".join(mine) + f"\nstderr: {outcome.stderr[-800:]}"
+
+
+def _check_cmd_case(draw: HypothesisDraw) -> Case:
+    from generators import JSON_VALUES, YAML_VALUES, damage
+
+    files = {
+        "setup/ds.json": ds_config(
+            {
+                draw.choice(["train_micro_batch_size_per_gpu", "gradient_accumulation_steps"]): draw.choice(
+                    JSON_VALUES
+                )
+            }
+        ).encode(),
+        "setup/train_args.yaml": hf_yaml(
+            {
+                draw.choice(["per_device_train_batch_size", "num_train_epochs", "bf16"]): draw.choice(
+                    YAML_VALUES
+                )
+            }
+        ).encode(),
+    }
+    if draw.integer(0, 2) == 0:
+        files["setup/train_args.yaml"] = damage(draw, files["setup/train_args.yaml"])
+    target = draw.choice(["setup", "setup/train_args.yaml", "setup/ds.json"])
+    return Case("check", ["check", target], files, mentions=[*files, "setup"])
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_input_ends_in_an_answer_or_a_one_line_error(
+    command: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from generators import build_case
+
+    open_hits: list[str] = []
+
+    @settings(
+        max_examples=EXAMPLES.get(command, 15),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: a hang would cost 10 s a try
+        print_blob=False,
+    )
+    @given(st.data())
+    def prop(data: st.DataObject) -> None:
+        draw = HypothesisDraw(data)
+        case = _check_cmd_case(draw) if command == "check" else build_case(draw, command)
+        root = tmp_path_factory.mktemp(command) / "d"
+        _check(case, run_case(case, root, timeout=KILL_SECONDS), open_hits)
+
+    prop()
+    if open_hits:
+        pytest.xfail(
+            "crashes in modules owned elsewhere (KNOWN_OPEN): " + "; ".join(sorted(set(open_hits))[:6])
+        )
+
+
+# ---- the named cases of issue 11 ---------------------------------------------------------------------------
+
+NAMED = {
+    "5000-digit int in DeepSpeed JSON": Case(
+        "n",
+        ["lint", "ds.json"],
+        {"ds.json": ds_config({"train_batch_size": BIG_DIGITS}).encode()},
+        mentions=["ds.json"],
+    ),
+    "1e999 count in DeepSpeed JSON": Case(
+        "n",
+        ["lint", "ds.json"],
+        {"ds.json": ds_config({"gradient_accumulation_steps": "1e999"}).encode()},
+        mentions=["ds.json"],
+    ),
+    "NaN in DeepSpeed JSON": Case(
+        "n",
+        ["lint", "ds.json"],
+        {"ds.json": ds_config({"train_micro_batch_size_per_gpu": "NaN"}).encode()},
+        mentions=["ds.json"],
+    ),
+    "5000-digit int in YAML": Case(
+        "n",
+        ["lint", "a.yaml"],
+        {"a.yaml": hf_yaml({"per_device_train_batch_size": BIG_DIGITS}, ds=None).encode()},
+        mentions=["a.yaml"],
+    ),
+    "5000-digit int in model config": Case(
+        "n",
+        ["plan", "--model", "m.json"],
+        {"m.json": model_json({"hidden_size": BIG_DIGITS}).encode()},
+        mentions=["m.json"],
+    ),
+    "100,000 nested arrays in JSON": Case(
+        "n", ["lint", "d.json"], {"d.json": ("[" * 100_000 + "]" * 100_000).encode()}, mentions=["d.json"]
+    ),
+    "100,000 nested arrays in YAML": Case(
+        "n", ["lint", "d.yaml"], {"d.yaml": ("[" * 100_000 + "]" * 100_000).encode()}, mentions=["d.yaml"]
+    ),
+    "100,000 nested arrays in an env snapshot": Case(
+        "n",
+        ["env", "--no-deep", "--env", "e.json"],
+        {"e.json": ("[" * 100_000 + "]" * 100_000).encode()},
+        mentions=["e.json"],
+    ),
+    "100,000 nested arrays in a model config": Case(
+        "n",
+        ["plan", "--model", "m.json"],
+        {"m.json": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()},
+        mentions=["m.json"],
+    ),
+    "500 nested objects (position scanner)": Case(
+        "n",
+        ["lint", "d.json"],
+        {"d.json": ('{"zero_optimization": ' + '{"a": ' * 500 + "1" + "}" * 501).encode()},
+        mentions=["d.json"],
+    ),
+    "recursive YAML alias": Case(
+        "n",
+        ["lint", "r.yaml"],
+        {"r.yaml": b"per_device_train_batch_size: &r [1, *r]\noutput_dir: o\n"},
+        mentions=["r.yaml"],
+    ),
+    "billion laughs": Case(
+        "n", ["lint", "b.yaml"], {"b.yaml": billion_laughs(9).encode()}, mentions=["b.yaml"]
+    ),
+    "YAML control byte": Case(
+        "n", ["lint", "c.yaml"], {"c.yaml": b"output_dir: o\x01\nbf16: true\n"}, mentions=["c.yaml"]
+    ),
+    "duplicate key in a file --fix edits": Case(
+        "n",
+        ["lint", "--fix", "--in-place", "a.yaml"],
+        {
+            "a.yaml": (hf_yaml(ds="ds.json") + "save_only_model: false\nsave_only_model: false\n").encode(),
+            "ds.json": ds_config().encode(),
+        },
+        mentions=["a.yaml"],
+    ),
+    "XTuner 10,000 terms": Case(
+        "n",
+        ["lint", "x.py"],
+        {"x.py": xtuner_py({"max_epochs": "+".join(["1"] * 10_000)}).encode()},
+        mentions=["x.py"],
+    ),
+    "XTuner 10**10**10": Case(
+        "n", ["lint", "x.py"], {"x.py": xtuner_py({"max_epochs": "10**10**10"}).encode()}, mentions=["x.py"]
+    ),
+    "XTuner 600 KB one-line expression": Case(
+        "n",
+        ["lint", "x.py"],
+        {"x.py": xtuner_py({"custom_hooks": wide_line_expression()}).encode()},
+        mentions=["x.py"],
+    ),
+    "path longer than the file system allows": Case(
+        "n", ["lint", "/".join(["d" * 200] * 30) + "/x.json"], mentions=["d" * 40]
+    ),
+    "FIFO with no writer": Case(
+        "n", ["lint", "fifo.json"], special={"fifo.json": "fifo"}, mentions=["fifo.json"]
+    ),
+    "/dev/zero": Case("n", ["lint", "zero.json"], special={"zero.json": "devzero"}, mentions=["zero.json"]),
+    "config.json that is not UTF-8": Case(
+        "n",
+        ["plan", "--model", "m/config.json"],
+        {"m/config.json": model_json().encode().replace(b'"llama"', b'"ll\xe9ama"')},
+        mentions=["config.json"],
+    ),
+    "13 MB config read as YAML": Case(
+        "n",
+        ["lint", "big.yaml"],
+        {
+            "big.yaml": (
+                "per_device_train_batch_size: 1\nitems:\n"
+                + "".join(f"  - {{k: {i}, v: x{i}}}\n" for i in range(500_000))
+            ).encode()
+        },
+        mentions=["big.yaml"],
+    ),
+    "--emit-ds-config newout/": Case(
+        "n",
+        [
+            "plan",
+            "--model",
+            "llama-3-8b",
+            "--gpus-per-node",
+            "8",
+            "--gpu-memory",
+            "80",
+            "--host-ram",
+            "1024",
+            "--emit-ds-config",
+            "newout/",
+        ],
+        mentions=["newout"],
+    ),
+    "--host-ram inf": Case(
+        "n", ["plan", "--model", "llama-3-8b", "--host-ram", "inf"], mentions=["--host-ram"]
+    ),
+    "--micro-batch 10**200": Case(
+        "n", ["plan", "--model", "llama-3-8b", "--micro-batch", "1" + "0" * 200], mentions=["--micro-batch"]
+    ),
+    "env snapshot from stdin": Case(
+        "n",
+        ["env", "--no-deep", "--env", "-"],
+        stdin=b"torch==2.1.0+cu121\ndeepspeed==0.14.1\n",
+        mentions=["stdin"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_named_case(name: str, tmp_path: Path) -> None:
+    case = NAMED[name]
+    outcome = run_case(case, tmp_path / "d", timeout=KILL_SECONDS)
+    open_hits: list[str] = []
+    _check(case, outcome, open_hits)
+    if open_hits:
+        pytest.xfail("; ".join(open_hits))
+
+
+def test_emit_into_a_directory_writes_inside_it(tmp_path: Path) -> None:
+    outcome = run_case(NAMED["--emit-ds-config newout/"], tmp_path / "d", timeout=KILL_SECONDS)
+    assert outcome.code in (0, 1), outcome.stderr
+    assert (tmp_path / "d" / "newout" / "ds_config.json").is_file()
+    assert not (tmp_path / "d" / "newout").is_file()
+
+
+def test_alias_bomb_and_huge_yaml_are_refused_fast(tmp_path: Path) -> None:
+    for name in ("billion laughs", "13 MB config read as YAML", "XTuner 10**10**10"):
+        outcome = run_case(NAMED[name], tmp_path / name.replace(" ", "_"), timeout=KILL_SECONDS)
+        assert outcome.code == 2 and outcome.cpu_seconds < 2.0, (name, outcome.cpu_seconds, outcome.stderr)
