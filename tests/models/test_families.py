@@ -55,6 +55,24 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3_moe": {"model_type": "qwen3_moe", "num_experts": 4, "head_dim": 32, **MOE},
     "deepseek_v2-lite": {"model_type": "deepseek_v2", "q_lora_rank": None, **MLA, **MOE},
     "deepseek_v3": {"model_type": "deepseek_v3", "q_lora_rank": 32, **MLA, **MOE},
+    "gpt_neox": {"model_type": "gpt_neox", "intermediate_size": 256},
+    "falcon-7b-style": {
+        "model_type": "falcon",
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "new_decoder_architecture": False,
+    },  # fmt: skip
+    "falcon-40b-style": {"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 2},
+    "falcon-rw-style": {
+        "model_type": "falcon",
+        "multi_query": False,
+        "parallel_attn": False,
+        "bias": True,
+        "new_decoder_architecture": False,
+    },  # fmt: skip
+    "bloom": {"model_type": "bloom", "n_layer": 3, "n_head": 4},
+    "opt": {"model_type": "opt", "ffn_dim": 256, "max_position_embeddings": 32, "word_embed_proj_dim": 64},
 }
 
 

@@ -23,7 +23,15 @@ from zerodoctor.models.spec import CATALOG_META_KEY, ModelSpec, catalog, resolve
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-META_BUILDABLE = [e.slug for e in catalog() if json.loads(e.path.read_text())["model_type"] != "minicpmv"]
+META_BUILT = (
+    "deepseek-coder-v2-instruct", "deepseek-coder-v2-lite", "gemma-2-27b", "llama-2-7b", "llama-3-70b",
+    "llama-3-8b", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b",
+    "llava-v1.6-34b", "llava-v1.6-vicuna-13b", "mistral-7b-v0.3", "mixtral-8x7b", "qwen2.5-0.5b",
+    "qwen2.5-72b", "qwen2.5-7b", "yi-34b",
+)  # fmt: skip
+"""Catalog entries built whole on the meta device here (one per family and size class; every family's
+formula is also checked on tiny configs in tests/models/test_families.py, which keeps this module fast)."""
+META_BUILDABLE = [e.slug for e in catalog() if e.slug in META_BUILT]
 
 # Published exact sizes (model cards / safetensors index); each is also checked against the meta build.
 PUBLISHED = {
@@ -285,3 +293,26 @@ def test_import_does_not_pull_in_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _published(text: str) -> float:
+    """`"7.24B"`, `"560M"`, `"671B without ..."` -> parameters."""
+    import re
+
+    m = re.match(r"\s*([\d.]+)\s*([BM])", text)
+    assert m, text
+    return float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6)
+
+
+@pytest.mark.parametrize("slug", [e.slug for e in catalog()])
+def test_every_catalog_total_matches_its_published_size(slug: str) -> None:
+    """The model card's rounded size (every entry; the exact figures above for the meta-built ones)."""
+    raw = json.loads(next(e for e in catalog() if e.slug == slug).path.read_text())
+    published = _published(raw[CATALOG_META_KEY]["published_params"])
+    total = resolve_model(slug).params.total
+    assert abs(total - published) / published < 0.05, (total, published)
+
+
+def test_catalog_has_a_hundred_models_with_aliases() -> None:
+    assert len(catalog()) >= 100
+    assert sum(len(e.hub_ids) for e in catalog()) >= 250

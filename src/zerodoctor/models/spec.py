@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -231,7 +231,7 @@ class ModelSpec:
             raise PlanError(f"LoRA rank must be positive, got {rank}")
         linears = self.linear_modules(components=components)
         if isinstance(target_modules, str) and target_modules == LORA_ALL_LINEAR:
-            chosen = [lin for lin in linears if not lin.path.endswith("lm_head")]
+            chosen = [lin for lin in linears if not is_output_layer(lin.path)]
         else:
             names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
             chosen = [lin for lin in linears if any(_matches(lin.path, n) for n in names)]
@@ -262,6 +262,7 @@ class CatalogEntry:
     display_name: str
     hub_ids: tuple[str, ...]
     path: Path = field(compare=False)
+    model_type: str = field(default="", compare=False)
 
 
 @lru_cache(maxsize=1)
@@ -277,6 +278,7 @@ def catalog() -> tuple[CatalogEntry, ...]:
                 display_name=str(meta.get("display_name", path.stem)),
                 hub_ids=tuple(str(h) for h in meta.get("hub_ids", ())),
                 path=path,
+                model_type=str(raw.get("model_type", "")),
             )
         )
     return tuple(entries)
@@ -298,8 +300,10 @@ def _name_index() -> dict[str, str]:
 
 
 def _lookup(name: str) -> str | None:
-    index = _name_index()
     key = name.strip().rstrip("/").lower()
+    if key and "/" not in key and (CATALOG_DIR / f"{key}.json").is_file():
+        return key  # a slug: no need to read the whole catalog
+    index = _name_index()
     if key in index:
         return index[key]
     # `/models/Yi-34B-200K`, `~/ckpt/Llama-3.1-8B-Instruct`, `hf://meta-llama/...`: match the basename,
@@ -312,10 +316,55 @@ def _lookup(name: str) -> str | None:
     return None
 
 
+# Name words -> the architecture (model_type) they denote, most specific first. A distilled model names its
+# student after "distill" (DeepSeek-R1-Distill-Llama-70B is a Llama), so that part is read first.
+_FAMILY_WORDS: tuple[tuple[str, str], ...] = (
+    (r"distill-llama", "llama"),
+    (r"distill-qwen3", "qwen3"),
+    (r"distill-qwen", "qwen2"),
+    (r"llava", "llava_next"),
+    (r"minicpm-?v|minicpm-llama3-v", "minicpmv"),
+    (r"qwen3-[\d.]+b-a[\d.]+b|qwen3-coder-30b", "qwen3_moe"),
+    (r"qwen1\.5-moe|qwen2-57b-a14b", "qwen2_moe"),
+    (r"qwen3", "qwen3"),
+    (r"qwen|qwq", "qwen2"),
+    (r"mixtral", "mixtral"),
+    (r"mistral|ministral|codestral|zephyr|openhermes", "mistral"),
+    (r"gemma-?3", "gemma3_text"),
+    (r"gemma-?2", "gemma2"),
+    (r"gemma", "gemma"),
+    (r"phi-?[34]", "phi3"),
+    (r"deepseek-(coder-)?v2", "deepseek_v2"),
+    (r"deepseek-(v3|r1)", "deepseek_v3"),
+    (r"falcon", "falcon"),
+    (r"gpt-?neox|pythia|dolly", "gpt_neox"),
+    (r"(^|[/_-])opt-|galactica", "opt"),
+    (r"bloom", "bloom"),
+    (r"internlm2", "internlm2"),
+    (r"baichuan", "baichuan"),
+    (r"chatglm|glm-4", "chatglm"),
+    (r"llama|vicuna|alpaca|yi-|deepseek-(llm|coder)|smollm", "llama"),
+)
+
+
+def family_from_name(name: str) -> str | None:
+    """The architecture a model name denotes (`DeepSeek-R1-Distill-Llama-70B` -> "llama"), or None."""
+    import re
+
+    low = name.strip().lower()
+    for pattern, model_type in _FAMILY_WORDS:
+        if re.search(pattern, low):
+            return model_type
+    return None
+
+
 def close_matches(name: str, n: int = 5) -> list[str]:
-    """Catalog slugs and hub ids that look like `name` (difflib), best first."""
-    spelled = {e.slug.lower(): e.slug for e in catalog()}
-    for e in catalog():
+    """Catalog slugs and hub ids that look like `name` (difflib), best first -- only of the architecture the
+    name denotes when it denotes one (`family_from_name`), so a distilled Llama is never offered a MoE."""
+    family = family_from_name(name)
+    entries = [e for e in catalog() if family is None or e.model_type == family]
+    spelled = {e.slug.lower(): e.slug for e in entries}
+    for e in entries:
         for h in e.hub_ids:
             spelled[h.lower()] = h
             spelled.setdefault(h.rsplit("/", 1)[-1].lower(), h)
@@ -329,11 +378,48 @@ def close_matches(name: str, n: int = 5) -> list[str]:
     return found[:n]
 
 
+def hf_cache_dirs() -> list[Path]:
+    """Where the Hugging Face hub cache may be, in huggingface_hub's order: `HF_HUB_CACHE`, `HF_HOME`/hub,
+    then ~/.cache/huggingface/hub."""
+    import os
+
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]).expanduser())
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]).expanduser() / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def hf_cached_config(hub_id: str) -> Path | None:
+    """`config.json` of `hub_id` in the local hub cache (`models--org--name/snapshots/<rev>/config.json`,
+    the revision `refs/main` points to, else the newest snapshot), or None. Never touches the network."""
+    parts = [p for p in hub_id.strip().strip("/").split("/") if p]
+    if len(parts) != 2:
+        return None
+    for cache in hf_cache_dirs():
+        repo = cache / f"models--{parts[0]}--{parts[1]}"
+        snapshots = repo / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        ref = repo / "refs" / "main"
+        if ref.is_file():
+            cfg = snapshots / ref.read_text(encoding="utf-8").strip() / "config.json"
+            if cfg.is_file():
+                return cfg
+        found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        if found:
+            return found[0]
+    return None
+
+
 def resolve_model(name_or_path: str) -> ModelSpec:
     """Resolve `--model` to a `ModelSpec`; raises `PlanError` with close matches when it cannot.
 
-    Order: an existing file or directory on disk wins; then catalog slug / hub id (case-insensitive);
-    then the basename of a path-like name. Never imports torch, never uses the network.
+    Order: an existing file or directory on disk wins; then a hub id found in the local Hugging Face cache
+    (`hf_cached_config`); then catalog slug / hub id (case-insensitive); then the basename of a path-like
+    name. Never imports torch, never uses the network.
     """
     text = str(name_or_path).strip()
     if not text:
@@ -346,7 +432,7 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         if not config_path.is_file():
             slug = _lookup(text)  # e.g. an empty /models/Llama-3.1-8B mount point: use the catalog
             if slug is not None:
-                return model_from_config_file(next(e for e in catalog() if e.slug == slug).path)
+                return model_from_config_file(CATALOG_DIR / f"{slug}.json")
             raise PlanError(
                 f"{path}: directory has no config.json",
                 hint="pass the model directory that holds config.json, or a catalog name",
@@ -355,17 +441,23 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     if path.is_file():
         return model_from_config_file(path)
 
+    cached = hf_cached_config(text) if "/" in text else None
+    if cached is not None:  # the user's own copy wins over the bundled one
+        spec = model_from_config_file(cached)
+        return replace(spec, name=text, display_name=text, hub_ids=(text,))
     slug = _lookup(text)
     if slug is None:
         matches = close_matches(text)
-        similar = f"; close matches: {', '.join(matches)}" if matches else ""
+        family = family_from_name(text)
+        same = f" of the same architecture ({family})" if family else ""
+        similar = f"; close matches{same}: {', '.join(matches)}" if matches else ""
         raise PlanError(
             f"unknown model '{text}': not a file here and not in the bundled catalog{similar}",
-            hint="pass the path to the model's config.json (or its directory), or a bundled name such as "
+            hint="pass the path to the model's config.json (or its directory), a hub id in the local Hugging "
+            "Face cache (HF_HOME / HF_HUB_CACHE), or a bundled name such as "
             f"llama-3.1-8b ({len(catalog())} bundled: see zerodoctor.models.catalog())",
         )
-    entry = next(e for e in catalog() if e.slug == slug)
-    return model_from_config_file(entry.path)
+    return model_from_config_file(CATALOG_DIR / f"{slug}.json")
 
 
 def model_from_config_file(path: Path) -> ModelSpec:
@@ -910,6 +1002,292 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _ln(path: str, dim: int, count: int = 1) -> ModuleShape:
+    """A LayerNorm with weight and bias."""
+    return _norm(path, dim, count=count, bias=True)
+
+
+def _gpt_style(
+    *,
+    prefix: str,
+    embed: str,
+    layers: int,
+    hidden: int,
+    inter: int,
+    vocab: int,
+    heads: int,
+    kv: int,
+    tied: bool,
+    attn: list[ModuleShape],
+    mlp: list[ModuleShape],
+    norms: list[ModuleShape],
+    extra: list[ModuleShape],
+    final_norm: ModuleShape,
+    head_path: str = "lm_head",
+) -> tuple[list[ModuleShape], _Shape]:
+    mods = [ModuleShape(embed, EMBEDDING, vocab * hidden), *extra, *attn, *mlp, *norms, final_norm]
+    head = ModuleShape(
+        head_path, LINEAR, vocab * hidden, 1, TEXT, hidden, vocab, False, tied_to=embed if tied else None
+    )
+    mods.append(head)
+    return mods, _Shape(
+        layers, layers, 0, hidden, inter, vocab, heads, kv, hidden // heads, tied, prefix=prefix
+    )
+
+
+def _gpt_neox(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """GPT-NeoX / Pythia: fused biased query_key_value, biased dense and a 2-matrix GELU MLP, two biased
+    LayerNorms per layer, untied `embed_in` / `lm_head` by default."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_hidden_layers"), cfg.int_("num_attention_heads")
+    inter, vocab = cfg.int_("intermediate_size"), cfg.int_("vocab_size")
+    lp = "gpt_neox.layers.{i}."
+    return _gpt_style(
+        prefix="gpt_neox.",
+        embed="gpt_neox.embed_in",
+        layers=n,
+        hidden=h,
+        inter=inter,
+        vocab=vocab,
+        heads=heads,
+        kv=heads,
+        tied=cfg.bool_("tie_word_embeddings", False),
+        attn=[
+            _linear(lp + "attention.query_key_value", h, 3 * h, bias=True, count=n),
+            _linear(lp + "attention.dense", h, h, bias=True, count=n),
+        ],
+        mlp=[
+            _linear(lp + "mlp.dense_h_to_4h", h, inter, bias=True, count=n),
+            _linear(lp + "mlp.dense_4h_to_h", inter, h, bias=True, count=n),
+        ],
+        norms=[_ln(lp + "input_layernorm", h, n), _ln(lp + "post_attention_layernorm", h, n)],
+        extra=[],
+        final_norm=_ln("gpt_neox.final_layer_norm", h),
+    )
+
+
+def _falcon(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """Falcon: fused query_key_value (multi-query: h + 2 head_dim; new decoder architecture: (heads + 2 kv) x
+    head_dim), dense, a 2-matrix GELU MLP of `ffn_hidden_size` (4h), biased LayerNorms: one per layer with
+    parallel attention, two (`ln_attn`, `ln_mlp`) in the new architecture; `bias` on every Linear; tied."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_hidden_layers"), cfg.int_("num_attention_heads")
+    vocab = cfg.int_("vocab_size")
+    inter = cfg.int_("ffn_hidden_size", 4 * h) or 4 * h
+    hd = h // heads
+    new_arch = cfg.bool_("new_decoder_architecture", False)
+    bias = cfg.bool_("bias", False)
+    multi_query = cfg.bool_("multi_query", True)
+    kv = cfg.int_("num_kv_heads", heads) if new_arch else (1 if multi_query else heads)
+    lp = "transformer.h.{i}."
+    if new_arch:
+        norms = [_ln(lp + "ln_attn", h, n), _ln(lp + "ln_mlp", h, n)]
+    elif cfg.bool_("parallel_attn", True):
+        norms = [_ln(lp + "input_layernorm", h, n)]
+    else:
+        norms = [_ln(lp + "input_layernorm", h, n), _ln(lp + "post_attention_layernorm", h, n)]
+    return _gpt_style(
+        prefix="transformer.",
+        embed="transformer.word_embeddings",
+        layers=n,
+        hidden=h,
+        inter=inter,
+        vocab=vocab,
+        heads=heads,
+        kv=kv,
+        tied=cfg.bool_("tie_word_embeddings", True),
+        attn=[
+            _linear(lp + "self_attention.query_key_value", h, (heads + 2 * kv) * hd, bias=bias, count=n),
+            _linear(lp + "self_attention.dense", h, h, bias=bias, count=n),
+        ],
+        mlp=[
+            _linear(lp + "mlp.dense_h_to_4h", h, inter, bias=bias, count=n),
+            _linear(lp + "mlp.dense_4h_to_h", inter, h, bias=bias, count=n),
+        ],
+        norms=norms,
+        extra=[],
+        final_norm=_ln("transformer.ln_f", h),
+    )
+
+
+def _bloom(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """BLOOM: an embedding LayerNorm, fused biased query_key_value, biased dense, a 4h GELU MLP with biases,
+    two biased LayerNorms per layer (ALiBi: no position parameters); tied."""
+    h = cfg.int_("hidden_size")
+    n = cfg.int_("n_layer")
+    heads = cfg.int_("n_head")
+    vocab = cfg.int_("vocab_size")
+    lp = "transformer.h.{i}."
+    return _gpt_style(
+        prefix="transformer.",
+        embed="transformer.word_embeddings",
+        layers=n,
+        hidden=h,
+        inter=4 * h,
+        vocab=vocab,
+        heads=heads,
+        kv=heads,
+        tied=cfg.bool_("tie_word_embeddings", True),
+        attn=[
+            _linear(lp + "self_attention.query_key_value", h, 3 * h, bias=True, count=n),
+            _linear(lp + "self_attention.dense", h, h, bias=True, count=n),
+        ],
+        mlp=[
+            _linear(lp + "mlp.dense_h_to_4h", h, 4 * h, bias=True, count=n),
+            _linear(lp + "mlp.dense_4h_to_h", 4 * h, h, bias=True, count=n),
+        ],
+        norms=[_ln(lp + "input_layernorm", h, n), _ln(lp + "post_attention_layernorm", h, n)],
+        extra=[_ln("transformer.word_embeddings_layernorm", h)],
+        final_norm=_ln("transformer.ln_f", h),
+    )
+
+
+def _opt(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """OPT: learned positions (`max_position_embeddings` + 2), biased q/k/v/out_proj (`enable_bias`), fc1/fc2,
+    two biased LayerNorms per layer and a final one (`do_layer_norm_before`; OPT-350m's projections are not
+    modelled: refused), tied."""
+    h = cfg.int_("hidden_size")
+    n = cfg.int_("num_hidden_layers")
+    heads = cfg.int_("num_attention_heads")
+    ffn = cfg.int_("ffn_dim")
+    vocab = cfg.int_("vocab_size")
+    if cfg.int_("word_embed_proj_dim", h) != h or not cfg.bool_("do_layer_norm_before", True):
+        raise PlanError(
+            f"{cfg.source}: OPT with word_embed_proj_dim != hidden_size (opt-350m) is not supported",
+            hint="pass another model or a config.json of a supported architecture",
+        )
+    bias = cfg.bool_("enable_bias", True)
+    lp = "model.decoder.layers.{i}."
+    attn = [_linear(lp + f"self_attn.{x}", h, h, bias=bias, count=n) for x in ("q_proj", "k_proj", "v_proj")]
+    attn.append(_linear(lp + "self_attn.out_proj", h, h, bias=bias, count=n))
+    return _gpt_style(
+        prefix="model.decoder.",
+        embed="model.decoder.embed_tokens",
+        layers=n,
+        hidden=h,
+        inter=ffn,
+        vocab=vocab,
+        heads=heads,
+        kv=heads,
+        tied=cfg.bool_("tie_word_embeddings", True),
+        attn=attn,
+        mlp=[
+            _linear(lp + "fc1", h, ffn, bias=bias, count=n),
+            _linear(lp + "fc2", ffn, h, bias=bias, count=n),
+        ],
+        norms=[_ln(lp + "self_attn_layer_norm", h, n), _ln(lp + "final_layer_norm", h, n)],
+        extra=[
+            ModuleShape(
+                "model.decoder.embed_positions", EMBEDDING, (cfg.int_("max_position_embeddings") + 2) * h
+            )
+        ],
+        final_norm=_ln("model.decoder.final_layer_norm", h),
+    )
+
+
+def _internlm2(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """InternLM2 / 2.5 (remote code `modeling_internlm2.py`): Llama counts with fused `attention.wqkv`
+    ((heads + 2 kv) x head_dim), `attention.wo`, `feed_forward.w1/w3/w2`, `attention_norm`, `ffn_norm`,
+    `tok_embeddings` and an untied `output` head; `bias` on the attention Linears."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_hidden_layers"), cfg.int_("num_attention_heads")
+    inter, vocab = cfg.int_("intermediate_size"), cfg.int_("vocab_size")
+    kv = cfg.int_("num_key_value_heads", heads) or heads
+    hd = h // heads
+    bias = cfg.bool_("bias", False)
+    lp = "model.layers.{i}."
+    return _gpt_style(
+        prefix="model.",
+        embed="model.tok_embeddings",
+        layers=n,
+        hidden=h,
+        inter=inter,
+        vocab=vocab,
+        heads=heads,
+        kv=kv,
+        tied=cfg.bool_("tie_word_embeddings", False),
+        attn=[
+            _linear(lp + "attention.wqkv", h, (heads + 2 * kv) * hd, bias=bias, count=n),
+            _linear(lp + "attention.wo", heads * hd, h, bias=bias, count=n),
+        ],
+        mlp=[
+            _linear(lp + "feed_forward.w1", h, inter, count=n),
+            _linear(lp + "feed_forward.w3", h, inter, count=n),
+            _linear(lp + "feed_forward.w2", inter, h, count=n),
+        ],
+        norms=[_norm(lp + "attention_norm", h, count=n), _norm(lp + "ffn_norm", h, count=n)],
+        extra=[],
+        final_norm=_norm("model.norm", h),
+        head_path="output",
+    )
+
+
+def _baichuan(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """Baichuan / Baichuan2 (remote code): Llama counts (MHA) with a fused `self_attn.W_pack` (h -> 3h) and an
+    untied `lm_head` (Baichuan2's NormHead keeps a vocab x h weight)."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_hidden_layers"), cfg.int_("num_attention_heads")
+    inter, vocab = cfg.int_("intermediate_size"), cfg.int_("vocab_size")
+    lp = "model.layers.{i}."
+    return _gpt_style(
+        prefix="model.",
+        embed="model.embed_tokens",
+        layers=n,
+        hidden=h,
+        inter=inter,
+        vocab=vocab,
+        heads=heads,
+        kv=heads,
+        tied=False,
+        attn=[
+            _linear(lp + "self_attn.W_pack", h, 3 * h, count=n),
+            _linear(lp + "self_attn.o_proj", h, h, count=n),
+        ],
+        mlp=_mlp(lp + "mlp.", h, inter, False, n),
+        norms=[_norm(lp + "input_layernorm", h, count=n), _norm(lp + "post_attention_layernorm", h, count=n)],
+        extra=[],
+        final_norm=_norm("model.norm", h),
+    )
+
+
+def _chatglm(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """ChatGLM2/3, GLM-4 (remote code `modeling_chatglm.py`): `query_key_value` (h -> heads x kv_channels +
+    2 x multi_query_group_num x kv_channels, biased with `add_qkv_bias`), `dense`, `dense_h_to_4h`
+    (h -> 2 ffn, SwiGLU) and `dense_4h_to_h`, RMSNorms, separate `output_layer`."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_layers"), cfg.int_("num_attention_heads")
+    ffn, vocab = cfg.int_("ffn_hidden_size"), cfg.int_("padded_vocab_size")
+    kvc = cfg.int_("kv_channels", h // heads)
+    groups = cfg.int_("multi_query_group_num", heads) if cfg.bool_("multi_query_attention", True) else heads
+    qkv_bias = cfg.bool_("add_qkv_bias", False)
+    lin_bias = cfg.bool_("add_bias_linear", False)
+    lp = "transformer.encoder.layers.{i}."
+    return _gpt_style(
+        prefix="transformer.encoder.",
+        embed="transformer.embedding.word_embeddings",
+        layers=n,
+        hidden=h,
+        inter=ffn,
+        vocab=vocab,
+        heads=heads,
+        kv=groups,
+        tied=False,
+        attn=[
+            _linear(
+                lp + "self_attention.query_key_value",
+                h,
+                heads * kvc + 2 * groups * kvc,
+                bias=qkv_bias,
+                count=n,
+            ),  # fmt: skip
+            _linear(lp + "self_attention.dense", heads * kvc, h, bias=lin_bias, count=n),
+        ],
+        mlp=[
+            _linear(lp + "mlp.dense_h_to_4h", h, 2 * ffn, bias=lin_bias, count=n),
+            _linear(lp + "mlp.dense_4h_to_h", ffn, h, bias=lin_bias, count=n),
+        ],
+        norms=[_norm(lp + "input_layernorm", h, count=n), _norm(lp + "post_attention_layernorm", h, count=n)],
+        extra=[],
+        final_norm=_norm("transformer.encoder.final_layernorm", h),
+        head_path="transformer.output_layer",
+    )
+
+
 def _llava_next(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     """LLaVA-NeXT (LLaVA-1.6) as `LlavaNextForConditionalGeneration` builds it in transformers 5.
 
@@ -1073,6 +1451,13 @@ _BUILDERS = {
     "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek_v2,
     "deepseek_v3": _deepseek_v2,
+    "gpt_neox": _gpt_neox,
+    "falcon": _falcon,
+    "bloom": _bloom,
+    "opt": _opt,
+    "internlm2": _internlm2,
+    "baichuan": _baichuan,
+    "chatglm": _chatglm,
     "llava_next": _llava_next,
     "minicpmv": _minicpmv,
 }
@@ -1083,19 +1468,33 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_interm
 
 _TESTED_AGAINST_META = "analytic (equal to the transformers 5.23 meta-device build, tested)"
 
+_REMOTE = "analytic only (remote code, never run: module shapes from the published modeling file)"
 _ANALYTIC_ONLY = {
+    "internlm2": _REMOTE.replace("the published", "internlm/internlm2-chat-7b modeling_internlm2.py, the"),
+    "baichuan": _REMOTE.replace("the published", "baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py, the"),
+    "chatglm": _REMOTE.replace("the published", "THUDM/chatglm3-6b modeling_chatglm.py, the"),
     "minicpmv": "analytic only (remote code, never run: Llama LLM + Idefics2/SigLIP vision checked against "
     "transformers on the meta device, resampler from the published resampler.py)",
 }
+
+
+_HEAD_NAMES = ("lm_head", "output", "output_layer")
+"""The output layer's name: transformers, InternLM2 (`output`), ChatGLM (`transformer.output_layer`)."""
+
+
+def is_output_layer(path: str) -> bool:
+    """The model's output layer (what LoRA's "all-linear" and bitsandbytes leave alone)."""
+    return "{i}" not in path and path.endswith(_HEAD_NAMES)
 
 
 def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
     """Fold module shapes into ParamCounts (the invariant total == sum of parts is tested)."""
     total = sum(m.total for m in mods)
     text_mods = [m for m in mods if m.component == TEXT]
-    embedding = sum(m.total for m in text_mods if m.path.endswith("embed_tokens"))
-    lm_head = sum(m.total for m in text_mods if m.path.endswith("lm_head"))
-    final_norm = sum(m.total for m in text_mods if m.path.endswith(".norm") and "{i}" not in m.path)
+    outside = [m for m in text_mods if "{i}" not in m.path]
+    embedding = sum(m.total for m in outside if m.kind == EMBEDDING)  # token (and learned position) tables
+    lm_head = sum(m.total for m in outside if m.kind == LINEAR and m.path.endswith(_HEAD_NAMES))
+    final_norm = sum(m.total for m in outside if m.kind == NORM)
     layer_total = sum(m.total for m in text_mods if "{i}" in m.path)
     vision = sum(m.total for m in mods if m.component == VISION)
     projector = sum(m.total for m in mods if m.component == PROJECTOR)
