@@ -556,7 +556,7 @@ def env_snapshot(draw: Draw) -> bytes:
 
 # ---- the case builder -------------------------------------------------------------------------------------
 
-COMMANDS = ["lint", "plan", "env", "kb", "diagnose", "files"]
+COMMANDS = ["lint", "plan", "env", "kb", "diagnose", "files", "check"]
 
 
 def _mutated_value(draw: Draw, kind: str) -> str:
@@ -848,6 +848,50 @@ def files_case(draw: Draw) -> Case:
     )
 
 
+def check_case(draw: Draw) -> Case:
+    """`zerodoctor check SETUP`: a setup directory (configs, cluster.yaml, env.txt) with one damaged part."""
+    files = {
+        "setup/ds.json": ds_config(
+            {
+                draw.choice(["train_micro_batch_size_per_gpu", "gradient_accumulation_steps"]): draw.choice(
+                    JSON_VALUES
+                )
+            }
+        ).encode(),
+        "setup/train_args.yaml": hf_yaml(
+            {
+                draw.choice(
+                    ["per_device_train_batch_size", "num_train_epochs", "bf16", "save_only_model"]
+                ): draw.choice(YAML_VALUES)
+            }
+        ).encode(),
+    }
+    part = draw.choice(["none", "args", "cluster", "env", "xtuner"])
+    if part == "args":
+        files["setup/train_args.yaml"] = damage(draw, files["setup/train_args.yaml"])
+    elif part == "cluster":
+        files["setup/cluster.yaml"] = (
+            f"nodes: {draw.choice(YAML_VALUES)}\ngpus_per_node: 8\ngpu_memory_gib: {draw.choice(YAML_VALUES)}\n"
+            f"host_ram_gib: {draw.choice(YAML_VALUES)}\n"
+        ).encode()
+    elif part == "env":
+        files["setup/env.txt"] = env_snapshot(draw)
+    elif part == "xtuner":
+        files = {"setup/cfg.py": xtuner_py({draw.choice(XT_KEYS): _mutated_value(draw, "py")}).encode()}
+    target = draw.choice(["setup", "setup/", "setup/train_args.yaml"])
+    argv = ["check", target]
+    if draw.integer(0, 2) == 0:
+        argv += [
+            draw.choice(["--gpu-memory", "--host-ram", "--nodes", "--world-size"]),
+            draw.choice(FLAG_VALUES),
+        ]
+    if draw.integer(0, 3) == 0:
+        argv += ["--format", draw.choice(["json", "markdown", "sarif"])]
+    if draw.integer(0, 4) == 0:
+        argv += ["--fix", draw.choice(["fixed", "fixed/", "setup"])]
+    return Case("check/" + part, argv, files, mentions=[*files, "setup"])
+
+
 BUILDERS: dict[str, Callable[[Draw], Case]] = {
     "lint": lint_case,
     "plan": plan_case,
@@ -855,6 +899,7 @@ BUILDERS: dict[str, Callable[[Draw], Case]] = {
     "kb": kb_case,
     "diagnose": diagnose_case,
     "files": files_case,
+    "check": check_case,
 }
 
 

@@ -165,10 +165,13 @@ def judge(
             backups = [n for n in after if n.startswith(name + ".bak") and after[n] == digest]
             if not (in_place and backups):
                 problems.append(f"harmed: {name} changed" + (" without a backup" if in_place else ""))
-    emitted = argv[argv.index("--emit-ds-config") + 1] if "--emit-ds-config" in argv else None
+    asked = [argv[argv.index(flag) + 1] for flag in ("--emit-ds-config", "--fix") if flag in argv[:-1]]
+    asked = [
+        a.rstrip("/") for a in asked if not a.startswith("-")
+    ]  # `check --fix DIR`; lint's --fix is a flag
     for name in after.keys() - before.keys():
-        ok = ("--fix" in argv and (".fixed" in name or ".bak" in name)) or (
-            emitted is not None and (name == emitted or name.startswith(emitted.rstrip("/") + "/"))
+        ok = ("--fix" in argv and (".fixed" in name or ".bak" in name)) or any(
+            name == a or name.startswith(a + "/") for a in asked
         )
         if not ok:
             problems.append(f"wrote {name} (not asked for)")

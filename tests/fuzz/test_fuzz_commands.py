@@ -70,7 +70,7 @@ class HypothesisDraw:
 def _commands() -> list[str]:
     from zerodoctor.cli.main import COMMANDS as CLI
 
-    return [c for c in COMMANDS if c in CLI or c == "files"] + (["check"] if "check" in CLI else [])
+    return [c for c in COMMANDS if c in CLI or c == "files"]
 
 
 def _owned_elsewhere(problem: str, argv: list[str]) -> str | None:
@@ -98,31 +98,6 @@ def _check(case: Case, outcome: Outcome, open_hits: list[str]) -> None:
     assert not mine, f"{case.describe()[:400]}\n" + "\n".join(mine) + f"\nstderr: {outcome.stderr[-800:]}"
 
 
-def _check_cmd_case(draw: HypothesisDraw) -> Case:
-    from generators import JSON_VALUES, YAML_VALUES, damage
-
-    files = {
-        "setup/ds.json": ds_config(
-            {
-                draw.choice(["train_micro_batch_size_per_gpu", "gradient_accumulation_steps"]): draw.choice(
-                    JSON_VALUES
-                )
-            }
-        ).encode(),
-        "setup/train_args.yaml": hf_yaml(
-            {
-                draw.choice(["per_device_train_batch_size", "num_train_epochs", "bf16"]): draw.choice(
-                    YAML_VALUES
-                )
-            }
-        ).encode(),
-    }
-    if draw.integer(0, 2) == 0:
-        files["setup/train_args.yaml"] = damage(draw, files["setup/train_args.yaml"])
-    target = draw.choice(["setup", "setup/train_args.yaml", "setup/ds.json"])
-    return Case("check", ["check", target], files, mentions=[*files, "setup"])
-
-
 @pytest.mark.parametrize("command", _commands())
 def test_every_input_ends_in_an_answer_or_a_one_line_error(
     command: str, tmp_path_factory: pytest.TempPathFactory
@@ -143,7 +118,7 @@ def test_every_input_ends_in_an_answer_or_a_one_line_error(
     @given(st.data())
     def prop(data: st.DataObject) -> None:
         draw = HypothesisDraw(data)
-        case = _check_cmd_case(draw) if command == "check" else build_case(draw, command)
+        case = build_case(draw, command)
         root = tmp_path_factory.mktemp(command) / "d"
         _check(case, run_case(case, root, timeout=KILL_SECONDS), open_hits)
 

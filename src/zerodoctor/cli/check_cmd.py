@@ -8,7 +8,7 @@ from pathlib import Path
 
 from zerodoctor.cli.common import EXIT_CLEAN, EXIT_FINDINGS
 from zerodoctor.findings import Severity
-from zerodoctor.safeio import count_arg
+from zerodoctor.safeio import count_arg, gib_arg
 
 EXIT_HELP = """check exit codes:
   0  ready (or ready with warnings, unless --fail-on warning)
@@ -47,11 +47,9 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     g = p.add_argument_group("cluster (or a cluster.yaml in the setup directory)")
     g.add_argument("--nodes", type=count_arg, help="number of nodes")
     g.add_argument("--gpus-per-node", type=count_arg, help="GPUs per node")
-    g.add_argument(
-        "--world-size", type=count_arg, help="total GPUs (ranks), when nodes x GPUs is not given"
-    )
-    g.add_argument("--gpu-memory", type=_gib, metavar="GIB", help="memory per GPU in GiB")
-    g.add_argument("--host-ram", type=_gib, metavar="GIB", help="host RAM per node in GiB")
+    g.add_argument("--world-size", type=count_arg, help="total GPUs (ranks), when nodes x GPUs is not given")
+    g.add_argument("--gpu-memory", type=gib_arg, metavar="GIB", help="memory per GPU in GiB")
+    g.add_argument("--host-ram", type=gib_arg, metavar="GIB", help="host RAM per node in GiB")
     p.add_argument(
         "--env",
         metavar="FILE",
