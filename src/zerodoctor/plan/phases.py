@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor.models.spec import LINEAR
+from zerodoctor.models.spec import LINEAR, is_output_layer
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import activation_bytes
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
@@ -303,7 +303,7 @@ def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, flo
     quantized = sum(
         lin.in_features * lin.out_features * lin.count
         for lin in spec.linear_modules()
-        if not lin.path.endswith("lm_head")
+        if not is_output_layer(lin.path)
     )
     if training.double_quant:
         const = 1 / BNB_BLOCKSIZE + 4 / (BNB_BLOCKSIZE * BNB_NESTED_BLOCKSIZE)
@@ -521,7 +521,7 @@ def plan_strategy(
         # `lm_head`, `_get_keys_to_not_convert`), so only a quantised Linear is ever dequantised; the output
         # layer is already counted at full precision in the frozen weights.
         qlin = max(
-            (lin for lin in spec.linear_modules() if not lin.path.endswith("lm_head")),
+            (lin for lin in spec.linear_modules() if not is_output_layer(lin.path)),
             key=lambda lin: lin.in_features * lin.out_features,
         )
         fwd_extra.append(
@@ -672,7 +672,7 @@ def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
         return ()
     if isinstance(t.lora_targets, str):
         return tuple(
-            sorted({lin.name for lin in inputs.model.linear_modules() if not lin.path.endswith("lm_head")})
+            sorted({lin.name for lin in inputs.model.linear_modules() if not is_output_layer(lin.path)})
         )
     return tuple(t.lora_targets)
 
