@@ -24,13 +24,12 @@ from typing import Any
 
 import yaml
 
-from zerodoctor.models import ModelSpec, model_from_config_file, resolve_model
+from zerodoctor.models import ModelSpec, resolve_model
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_strategy
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "plan_published.yaml"
-MODELS = HERE / "published_models"
 UNKNOWN_HOST_GIB = 4096
 """Host RAM where a case does not report it: large enough that only the GPU is judged."""
 
@@ -59,8 +58,7 @@ def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
 
 
 def _model(name: str) -> ModelSpec:
-    local = MODELS / f"{name}.json"
-    return model_from_config_file(local) if local.is_file() else resolve_model(name)
+    return resolve_model(name)  # every model of the truth set is in the bundled catalog
 
 
 def _zero(case: dict[str, Any], spec: ModelSpec) -> ZeroSettings:

@@ -1183,6 +1183,39 @@ def _opt(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     )
 
 
+def _qwen_v1(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
+    """Qwen (v1, remote code `modeling_qwen.py`): `transformer.wte`, per layer `attn.c_attn` (h -> 3h, always
+    biased), `attn.c_proj`, `mlp.w1` / `mlp.w2` (h -> intermediate_size / 2 each) and `mlp.c_proj`, RMSNorms
+    `ln_1` / `ln_2`, `transformer.ln_f` and an untied `lm_head`; `no_bias` removes the other biases."""
+    h, n, heads = cfg.int_("hidden_size"), cfg.int_("num_hidden_layers"), cfg.int_("num_attention_heads")
+    ff, vocab = cfg.int_("intermediate_size") // 2, cfg.int_("vocab_size")
+    bias = not cfg.bool_("no_bias", True)
+    lp = "transformer.h.{i}."
+    return _gpt_style(
+        prefix="transformer.",
+        embed="transformer.wte",
+        layers=n,
+        hidden=h,
+        inter=ff,
+        vocab=vocab,
+        heads=heads,
+        kv=heads,
+        tied=False,
+        attn=[
+            _linear(lp + "attn.c_attn", h, 3 * h, bias=True, count=n),
+            _linear(lp + "attn.c_proj", h, h, bias=bias, count=n),
+        ],
+        mlp=[
+            _linear(lp + "mlp.w1", h, ff, bias=bias, count=n),
+            _linear(lp + "mlp.w2", h, ff, bias=bias, count=n),
+            _linear(lp + "mlp.c_proj", ff, h, bias=bias, count=n),
+        ],
+        norms=[_norm(lp + "ln_1", h, count=n), _norm(lp + "ln_2", h, count=n)],
+        extra=[],
+        final_norm=_norm("transformer.ln_f", h),
+    )
+
+
 def _internlm2(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     """InternLM2 / 2.5 (remote code `modeling_internlm2.py`): Llama counts with fused `attention.wqkv`
     ((heads + 2 kv) x head_dim), `attention.wo`, `feed_forward.w1/w3/w2`, `attention_norm`, `ffn_norm`,
@@ -1455,6 +1488,7 @@ _BUILDERS = {
     "falcon": _falcon,
     "bloom": _bloom,
     "opt": _opt,
+    "qwen": _qwen_v1,
     "internlm2": _internlm2,
     "baichuan": _baichuan,
     "chatglm": _chatglm,
@@ -1470,6 +1504,7 @@ _TESTED_AGAINST_META = "analytic (equal to the transformers 5.23 meta-device bui
 
 _REMOTE = "analytic only (remote code, never run: module shapes from the published modeling file)"
 _ANALYTIC_ONLY = {
+    "qwen": _REMOTE.replace("the published", "Qwen/Qwen-7B modeling_qwen.py, the"),
     "internlm2": _REMOTE.replace("the published", "internlm/internlm2-chat-7b modeling_internlm2.py, the"),
     "baichuan": _REMOTE.replace("the published", "baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py, the"),
     "chatglm": _REMOTE.replace("the published", "THUDM/chatglm3-6b modeling_chatglm.py, the"),
