@@ -41,6 +41,8 @@ def test_guard_instruments_an_unmodified_trainer_on_every_rank(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "run"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # a host limit below what each rank already uses: every save is predicted not to fit, and with the opt-in
+    # the guard saves those checkpoints without optimizer state
     rc = main(
         [
             "guard",
@@ -48,6 +50,9 @@ def test_guard_instruments_an_unmodified_trainer_on_every_rank(tmp_path):
             str(out),
             "--host-measure",
             "rss",
+            "--host-limit-gib",
+            "0.25",
+            "--save-without-optimizer",
             "--",
             sys.executable,
             "-m",
@@ -76,5 +81,15 @@ def test_guard_instruments_an_unmodified_trainer_on_every_rank(tmp_path):
         assert max(r["step"] for r in recs if r["kind"] == "sample") == 4
         meta = recs[0]
         assert meta["options"]["host_measure"] == "rss"
+        (headroom,) = [
+            r["finding"]
+            for r in recs
+            if r["kind"] == "finding" and r["finding"]["id"] == "guard.save-headroom"
+        ]
+        assert headroom["data"]["saved_without_optimizer"] is True
+    ckpts = sorted(out.glob("checkpoint-*"))
+    assert ckpts and all(
+        not list(c.glob("global_step*")) for c in ckpts
+    )  # no DeepSpeed optimizer state saved
     err = json.loads((out / "zerodoctor" / "error-rank0.json").read_text())
     assert "out of memory" in (err["diagnosis"]["title"] + err["diagnosis"]["message"]).lower()

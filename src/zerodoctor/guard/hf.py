@@ -51,6 +51,10 @@ def _guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / MIB:.1f} MiB"
+
+
 class ZeroDoctorCallback(TrainerCallback):
     """Runtime guard for HF Trainer. Keyword arguments are `GuardOptions` fields; unset ones come from
     `ZERODOCTOR_GUARD_*` environment variables, then the defaults."""
@@ -206,13 +210,15 @@ class ZeroDoctorCallback(TrainerCallback):
             free_gpu = int(s["gpu_free"]) + int(s.get("gpu_reserved", 0)) - int(s.get("gpu_allocated", 0))
             if spike["gpu"] > free_gpu:
                 short.append(
-                    f"GPU: needs {spike['gpu'] / GIB:.2f} GiB more, {free_gpu / GIB:.2f} GiB free on rank {mon.rank}"
+                    f"GPU: needs {_size(spike['gpu'])} more, {_size(free_gpu)} free on rank {mon.rank}"
                 )
-        if "host" in spike and "node_used" in s:
-            used, limit, what = host_limit(s)
+        measure = mon.host_measure(s) if "node_used" in s else None
+        if "host" in spike and measure is not None:
+            used, limit, what = measure
             if spike["host"] > limit - used:
                 short.append(
-                    f"host ({what}): needs {spike['host'] / GIB:.2f} GiB more, {(limit - used) / GIB:.2f} GiB free"
+                    f"host ({what}): needs {_size(spike['host'])} more, {_size(limit - used)} free "
+                    f"({_size(used)} used of {_size(limit)})"
                 )
         if not short:
             return
@@ -220,7 +226,9 @@ class ZeroDoctorCallback(TrainerCallback):
         if skip_opt:
             self._restore_save_only_model = bool(args.save_only_model)
             args.save_only_model = True
-        if self._save_warned and not skip_opt:
+        if skip_opt:
+            mon.event("save_without_optimizer", reason="; ".join(short))
+        if self._save_warned:
             return
         self._save_warned = True
         mon.add_finding(

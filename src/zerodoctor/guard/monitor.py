@@ -300,7 +300,11 @@ class Monitor:
 
     # ---- host RAM trend ------------------------------------------------------------------------------------
 
-    def _trend_measure(self, s: dict[str, Any]) -> tuple[int, int, str] | None:
+    def host_measure(self, s: dict[str, Any]) -> tuple[int, int, str]:
+        """(used, limit, what) of host memory as the options say (cgroup/node/rss, limit override)."""
+        return self._trend_measure(s)
+
+    def _trend_measure(self, s: dict[str, Any]) -> tuple[int, int, str]:
         m = self.options.host_measure
         if m == "rss":
             limit = self.options.host_limit_bytes or int(s["node_total"])
@@ -317,10 +321,7 @@ class Monitor:
             return
         if self.options.host_measure != "rss" and self.local_rank != 0:
             return  # one judge per node: the node's memory is shared by its ranks
-        measure = self._trend_measure(s)
-        if measure is None:
-            return
-        used, limit, what = measure
+        used, limit, what = self._trend_measure(s)
         self._trend.append((time.time(), self.step, used))
         if self._trend_warned or len(self._trend) < self.options.trend_min_points:
             return
