@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from zerodoctor.models import resolve_model
 from zerodoctor.plan.activations import activation_bytes
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
@@ -79,3 +81,43 @@ def test_loss_in_the_model_dtype_is_cheaper_than_the_fp32_upcast():
     tv = 4096 * spec.params.vocab_size
     assert up.logits_and_loss == 12 * tv  # backward: three fp32 tensors of T x V
     assert own.logits_and_loss == 6 * tv  # logits + shifted copy + log-probabilities, all bf16
+
+
+def test_modules_to_save_train_a_copy_of_the_embeddings_next_to_the_adapters():
+    plain = _inputs(method="lora")
+    with_emb = _inputs(method="lora", trainable_modules=("embed_tokens", "lm_head"))
+    p0 = plan_strategy(plain, ZeroSettings(stage=3))
+    p1 = plan_strategy(with_emb, ZeroSettings(stage=3))
+    assert p1.trainable_params - p0.trainable_params == 2 * 128256 * 4096
+    assert p1.frozen_params == p0.frozen_params == plain.model.params.total
+    grad = _item(p1, "steady", "full-size gradient before reduce-scatter")
+    assert grad.bytes == 128256 * 4096 * 2
+
+
+def test_freeze_tuning_trains_the_last_layers():
+    i = _inputs(method="freeze", freeze_trainable_layers=2)
+    p = plan_strategy(i, ZeroSettings(stage=2))
+    per_layer = i.model.params.decoder_layers // i.model.params.num_layers
+    assert p.trainable_params == 2 * per_layer
+    assert p.frozen_params == i.model.params.total - 2 * per_layer
+
+
+def test_reference_model_is_partitioned_under_zero3_whole_below_and_on_the_host_with_param_offload():
+    i = _inputs(reference_model=True)
+    total = i.model.params.total
+    z3 = _item(plan_strategy(i, ZeroSettings(stage=3)), "steady", "reference model (frozen, 16-bit)")
+    assert z3.bytes == -(-total // 8) * 2
+    z2 = _item(plan_strategy(i, ZeroSettings(stage=2)), "load", "reference model (frozen, 16-bit)")
+    assert z2.bytes == total * 2
+    off = plan_strategy(i, ZeroSettings(stage=3, offload_optimizer="cpu", offload_param="cpu"))
+    host = next(h for h in off.phase("steady").host if h.name.startswith("reference model"))
+    assert host.bytes == -(-total // 8) * 2 * 8
+    assert _item(off, "steady", "reference model (frozen, 16-bit)") is None
+
+
+def test_paired_preference_inputs_double_the_activations():
+    one = plan_strategy(_inputs(seq_len=2048), ZeroSettings(stage=3))
+    two = plan_strategy(_inputs(seq_len=2048, paired_inputs=True), ZeroSettings(stage=3))
+    a1 = _item(one, "steady", "activations + logits/loss").bytes
+    a2 = _item(two, "steady", "activations + logits/loss").bytes
+    assert a2 == pytest.approx(2 * a1, rel=0.01)

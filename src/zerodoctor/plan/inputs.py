@@ -84,6 +84,18 @@ class Training:
     sequence_parallel: int = 1
     samples: int | None = None
     save_only_model: bool = False
+    trainable_modules: tuple[str, ...] = ()
+    """Whole modules trained next to LoRA adapters (PEFT `modules_to_save`, LLaMA-Factory `additional_target`,
+    e.g. ("embed_tokens", "lm_head")): PEFT trains a copy of each, the original stays frozen."""
+    freeze_trainable_layers: int = 2
+    """`method: "freeze"`: the last N decoder layers train (LLaMA-Factory `freeze_trainable_layers`)."""
+    reference_model: bool = False
+    """DPO/KTO with a separate frozen reference model (TRL `ref_model`; LLaMA-Factory builds one for full and
+    freeze tuning). False for LoRA (the base with adapters disabled is the reference) and reference-free
+    losses (ORPO, SimPO)."""
+    paired_inputs: bool = False
+    """Preference training that concatenates chosen and rejected: two sequences per sample in every forward
+    (TRL DPOTrainer `concatenated_forward`)."""
 
     @property
     def param_bytes(self) -> int:

@@ -288,10 +288,26 @@ def _steady_host(plan: StrategyPlan) -> int:
 
 
 def trainable_frozen(inputs: PlanInputs, training: Training) -> tuple[int, int]:
-    total = inputs.model.params.total
+    """(trainable, frozen) parameters. LoRA/QLoRA: the adapters plus a trainable copy of every module in
+    `trainable_modules` (PEFT ModulesToSaveWrapper keeps the original frozen); freeze tuning: the last
+    `freeze_trainable_layers` decoder layers (LLaMA-Factory model/adapter.py _setup_freeze_tuning)."""
+    p = inputs.model.params
+    total = p.total
     if training.method == "full":
         return total, 0
-    return inputs.model.lora_params(training.lora_rank, training.lora_targets), total
+    if training.method == "freeze":
+        n = min(max(training.freeze_trainable_layers, 0), p.num_layers)
+        per_layer = p.decoder_layers / max(p.num_layers, 1)
+        trainable = round(per_layer * n)
+        return trainable, total - trainable
+    extra = _module_numel(inputs, training.trainable_modules)
+    return inputs.model.lora_params(training.lora_rank, training.lora_targets) + extra, total
+
+
+def _module_numel(inputs: PlanInputs, names: tuple[str, ...]) -> int:
+    """Parameters of the modules whose last name component is in `names` (tied heads count once)."""
+    wanted = set(names)
+    return sum(m.total for m in inputs.model.modules if m.name in wanted or m.path in wanted)
 
 
 def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, float]:
@@ -318,7 +334,16 @@ def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
     p = inputs.model.params
     if training.method == "full":
         return p.largest_module_numel
-    return training.lora_rank * max(p.largest_linear_in, p.largest_linear_out)
+    if training.method == "freeze":  # a decoder layer's largest Linear
+        return max(
+            (lin.in_features * lin.out_features for lin in inputs.model.linear_modules()
+             if not is_output_layer(lin.path)),
+            default=0,
+        )  # fmt: skip
+    adapter = training.lora_rank * max(p.largest_linear_in, p.largest_linear_out)
+    wanted = set(training.trainable_modules)
+    saved = [m.numel for m in inputs.model.modules if m.name in wanted or m.path in wanted]
+    return max([adapter, *saved])
 
 
 def _pinned_host(c: ms.Component, zero: ZeroSettings, torch_version: str | None) -> tuple[int, str]:
@@ -388,7 +413,7 @@ def plan_strategy(
     )
     act = activation_bytes(
         spec,
-        micro_batch=t.micro_batch,
+        micro_batch=t.micro_batch * (2 if t.paired_inputs else 1),
         seq_len=t.seq_len,
         attn_impl=t.attn,
         gradient_checkpointing=t.gradient_checkpointing,
@@ -542,9 +567,36 @@ def plan_strategy(
         "plan/activations.py",
     )
 
+    # ---- DPO/KTO reference model ------------------------------------------------------------------------
+    ref_host: list[Item] = []
+    if t.reference_model:
+        # TRL prepare_deepspeed: the frozen reference model gets the same ZeRO-3 config (partitioned, its
+        # partitions on the host with offload_param), or stage 0 (whole per GPU) below ZeRO-3.
+        ref_src = "trl/models/utils.py prepare_deepspeed (reference model: same ZeRO-3 config, else stage 0)"
+        if zero.stage == 3 and zero.offload_param != "none":
+            part = -(-p.total // world) * pb
+            ref_host.append(
+                Item(
+                    "reference model partitions (offload_param)",
+                    part * n_local,
+                    f"{n_local} ranks x {part / GIB:.2f} GiB: frozen 16-bit copy of the model",
+                    ref_src,
+                )
+            )
+        else:
+            ref_bytes = -(-p.total // world) * pb if zero.stage == 3 else p.total * pb
+            reserve_items.append(
+                Item(
+                    "reference model (frozen, 16-bit)",
+                    ref_bytes,
+                    "partitioned over the ranks (ZeRO-3)" if zero.stage == 3 else "whole on every GPU",
+                    ref_src,
+                )
+            )
+
     # ---- load -------------------------------------------------------------------------------------------
     load_gpu = [*reserve_items, *gpu_states(lazy=False, transient=False)]
-    load_host = [baseline, *host_states(lazy=False, transient=False)]
+    load_host = [baseline, *ref_host, *host_states(lazy=False, transient=False)]
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
     if t.method == "qlora":
@@ -630,7 +682,7 @@ def plan_strategy(
     first = Phase(
         "first_step",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=True), *step_extra]),
-        tuple([baseline, *host_states(lazy=True, transient=True)]),
+        tuple([baseline, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
 
@@ -638,7 +690,7 @@ def plan_strategy(
     steady = Phase(
         "steady",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
-        tuple([baseline, *host_states(lazy=True, transient=False)]),
+        tuple([baseline, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
 
@@ -649,7 +701,7 @@ def plan_strategy(
     save = Phase(
         "save",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
-        tuple([baseline, *host_states(lazy=True, transient=False), *save_host_items]),
+        tuple([baseline, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
     return StrategyPlan(
