@@ -107,9 +107,9 @@ def check_readable(path: str | Path, *, what: str = "a config file") -> os.stat_
     if stat.S_ISDIR(mode):
         raise InputError(shown(path), f"is a directory, not {what}", hint="name the file inside it")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        raise InputError(shown(path), f"is a device, not {what}", hint=f"pass {what}")
+        raise InputError(shown(path), f"is a device, not {what}", hint=f"pass {what} (a file or a pipe)")
     if stat.S_ISSOCK(mode):
-        raise InputError(shown(path), f"is a socket, not {what}", hint=f"pass {what}")
+        raise InputError(shown(path), f"is a socket, not {what}", hint=f"pass {what} (a file or a pipe)")
     return st
 
 
