@@ -113,7 +113,8 @@ def evaluate(case: dict[str, Any], margin: float = DEFAULT_SAFETY_MARGIN) -> Out
     plan = plan_strategy(inputs, zero, margin=margin)
     with_save = case.get("phase") == "save"
     gpu, phase = plan.gpu_peak(include_save=with_save)
-    host, _ = plan.host_peak(include_save=with_save)
+    # A host kill report rarely says when the run died: any phase counts, the checkpoint save included.
+    host, _ = plan.host_peak(include_save=with_save or case["kind"] == "host_oom")
     gpu_fits = gpu <= plan.gpu_limit()
     host_fits = host <= plan.host_limit()
     kind = case["kind"]

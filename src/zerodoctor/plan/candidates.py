@@ -191,7 +191,7 @@ def judge(
                     ),
                     fixes=(Fix(_upper_first(_action(rec))),),
                     evidence=(where,),
-                    references=("failures.md A5",) if ph == "first_step" else (),
+                    references=("hiyouga/LlamaFactory#7532",) if ph == "first_step" else (),
                     source=SOURCE,
                     data={"phase": ph, "need_bytes": need, "capacity_bytes": cap},
                 )
@@ -214,7 +214,7 @@ def judge(
                     ),
                     fixes=(Fix(_upper_first(_host_action(inputs, yours, rec))),),
                     evidence=(where,),
-                    references=("failures.md A3", "deepspeedai/DeepSpeed#2984"),
+                    references=("deepspeedai/DeepSpeed#4380", "deepspeedai/DeepSpeed#2984"),
                     source=SOURCE,
                     data={"phase": ph, "need_bytes": need, "capacity_bytes": cap},
                 )
@@ -242,7 +242,10 @@ def judge(
                     ),
                     fixes=(Fix(_save_action(inputs, subject)),),
                     evidence=(Evidence(key="zero_optimization.stage3_gather_16bit_weights_on_model_save"),),
-                    references=("memory.md §12", "hiyouga/LlamaFactory#7532"),
+                    references=(
+                        "huggingface/transformers trainer.py _save_checkpoint",
+                        "hiyouga/LlamaFactory#7532",
+                    ),
                     source=SOURCE,
                     data={"host_spike_bytes": spike_host, "gpu_save_bytes": save.gpu_bytes},
                 )
@@ -276,7 +279,7 @@ def judge(
                     ),
                 ),
                 references=(
-                    "failures.md A4",
+                    "huggingface/peft#1972",
                     "huggingface/peft#1550",
                     "bitsandbytes-foundation/bitsandbytes#1249",
                 ),
@@ -303,7 +306,7 @@ def judge(
                         target="deepspeed",
                     ),
                 ),
-                references=("failures.md A5",),
+                references=("hiyouga/LlamaFactory#7532",),
                 source=SOURCE,
             )
         )
@@ -359,7 +362,7 @@ def judge(
                     f"{-(-t.samples // (t.micro_batch * dp)):,} micro-steps per rank, / gradient accumulation "
                     f"{t.grad_accum} = {steps:,} optimizer steps; if the run logs far fewer, check max_iters/max_steps"
                 ),
-                references=("failures.md A2",),
+                references=("huggingface/transformers trainer.py num_update_steps_per_epoch",),
                 source=SOURCE,
             )
         )

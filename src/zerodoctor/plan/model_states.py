@@ -339,7 +339,7 @@ def _stage3(
                     FROZEN16,
                     math.ceil(frozen * fb),
                     GPU,
-                    source="memory.md §14 (QLoRA weights not partitioned)",
+                    source="transformers modeling_utils (quantised loads skip zero.Init; bnb uint8 storage cannot be partitioned)",
                 )
             )
     if not part:
@@ -406,7 +406,7 @@ def _stage3(
                 NVME_OPTIMIZER_BUFFER_COUNT * largest_sub * FP32_BYTES,
                 HOST,
                 pinned=True,
-                source="deepspeed/runtime/swap_tensor/optimizer_utils.py (memory.md §11.4)",
+                source="deepspeed/runtime/swap_tensor/optimizer_utils.py",
             )
         )
     if off_param == "nvme":

@@ -460,7 +460,7 @@ def plan_strategy(
             "CUDA context",
             CUDA_CONTEXT_BYTES,
             "per process: context, kernels, cuBLAS workspaces (outside PyTorch's allocator)",
-            "phases.CUDA_CONTEXT_BYTES (memory.md §13-§14)",
+            "phases.CUDA_CONTEXT_BYTES (docs/memory-model.md)",
         )
     ]
     if world > 1:
@@ -469,7 +469,7 @@ def plan_strategy(
                 "NCCL buffers",
                 NCCL_BUFFER_BYTES,
                 f"communicator buffers of a {world}-rank world",
-                "phases.NCCL_BUFFER_BYTES (NCCL_BUFFSIZE; memory.md §14)",
+                "phases.NCCL_BUFFER_BYTES (NCCL_BUFFSIZE; docs/memory-model.md)",
             )
         )
     slack = EXPANDABLE_SLACK_BYTES if inputs.expandable_segments else ALLOCATOR_SLACK_BYTES
@@ -486,7 +486,7 @@ def plan_strategy(
         "process baseline",
         PER_RANK_HOST_BASELINE_BYTES * n_local,
         f"{n_local} ranks x {PER_RANK_HOST_BASELINE_BYTES / GIB:.0f} GiB",
-        "phases.PER_RANK_HOST_BASELINE_BYTES (memory.md §13)",
+        "phases.PER_RANK_HOST_BASELINE_BYTES (docs/memory-model.md)",
     )
 
     # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
@@ -569,6 +569,7 @@ def plan_strategy(
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
     ref_host: list[Item] = []
+    ref_gpu: list[Item] = []
     if t.reference_model:
         # TRL prepare_deepspeed: the frozen reference model gets the same ZeRO-3 config (partitioned, its
         # partitions on the host with offload_param), or stage 0 (whole per GPU) below ZeRO-3.
@@ -585,7 +586,7 @@ def plan_strategy(
             )
         else:
             ref_bytes = -(-p.total // world) * pb if zero.stage == 3 else p.total * pb
-            reserve_items.append(
+            ref_gpu.append(
                 Item(
                     "reference model (frozen, 16-bit)",
                     ref_bytes,
@@ -593,6 +594,9 @@ def plan_strategy(
                     ref_src,
                 )
             )
+
+    context_item = reserve_items[0]
+    reserve_items += ref_gpu
 
     # ---- load -------------------------------------------------------------------------------------------
     load_gpu = [*reserve_items, *gpu_states(lazy=False, transient=False)]
@@ -603,16 +607,21 @@ def plan_strategy(
         # transformers skips zero.Init for quantised models (failures.md A4): each rank loads the whole 4-bit
         # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
         whole = frozen_total_bytes + trainable * pb
+        # This peak is inside from_pretrained, before deepspeed.initialize: no NCCL communicator yet
+        # (ProcessGroupNCCL creates it at the first collective) and no allocator churn (weights are allocated
+        # once), so only the CUDA context is there.
         load_gpu = [
-            *reserve_items,
+            context_item,
+            *ref_gpu,
             Item(
                 "whole 4-bit model on every GPU",
                 whole,
                 f"{frozen_total_bytes / GIB:.1f} GiB quantised base + adapters: quantised loads skip zero.Init; "
                 "partitioned (if at all) only in deepspeed.initialize",
-                "failures.md A4; transformers modeling_utils (is_deepspeed_zero3_enabled and not is_quantized)",
+                "transformers modeling_utils (is_deepspeed_zero3_enabled and not is_quantized)",
             ),
-            *(i for i in load_gpu[len(reserve_items) :] if not i.name.endswith((ms.FROZEN16, ms.PARAM16))),
+            # deepspeed.initialize creates the partitioned states only after this peak (first_step and
+            # steady carry them), so they are not added here.
         ]
         load_host.append(
             Item(
@@ -633,7 +642,7 @@ def plan_strategy(
                 per_rank * n_local,
                 f"{n_local} ranks x ({p.total * pb / GIB:.1f} GiB model"
                 + (f" + {trainable * pb / GIB:.1f} GiB flatten copy)" if zero.stage < 3 else ")"),
-                "memory.md §11.3 init transient, §13 model loading",
+                "deepspeed/runtime/zero/stage_1_and_2.py (flattening copy); transformers from_pretrained per rank",
             )
         )
         load_note = "every rank loads the whole model (no zero.Init sharding)"
@@ -656,7 +665,7 @@ def plan_strategy(
                 "checkpoint shards being read",
                 shard * n_local,
                 f"zero.Init: ranks read shards and keep 1/{world} each ({n_local} x one shard)",
-                "memory.md §13 (Z3 with zero.Init)",
+                "transformers modeling_utils (zero.Init: shards read per rank, partitioned on load)",
             )
         )
     load = Phase("load", tuple(load_gpu), tuple(load_host), load_note)
@@ -806,7 +815,7 @@ def _save(
                 math.ceil(p.largest_module_numel * gather_gpu_bpp),
                 f"{p.largest_module_name}: {p.largest_module_numel:,} params, on every rank"
                 + (" (brought from host first: offload_param)" if zero.offload_param != "none" else ""),
-                "engine._zero3_consolidated_16bit_state_dict (memory.md §12)",
+                "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict",
             )
         )
         host.append(
@@ -814,7 +823,7 @@ def _save(
                 "rank 0: consolidated 16-bit state dict",
                 whole_model_bytes,
                 f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model copied to rank 0's host",
-                "engine._zero3_consolidated_16bit_state_dict param.detach().cpu() (memory.md §12)",
+                "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict (param.detach().cpu() on rank 0)",
             )
         )
         host.append(
@@ -822,7 +831,7 @@ def _save(
                 "safetensors shard being written",
                 min(LOAD_SHARD_BYTES, whole_model_bytes),
                 "node 0 only",
-                "memory.md §12 step 4",
+                "transformers modeling_utils save_pretrained (safetensors, one shard at a time)",
             )
         )
         weights, kind = whole_model_bytes, "consolidated 16-bit weights (rank 0)"
@@ -835,7 +844,14 @@ def _save(
                 "transformers 5.23 trainer.py save_model (lint/rules/_common.py is_hf_trainer_peft)",
             )
         )
-        host.append(Item("rank 0: adapter state dict", trainable * pb, "node 0 only", "memory.md §12"))
+        host.append(
+            Item(
+                "rank 0: adapter state dict",
+                trainable * pb,
+                "node 0 only",
+                "transformers trainer.py save_model (adapters only for PEFT)",
+            )
+        )
         weights, kind = trainable * pb, "adapter weights only"
     elif zero.stage == 3:
         weights, kind = 0, "no 16-bit weights (gather_16bit_weights_on_model_save false: ZeRO shards only)"
@@ -846,7 +862,7 @@ def _save(
                 "every rank: 16-bit state dict on CPU",
                 whole_model_bytes * n_local,
                 f"{n_local} ranks x {whole_model_bytes / GIB:.1f} GiB (clone_tensors_for_torch_save)",
-                "accelerator.get_state_dict, ZeRO-1/2 (memory.md §12)",
+                "accelerate accelerator.get_state_dict (ZeRO-1/2: clone_tensors_for_torch_save on every rank)",
             )
         )
         weights = trainable * pb if hf_peft else whole_model_bytes
@@ -878,7 +894,7 @@ def _save(
                     "torch.save staging of optimizer shards",
                     largest * n_local,
                     f"{n_local} ranks x largest GPU storage {largest / GIB:.1f} GiB copied to host",
-                    "torch/serialization.py::_save (memory.md §12 step 5)",
+                    "torch/serialization.py _save (each non-CPU storage copied to the host)",
                 )
             )
         if gather_false_z3 and not t.save_only_model:
