@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
 from generators import RandomDraw, build_case  # noqa: E402
-from runner import run_case  # noqa: E402
+from runner import preload, run_case  # noqa: E402
 
 CPU_LIMIT = 5.0
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = ap.parse_args(argv)
 
-    import zerodoctor.cli.main  # noqa: F401 - imported once here, shared by every forked case
+    preload()  # imported once here, shared by every forked case
 
     work = Path(tempfile.mkdtemp(prefix="zd-fuzz-"))
     if args.only is not None:

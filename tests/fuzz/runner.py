@@ -34,6 +34,34 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
 
 
+PRELOAD = (
+    "zerodoctor.cli.main",
+    "zerodoctor.lint.engine",
+    "zerodoctor.lint.fixer",
+    "zerodoctor.setup.load",
+    "zerodoctor.plan.candidates",
+    "zerodoctor.plan.inputs",
+    "zerodoctor.plan.emit",
+    "zerodoctor.env.snapshot",
+    "zerodoctor.kb.loader",
+    "zerodoctor.diagnose.judge",
+    "zerodoctor.diagnose.scan",
+    "zerodoctor.check.pipeline",
+    "zerodoctor.report.render",
+)
+
+
+def preload() -> None:
+    """Import what the commands import lazily, once, so that every forked case starts warm (a case then
+    costs what the command costs, not the imports). A module that does not exist (yet) is skipped."""
+    import contextlib
+    import importlib
+
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
 def materialize(case: Case, root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for name, data in case.files.items():

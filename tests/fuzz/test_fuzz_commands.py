@@ -35,8 +35,9 @@ from generators import (  # noqa: E402
     wide_line_expression,
     xtuner_py,
 )
-from runner import Outcome, run_case  # noqa: E402
+from runner import Outcome, preload, run_case  # noqa: E402
 
+preload()  # the forked cases start with the commands' modules imported
 CASE_SECONDS = 5.0
 KILL_SECONDS = 10.0
 EXAMPLES = {"lint": 25, "plan": 20, "env": 12, "kb": 6, "diagnose": 15, "files": 15, "check": 12}
