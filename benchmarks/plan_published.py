@@ -167,8 +167,9 @@ def markdown(outcomes: list[Outcome]) -> str:
             pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
             if o.case["kind"] == "host_oom":
                 pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
+            moved = " (moved from held-out)" if o.case.get("moved_from_heldout") else ""
             lines.append(
-                f"| [{o.case['id']}]({o.case['source']}) | {o.case['kind']} | {pub} | {pred} | "
+                f"| [{o.case['id']}]({o.case['source']}){moved} | {o.case['kind']} | {pub} | {pred} | "
                 f"{_fmt_err(o.error)} | {o.plan.status}{'' if o.verdict_right else ' **WRONG**'} |"
             )
         lines.append("")
