@@ -139,7 +139,10 @@ def read_bytes(path: str | Path, *, limit: int = MAX_CONFIG_BYTES, what: str = "
     process has the FIFO open for writing) instead of waiting forever.
     """
     if str(path) == STDIN:
-        return _read_stream(sys.stdin.buffer.fileno(), "<stdin>", limit, what)
+        try:
+            return _read_stream(sys.stdin.buffer.fileno(), "<stdin>", limit, what)
+        except (OSError, ValueError, AttributeError) as err:  # stdin closed, or not a real file
+            raise InputError("<stdin>", f"cannot read {what} from stdin: {err}") from None
     st = check_readable(path, what=what)
     if stat.S_ISREG(st.st_mode) and st.st_size > limit:
         raise _too_big(path, st.st_size, limit, what)
@@ -627,7 +630,10 @@ def replace_with_backup(path: Path, text: str) -> Path:
     except OSError as err:
         raise _os_error(path, err, "a file") from None
     backup = _free_backup(target, original)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _write_error(target, err) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
