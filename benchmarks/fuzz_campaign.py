@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
-from generators import RandomDraw, build_case  # noqa: E402
+from generators import RandomDraw, build_case, named_cases  # noqa: E402
 from runner import preload, run_case  # noqa: E402
 
 CPU_LIMIT = 5.0
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=20.0, help="wall seconds before a case counts as a hang")
     ap.add_argument("--only", type=int, help="run this one seed and print its output")
     ap.add_argument("--out", type=Path, help="write the summary as JSON here")
+    ap.add_argument(
+        "--named", action="store_true", help="run the cases issue 11 names; print a markdown table"
+    )
     args = ap.parse_args(argv)
 
     preload()  # imported once here, shared by every forked case
@@ -66,6 +69,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("problems:", o.problems)
         print(o.stderr[-4000:])
+        return 0
+
+    if args.named:
+        print("| case | exit | CPU s | wall s | outcome |\n|---|---|---|---|---|")
+        for name, case in named_cases().items():
+            o = run_case(case, work / f"n{len(name)}{abs(hash(name))}", timeout=args.timeout)
+            lines = [ln for ln in o.stderr.splitlines() if ln.strip()]
+            if o.code is None:
+                what = f"killed after {args.timeout:g} s (hang)"
+            elif o.problems:
+                what = "; ".join(p[:140] for p in o.problems)
+            else:
+                what = (lines[-1] if lines else (o.stdout.splitlines() or [""])[-1])[:140]
+            what = what.replace("|", "\\|")
+            print(f"| {name} | {o.code} | {o.cpu_seconds:.2f} | {o.seconds:.2f} | {what} |", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
         return 0
 
     start = time.monotonic()

@@ -93,7 +93,7 @@ def _too_big(path: str | Path, size: int | None, limit: int, what: str) -> Input
     return InputError(
         shown(path),
         f"larger than the {limit / 2**20:g} MiB zerodoctor reads as {what}{found}",
-        hint=f"pass the {what} itself; no real one is this large",
+        hint=f"check that this is {what}: no real one is this large",
     )
 
 
@@ -107,9 +107,9 @@ def check_readable(path: str | Path, *, what: str = "a config file") -> os.stat_
     if stat.S_ISDIR(mode):
         raise InputError(shown(path), f"is a directory, not {what}", hint="name the file inside it")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        raise InputError(shown(path), f"is a device, not {what}", hint=f"pass {what} (a file or a pipe)")
+        raise InputError(shown(path), f"is a device, not {what}", hint="pass the path of a regular file (or a pipe)")
     if stat.S_ISSOCK(mode):
-        raise InputError(shown(path), f"is a socket, not {what}", hint=f"pass {what} (a file or a pipe)")
+        raise InputError(shown(path), f"is a socket, not {what}", hint="pass the path of a regular file (or a pipe)")
     return st
 
 

@@ -409,8 +409,9 @@ def long_expression(draw: Draw) -> str:
 
 
 def wide_line_expression() -> str:
-    # about 600 KB on one line: a long sum of small dicts and lists
-    return "[" + ", ".join(f"dict(a={i}, b=[{i}, {i + 1}])" for i in range(22_000)) + "]"
+    # about 600 KB on one line: unknown calls and names (each becomes a Symbol with its source text; with
+    # ast.get_source_segment that was O(file) per symbol, minutes in all) inside dicts and lists
+    return "[" + ", ".join(f"Hook(a={i}, b=[{i}, x{i}], c=dict(d={i}))" for i in range(12_800)) + "]"
 
 
 # ---- text damage ------------------------------------------------------------------------------------------
@@ -913,4 +914,160 @@ def to_json(case: Case) -> dict[str, Any]:
         "argv": case.argv,
         "files": {k: len(v) for k, v in case.files.items()},
         "special": case.special,
+    }
+
+
+def named_cases() -> dict[str, Case]:
+    """The cases issue 11 names, one each (the suite runs them all; the campaign times them with --named)."""
+    return {
+        "5000-digit int in DeepSpeed JSON": Case(
+            "n",
+            ["lint", "ds.json"],
+            {"ds.json": ds_config({"train_batch_size": BIG_DIGITS}).encode()},
+            mentions=["ds.json"],
+        ),
+        "1e999 count in DeepSpeed JSON": Case(
+            "n",
+            ["lint", "ds.json"],
+            {"ds.json": ds_config({"gradient_accumulation_steps": "1e999"}).encode()},
+            mentions=["ds.json"],
+        ),
+        "NaN in DeepSpeed JSON": Case(
+            "n",
+            ["lint", "ds.json"],
+            {"ds.json": ds_config({"train_micro_batch_size_per_gpu": "NaN"}).encode()},
+            mentions=["ds.json"],
+        ),
+        "5000-digit int in YAML": Case(
+            "n",
+            ["lint", "a.yaml"],
+            {"a.yaml": hf_yaml({"per_device_train_batch_size": BIG_DIGITS}, ds=None).encode()},
+            mentions=["a.yaml"],
+        ),
+        "5000-digit int in model config": Case(
+            "n",
+            ["plan", "--model", "m.json"],
+            {"m.json": model_json({"hidden_size": BIG_DIGITS}).encode()},
+            mentions=["m.json"],
+        ),
+        "100,000 nested arrays in JSON": Case(
+            "n", ["lint", "d.json"], {"d.json": ("[" * 100_000 + "]" * 100_000).encode()}, mentions=["d.json"]
+        ),
+        "100,000 nested arrays in YAML": Case(
+            "n", ["lint", "d.yaml"], {"d.yaml": ("[" * 100_000 + "]" * 100_000).encode()}, mentions=["d.yaml"]
+        ),
+        "100,000 nested arrays in an env snapshot": Case(
+            "n",
+            ["env", "--no-deep", "--env", "e.json"],
+            {"e.json": ("[" * 100_000 + "]" * 100_000).encode()},
+            mentions=["e.json"],
+        ),
+        "100,000 nested arrays in a model config": Case(
+            "n",
+            ["plan", "--model", "m.json"],
+            {"m.json": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()},
+            mentions=["m.json"],
+        ),
+        "500 nested objects (position scanner)": Case(
+            "n",
+            ["lint", "d.json"],
+            {"d.json": ('{"zero_optimization": ' + '{"a": ' * 500 + "1" + "}" * 501).encode()},
+            mentions=["d.json"],
+        ),
+        "recursive YAML alias": Case(
+            "n",
+            ["lint", "r.yaml"],
+            {"r.yaml": b"per_device_train_batch_size: &r [1, *r]\noutput_dir: o\n"},
+            mentions=["r.yaml"],
+        ),
+        "billion laughs": Case(
+            "n", ["lint", "b.yaml"], {"b.yaml": billion_laughs(9).encode()}, mentions=["b.yaml"]
+        ),
+        "YAML control byte": Case(
+            "n", ["lint", "c.yaml"], {"c.yaml": b"output_dir: o\x01\nbf16: true\n"}, mentions=["c.yaml"]
+        ),
+        "duplicate key in a file --fix edits": Case(
+            "n",
+            ["lint", "--fix", "--in-place", "a.yaml"],
+            {
+                "a.yaml": hf_yaml(ds="ds.json").encode(),
+                "ds.json": duplicate_key("json", ds_config()).encode(),
+            },
+            mentions=["a.yaml", "ds.json"],
+        ),
+        "XTuner 10,000 terms": Case(
+            "n",
+            ["lint", "x.py"],
+            {"x.py": xtuner_py({"max_epochs": "+".join(["1"] * 10_000)}).encode()},
+            mentions=["x.py"],
+        ),
+        "XTuner 10**10**10": Case(
+            "n",
+            ["lint", "x.py"],
+            {"x.py": xtuner_py({"max_epochs": "10**10**10"}).encode()},
+            mentions=["x.py"],
+        ),
+        "XTuner 600 KB one-line expression": Case(
+            "n",
+            ["lint", "x.py"],
+            {"x.py": xtuner_py({"custom_hooks": wide_line_expression()}).encode()},
+            mentions=["x.py"],
+        ),
+        "path longer than the file system allows": Case(
+            "n", ["lint", "/".join(["d" * 200] * 30) + "/x.json"], mentions=["d" * 40]
+        ),
+        "FIFO with no writer": Case(
+            "n", ["lint", "fifo.json"], special={"fifo.json": "fifo"}, mentions=["fifo.json"]
+        ),
+        "/dev/zero": Case(
+            "n", ["lint", "zero.json"], special={"zero.json": "devzero"}, mentions=["zero.json"]
+        ),
+        "config.json that is not UTF-8": Case(
+            "n",
+            ["plan", "--model", "m/config.json"],
+            {"m/config.json": model_json().encode().replace(b'"llama"', b'"ll\xe9ama"')},
+            mentions=["config.json"],
+        ),
+        "13 MB config read as YAML": Case(
+            "n",
+            ["lint", "big.yaml"],
+            {
+                "big.yaml": (
+                    "per_device_train_batch_size: 1\nitems:\n"
+                    + "".join(f"  - {{k: {i}, v: x{i}}}\n" for i in range(500_000))
+                ).encode()
+            },
+            mentions=["big.yaml"],
+        ),
+        "--emit-ds-config newout/": Case(
+            "n",
+            [
+                "plan",
+                "--model",
+                "llama-3-8b",
+                "--gpus-per-node",
+                "8",
+                "--gpu-memory",
+                "80",
+                "--host-ram",
+                "1024",
+                "--emit-ds-config",
+                "newout/",
+            ],
+            mentions=["newout"],
+        ),
+        "--host-ram inf": Case(
+            "n", ["plan", "--model", "llama-3-8b", "--host-ram", "inf"], mentions=["--host-ram"]
+        ),
+        "--micro-batch 10**200": Case(
+            "n",
+            ["plan", "--model", "llama-3-8b", "--micro-batch", "1" + "0" * 200],
+            mentions=["--micro-batch"],
+        ),
+        "env snapshot from stdin": Case(
+            "n",
+            ["env", "--no-deep", "--env", "-"],
+            stdin=b"torch==2.1.0+cu121\ndeepspeed==0.14.1\n",
+            mentions=["stdin"],
+        ),
     }
