@@ -107,9 +107,13 @@ def check_readable(path: str | Path, *, what: str = "a config file") -> os.stat_
     if stat.S_ISDIR(mode):
         raise InputError(shown(path), f"is a directory, not {what}", hint="name the file inside it")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        raise InputError(shown(path), f"is a device, not {what}", hint="pass the path of a regular file (or a pipe)")
+        raise InputError(
+            shown(path), f"is a device, not {what}", hint="pass the path of a regular file (or a pipe)"
+        )
     if stat.S_ISSOCK(mode):
-        raise InputError(shown(path), f"is a socket, not {what}", hint="pass the path of a regular file (or a pipe)")
+        raise InputError(
+            shown(path), f"is a socket, not {what}", hint="pass the path of a regular file (or a pipe)"
+        )
     return st
 
 
