@@ -25,10 +25,32 @@ PHASES = set(EXTRACTOR_PHASES)  # the names diagnose reports
 # ---- coverage: these run whether or not the diagnose command exists --------------------------------------
 
 
+CLASS_IDS = {
+    "class:gpu-oom",
+    "class:host-oom-kill",
+    "class:collective-timeout",
+    "class:op-build-failure",
+    "class:import-error",
+    "class:config-rejected",
+    "class:library-assertion",
+    "class:crash",
+    "class:terminated",
+}
+THREAD_CASES = [c for c in EXPECTED if c.get("split")]
+
+
 def test_corpus_size_and_healthy_logs():
     assert len(EXPECTED) >= 30
     assert sum(1 for case in EXPECTED if case["top"] is None) >= 4
     assert sum(1 for case in EXPECTED if case["log"].startswith("healthy_")) >= 4
+
+
+def test_thread_logs_have_a_source_and_a_split_made_before_tuning():
+    """Every log from a public thread names its thread; the held-out third is every third file by name."""
+    assert len(THREAD_CASES) >= 30
+    for i, case in enumerate(sorted(THREAD_CASES, key=lambda c: c["log"])):
+        assert str(case.get("source", "")).startswith("https://github.com/"), case["log"]
+        assert case["split"] == ("heldout" if i % 3 == 2 else "tune"), case["log"]
 
 
 def test_every_kb_entry_has_a_corpus_log():
@@ -52,8 +74,10 @@ def test_expected_yaml_is_well_formed():
             for entry_id in case.get(key) or []:
                 assert entry_id in ids, f"{case['log']}: unknown id {entry_id!r} in {key}"
         if case["top"] is not None:
-            assert case["top"] in ids, f"{case['log']}: unknown top id {case['top']!r}"
+            assert case["top"] in ids | CLASS_IDS, f"{case['log']}: unknown top id {case['top']!r}"
             assert case["top"] not in (case.get("absent") or []), case["log"]
+        for entry_id in case.get("accept") or []:
+            assert entry_id in ids | CLASS_IDS, f"{case['log']}: unknown id {entry_id!r} in accept"
         assert case.get("phase") is None or case["phase"] in PHASES, case["log"]
         rank = case.get("first_failure_rank")
         assert rank is None or (isinstance(rank, int) and rank >= 0), case["log"]
@@ -82,15 +106,18 @@ def _diagnose(case, capsys):
 def test_corpus_log(case, capsys):
     pytest.importorskip("zerodoctor.cli.diagnose_cmd")  # skipped until the command exists
     findings = _diagnose(case, capsys)
+    if case.get("split") == "heldout":
+        # scored only by benchmarks/diagnose_accuracy.py at the end of a piece of work, never tuned against;
+        # here only: it is read without error
+        return
     ids = [f["id"] for f in findings]
     if case["top"] is None:
         errors = [f["id"] for f in findings if f["severity"] == "error"]
         assert not errors, f"{case['log']}: expected no error finding, got {errors}"
     else:
         assert findings, f"{case['log']}: no finding, expected {case['top']}"
-        assert findings[0]["id"] == case["top"], (
-            f"{case['log']}: top {ids[0]!r}, expected {case['top']!r} ({ids})"
-        )
+        want = {case["top"], *(case.get("accept") or [])}
+        assert findings[0]["id"] in want, f"{case['log']}: top {ids[0]!r}, expected {case['top']!r} ({ids})"
     for entry_id in case.get("also") or []:
         assert entry_id in ids, f"{case['log']}: {entry_id} should be a candidate ({ids})"
     for entry_id in case.get("absent") or []:
@@ -98,7 +125,9 @@ def test_corpus_log(case, capsys):
     if case.get("first_failure_rank") is not None:
         first = findings[0].get("data", {}).get("first_failure") or {}
         assert first.get("rank") == case["first_failure_rank"], f"{case['log']}: first failure {first}"
-    if case.get("phase") is not None:
+    if case.get("phase") is not None and not case.get("split"):
+        # thread logs: the phase the thread names is measured as a rate (benchmarks/diagnose_accuracy.py);
+        # some of them have no marker of it in the pasted lines
         assert findings[0].get("data", {}).get("phase") == case["phase"], (
             f"{case['log']}: {findings[0].get('data')}"
         )

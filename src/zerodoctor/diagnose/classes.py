@@ -39,6 +39,8 @@ _EXT = re.compile(
 )
 _MODULE = re.compile(r"No module named '(?P<mod>[\w.]{1,128})'|cannot import name '(?P<name>\w{1,128})'")
 _QUOTED_KEY = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})[`'\"]")
+_DS_VALIDATION = re.compile(r"validation errors? for deepspeed\w*config")
+_CONFIG_CLASS = re.compile(r"validation errors? for (?P<cls>[A-Za-z_]\w{0,80})")
 _LIBS = (
     "deepspeed",
     "transformers",
@@ -323,7 +325,17 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     where = f"{_where(ev)} during {_phase(ev)}"
     known = {k: v for k, v in sorted(versions.items()) if k in _LIBS}
     vers = ", ".join(f"{k} {v}" for k, v in known.items()) or "no versions printed in the log"
-    if any(h in low for h in _BUILD_HINTS) and ("error" in low or "exception" in low):
+    said = (
+        f"{exc_type} {message}".lower()
+    )  # the exception itself, not the frame paths (cpu_adam.py in a step)
+    built = any(h in said for h in _BUILD_HINTS) or (
+        tb is not None
+        and any(
+            f.func in ("_run_ninja_build", "jit_load", "_write_ninja_file_and_build_library")
+            for f in tb.frames
+        )
+    )
+    if built and ("error" in said or "exception" in said):
         m = _EXT.search(f"{message} {' '.join(f.file for f in tb.frames) if tb else ''}")
         op = next((g for g in (m.group("op"), m.group("op2"), m.group("op3")) if g), None) if m else None
         data["op"] = op
@@ -354,11 +366,14 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     config_frame = tb is not None and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
     if (
         (config_frame and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception")))
-        or ("validation error for deepspeed" in low or "deepspeedconfigerror" in low)
+        or (_DS_VALIDATION.search(low) is not None or "deepspeedconfigerror" in low)
         or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
     ):
         keys = [k.group("key") for k in _QUOTED_KEY.finditer(message)][:5]
         data["keys"] = keys
+        cm = _CONFIG_CLASS.search(message)
+        if cm:
+            data["config_class"] = cm.group("cls")
         who = "DeepSpeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
         return FailureClass(
             "config-rejected",

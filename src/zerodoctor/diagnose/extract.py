@@ -63,6 +63,7 @@ _OOM_FIELDS = {
     "reserved_total": re.compile(_SIZE + r" reserved in total by PyTorch"),
 }
 _GPU = re.compile(r"GPU (\d+)")
+_VALIDATION = re.compile(r"\d{1,6} validation errors? for [A-Za-z_]\w{0,80}")
 _DS_RC = re.compile(r"exits with return code = (-?\d+)")
 _LOCAL_RANK_ARG = re.compile(r"--local_rank=(\d+)")
 _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -136,6 +137,7 @@ _ENGINE_FUNCS = frozenset(
         "_configure_train_batch_size",
         "_do_sanity_check",
         "_prepare_deepspeed",
+        "deepspeed_init",  # transformers' wrapper around deepspeed.initialize
     }
 )
 _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_builder/builder.py")
@@ -152,7 +154,16 @@ _ZERO_INIT_FUNCS = frozenset(
     }
 )
 _TRAIN_FUNCS = frozenset(
-    {"training_step", "compute_loss", "forward", "backward", "_inner_training_loop", "train_step", "run_iter"}
+    {
+        "training_step",
+        "compute_loss",
+        "forward",
+        "backward",
+        "_inner_training_loop",
+        "train_step",
+        "run_iter",
+        "no_sync",  # gradient accumulation in the training loop (accelerate's accumulate, DeepSpeed engine)
+    }
 )
 
 
@@ -200,11 +211,16 @@ class OomNumbers:
 
     @property
     def verdict(self) -> str:
-        """'fragmentation' when the allocator holds at least the request reserved but unallocated,
-        'lack' when the memory is really not there, 'unknown' without the numbers."""
+        """'fragmentation' when the allocator holds at least twice the request reserved but unallocated,
+        'lack' when the memory is really not there, 'unknown' without the numbers.
+
+        Twice, not once: a cache barely larger than the request on a full device (0.35 GiB cached for a 0.25 GiB
+        request on a 14.56 GiB GPU holding 13.30 GiB, deepspeedai/DeepSpeed#3208) is a full device, and
+        expandable_segments would only move the OOM to the next allocation; the maintainers' answer there was
+        that the model needs more memory than the GPU has."""
         if self.tried is None or self.reserved_unallocated is None:
             return "unknown"
-        return "fragmentation" if self.reserved_unallocated >= self.tried else "lack"
+        return "fragmentation" if self.reserved_unallocated >= 2 * self.tried else "lack"
 
     @property
     def missing_gib(self) -> float | None:
@@ -440,6 +456,11 @@ class Extractor:
             self._frame(line)
         if "x:tb-exception" in keys:
             self._exception(line, hit)
+        if "x:config-validation" in keys and not _EXC.match(line.text):
+            # a pydantic error line mangled by interleaved ranks (".ValidationError: 3 validation errors ...")
+            m = _VALIDATION.search(line.text)
+            if m:
+                self._event("exception", line, hit, f"ValidationError: {m.group(0)}")
         if "x:oom-cuda" in keys:
             oom = parse_oom(line)
             if oom is not None and len(self.facts.ooms) < MAX_EVENTS:
@@ -658,15 +679,42 @@ class Extractor:
         return best
 
     def phase_of(self, ev: Event) -> str:
+        """The phase from the failure's own frames, else from the frames of the traceback chained after it
+        ("The above exception was the direct cause of the following exception": the callers, e.g.
+        deepspeed.initialize around a failed op build), else from the markers and progress before it."""
         tb = self._traceback_of(ev)
-        if tb is not None and tb.frames:
+        phase = self._phase_from_frames(tb, ev) if tb is not None else "unknown"
+        if phase == "unknown":
+            nxt = self._chained_after(ev)
+            if nxt is not None:
+                phase = self._phase_from_frames(nxt, ev)
+        return phase if phase != "unknown" else self.phase_at(ev.line, ev.seq, ev.progress)
+
+    def _chained_after(self, ev: Event) -> Traceback | None:
+        tb = self._traceback_of(ev)
+        end = tb.end.lineno if tb is not None and tb.end is not None else ev.line.lineno
+        for t in self.facts.tracebacks:
+            if (
+                t is not tb
+                and t.source == ev.line.source
+                and t.rank == ev.rank
+                and 0 < t.start.lineno - end <= 8
+                and t.frames
+            ):
+                return t
+        return None
+
+    def _phase_from_frames(self, tb: Traceback, ev: Event) -> str:
+        if tb.frames:
             funcs = {f.func for f in tb.frames}
             files = " ".join(f.file for f in tb.frames)
             if funcs & _SAVE_FUNCS:
                 return "checkpoint_save"
             if funcs & _EVAL_FUNCS:
                 return "evaluation"
-            if funcs & _OPT_FUNCS or ("step" in funcs and ("torch/optim/" in files or "zero/stage" in files)):
+            if funcs & _OPT_FUNCS or (
+                "step" in funcs and ("torch/optim/" in files or "zero/stage" in files or "ops/adam/" in files)
+            ):
                 return self._optimizer_phase(ev, "_init_group" in funcs)
             cpu_adam_init = any(f.func == "__init__" and "ops/adam/cpu_adam.py" in f.file for f in tb.frames)
             if (
@@ -686,7 +734,7 @@ class Extractor:
                 return "zero_init"
             if funcs & _LOAD_FUNCS:
                 return "load"
-        return self.phase_at(ev.line, ev.seq, ev.progress)
+        return "unknown"
 
     def _optimizer_phase(self, ev: Event, creating_state: bool) -> str:
         """First optimizer step or a later one. HF/DeepSpeed progress counts optimizer steps; mmengine's

@@ -250,7 +250,21 @@ def judge(
         findings[0] = replace(
             findings[0], data={**findings[0].data, "failure_class": {"id": fclass.id, **fclass.data}}
         )
-    if not any(f.severity is Severity.ERROR for f in findings):
+    explained = first is not None and any(
+        not c.warning_only
+        and (
+            (c.anchor is not None and (c.anchor is first or _same_incident(c.anchor, first)))
+            or any(
+                ln.source == first.line.source and ln.lineno == first.line.lineno for _s, ln, _g in c.evidence
+            )
+        )
+        for c in candidates
+    )
+    if fclass is not None and first is not None and not explained and fclass.severity == "error":
+        # entries matched other lines (a warning, a loss pattern) but none explains the run's first failure:
+        # the verdict is what happened first, the entries follow as other candidates
+        findings.insert(0, _class_finding(fclass, first))
+    elif not any(f.severity is Severity.ERROR for f in findings):
         if fclass is not None and first is not None and not any(f.id == fclass.id for f in findings):
             # no entry explains the failure: the class layer still names what happened, first
             findings.insert(0, _class_finding(fclass, first))

@@ -20,6 +20,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "tb-head": r"Traceback \(most recent call last\)",
     "tb-frame": r'File "[^"\n]+", line \d+, in ',
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(: |:?\s*$)",
+    # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
+    "config-validation": r"\d+ validation errors? for [A-Za-z_]",
     # CUDA and host OOM
     "oom-cuda": r"CUDA out of memory|OutOfMemoryError",
     "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory",

@@ -285,6 +285,7 @@ _NEW_RECORD = re.compile(
     rb"^(?:\[|\s*File \"|Traceback|\s*\^|\d{4}-\d\d-\d\d|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*: |[A-Z]\d{4} |\s{2,}\S"
     rb"|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b|\{'|\s*\d+%\|)"
 )
+_FRAME_LINE = re.compile(rb'File "[^"]+", line \d+, in [\w<>.]+\s*$')
 _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
 
 
@@ -301,6 +302,8 @@ def _wrapped_end(chunk: bytes, start: int, stop: int) -> int:
         if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
             break
         cur = chunk[line_start:end].rstrip(b"\r")
+        if _FRAME_LINE.search(cur):  # a whole traceback frame line: the next line is its source line
+            break
         padded = cur.endswith(b" ")
         at_width = len(cur) in _TERMINAL_WIDTHS
         mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
