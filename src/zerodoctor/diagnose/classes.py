@@ -139,6 +139,8 @@ def _last_frame(tb: Traceback | None) -> str | None:
 
 
 _PHASE_OOM_HINT = {
+    "tokenization": "the dataset was being tokenized/mapped (worker processes each hold a copy of their shard)",
+    "resume": "a checkpoint was being read back (optimizer and ZeRO states are loaded on top of the model)",
     "load": "the model was being loaded: each rank materialised weights on its GPU (no ZeRO-3 partitioning at "
     "load, a device_map, or inference/predict without ZeRO-3 loads the whole model on every GPU)",
     "zero_init": "parameters were being created inside zero.Init",

@@ -34,7 +34,9 @@ def _warning_signatures() -> frozenset[tuple[str, str]]:
 MAX_WARNINGS = 20
 
 PHASES = (
+    "tokenization",
     "load",
+    "resume",
     "zero_init",
     "engine_init",
     "first_optimizer_step",
@@ -112,13 +114,24 @@ _LOAD_FUNCS = frozenset(
     {
         "from_pretrained",
         "_load_pretrained_model",
-        "load_checkpoint",
-        "_load_zero_checkpoint",
         "get_peft_model",
         "prepare_model_for_kbit_training",
         "from_config",
         "load_model",
         "load_state_dict",
+    }
+)
+# Resuming a run: the Trainer and DeepSpeed reading a checkpoint's optimizer/ZeRO states back.
+_RESUME_FUNCS = frozenset(
+    {
+        "_load_from_checkpoint",
+        "deepspeed_load_checkpoint",
+        "_load_zero_checkpoint",
+        "_load_optimizer_and_scheduler",
+        "_load_rng_state",
+        "load_checkpoint",
+        "_load_checkpoint",
+        "resume",
     }
 )
 # deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
@@ -710,6 +723,8 @@ class Extractor:
             files = " ".join(f.file for f in tb.frames)
             if funcs & _SAVE_FUNCS:
                 return "checkpoint_save"
+            if funcs & _RESUME_FUNCS:
+                return "resume"
             if funcs & _EVAL_FUNCS:
                 return "evaluation"
             if funcs & _OPT_FUNCS or (
@@ -775,6 +790,8 @@ class Extractor:
         if marker is not None and (p_line is None or marker[1].lineno > p_line):
             kind = marker[0]
             return {
+                "data": "tokenization",
+                "resume": "resume",
                 "load": "load",
                 "zero-init": "load" if "finished initializing" in marker[1].text else "zero_init",
                 "engine": "engine_init",

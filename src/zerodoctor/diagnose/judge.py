@@ -38,13 +38,13 @@ _PHASE_FIT: dict[str, frozenset[str]] = {
     "checkpoint_save": frozenset({"checkpoint_save"}),
     "forward": frozenset({"training_step", "evaluation", "first_optimizer_step"}),
     "backward": frozenset({"training_step", "first_optimizer_step"}),
-    "load": frozenset({"load", "zero_init"}),
+    "load": frozenset({"load", "zero_init", "resume"}),
     "init": frozenset({"load", "zero_init", "engine_init"}),
     "config": frozenset({"load", "zero_init", "engine_init"}),
     "install": frozenset({"load", "zero_init", "engine_init"}),
-    "resume": frozenset({"load"}),
+    "resume": frozenset({"resume", "load"}),
     "eval": frozenset({"evaluation"}),
-    "data": frozenset({"load", "training_step"}),
+    "data": frozenset({"tokenization", "load", "training_step"}),
 }
 _ECHO_KINDS = frozenset({"nccl", "watchdog"})
 # Signature kinds that are not a failure on their own: a message a healthy run also prints.

@@ -49,7 +49,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "ver-hf-env": r"- (`transformers` version|PyTorch version|Accelerate version|DeepSpeed version"
     r"|PEFT version|bitsandbytes version): ",
     # phase markers (rare lines)
+    # dataset preparation: LLaMA-Factory/HF datasets map, TRL's dataset preparation, XTuner's processing
+    "phase-data": r"Running tokenizer on dataset|Tokenizing (?:train|eval) dataset|Applying chat template to"
+    r"|Converting format of dataset|Map \(num_proc=\d+\)|Packing (?:train|eval) dataset",
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under",
+    # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
+    "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
+    r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint",
     "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
     r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
     "phase-engine": r"DeepSpeed Final Optimizer|Time to load cpu_adam op|DeepSpeed LR Scheduler = ",
