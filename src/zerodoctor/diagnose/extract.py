@@ -780,7 +780,8 @@ class Extractor:
     def _phase_from_markers_at(self, line: LogLine, seq: int, progress: Progress | None) -> str:
         marker: tuple[str, LogLine, int] | None = None
         for m in self.facts.markers:
-            if m[2] < seq and m[1].source == line.source:
+            # same seq: an earlier segment of the same physical line (a tqdm bar the failure was glued onto)
+            if m[1].source == line.source and (m[2] < seq or (m[2] == seq and m[1].text != line.text)):
                 marker = m
         p = progress
         p_line = p.lineno if p is not None and p.lineno <= line.lineno else None
