@@ -125,3 +125,40 @@ def test_log_numbers() -> None:
     assert log_int(HUGE) is None and log_int("x9") is None and log_int("") is None
     assert log_float(".") is None and log_float("nan") is None and log_float("1e999") is None
     assert log_float("1.5") == 1.5
+
+
+def test_named_pipe_without_writer_does_not_hang(tmp_path: Path, run_cli) -> None:
+    import os
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    code, _out, err = run_cli("diagnose", str(fifo))
+    assert code == 2 and "empty" in err and "Traceback" not in err
+
+
+def test_named_pipe_with_a_writer_is_streamed(tmp_path: Path, run_cli) -> None:
+    import os
+    import threading
+    import time
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as f:
+            f.write(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+
+    t = threading.Thread(target=write)
+    t.start()
+    time.sleep(0.3)  # the writer is waiting in open(): a reader then sees it (a pipe with no writer reads empty)
+    try:
+        code, out, err = run_cli("diagnose", str(fifo), "--format", "json")
+    finally:
+        t.join(timeout=5)
+    assert code == 1, err
+    assert '"class:gpu-oom"' in out
+
+
+def test_device_is_refused(run_cli) -> None:
+    code, _out, err = run_cli("diagnose", "/dev/null")
+    assert code == 2 and "device" in err

@@ -11,8 +11,11 @@ a binary file (NUL bytes in the first block), a corrupt `.gz`.
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -194,16 +197,17 @@ def open_source(path: str) -> Source:
                 f"{path}: is a directory", hint="give the log files themselves, e.g. DIR/*.log"
             )
         try:
-            raw = p.open("rb")
+            raw = _open_log(path)
+            magic = raw.read(2)
         except FileNotFoundError:
             raise DiagnoseError(f"{path}: no such file", hint="check the path") from None
         except OSError as exc:
             raise DiagnoseError(
                 f"{path}: cannot open: {exc.strerror or exc}", hint="check the permissions"
             ) from None
-        magic = raw.read(2)
-        raw.seek(0)
-        stream = _Gunzip(raw) if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+        # no seek: a named pipe or a process substitution (/dev/fd/63) cannot seek
+        joined = _Prepend(magic, raw)
+        stream = _Gunzip(joined) if magic == b"\x1f\x8b" else joined  # type: ignore[assignment,arg-type]
         head = _peek(stream, name)
     if not head:
         raise DiagnoseError(f"{name}: the log is empty", hint="give the file the job's stdout/stderr went to")
@@ -222,6 +226,23 @@ def open_source(path: str) -> Source:
                 "undecodable bytes are shown as U+FFFD"
             )
     return src
+
+
+def _open_log(path: str) -> BinaryIO:
+    """Open a log for reading: a regular file, or a named pipe / process substitution (streamed). A pipe with
+    no writer is opened without blocking and then reads as empty (no hang); devices and sockets are refused."""
+    st = os.stat(path)
+    if stat.S_ISFIFO(st.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        raise DiagnoseError(
+            f"{path}: is a device or socket, not a log file",
+            hint="give the file the job's output went to, or pipe it in with -",
+        )
+    return open(path, "rb")  # noqa: SIM115 - closed by Source.close
 
 
 def _peek(stream: BinaryIO, name: str) -> bytes:
