@@ -48,7 +48,10 @@ PHASES = (
 )
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit))(?::\s?(.*))?\s*$")
+# `ray.exceptions.RayTaskError(ActorDiedError): ...`: Ray wraps the actor's exception type in parentheses
+_EXC = re.compile(
+    r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)(?:\([A-Za-z_][\w.]*\))?)(?::\s?(.*))?\s*$"
+)
 # bounded, and not starting inside a longer number: a 5,000-digit size is no size (and `[\d.]+` on it is
 # quadratic in re.search)
 _SIZE = r"(?<![\d.])([\d.]{1,24}) (GiB|MiB|KiB|bytes|B)"
@@ -176,6 +179,11 @@ _TRAIN_FUNCS = frozenset(
         "train_step",
         "run_iter",
         "no_sync",  # gradient accumulation in the training loop (accelerate's accumulate, DeepSpeed engine)
+        # ZeRO-3's module hooks run inside forward/backward
+        "_pre_forward_module_hook",
+        "_post_forward_module_hook",
+        "_end_of_forward_hook",
+        "_post_backward_module_hook",
     }
 )
 

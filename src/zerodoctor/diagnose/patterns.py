@@ -19,7 +19,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
     "tb-head": r"Traceback \(most recent call last\)",
     "tb-frame": r'File "[^"\n]+", line \d+, in ',
-    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(: |:?\s*$)",
+    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
     # CUDA and host OOM
