@@ -150,7 +150,9 @@ def test_named_pipe_with_a_writer_is_streamed(tmp_path: Path, run_cli) -> None:
 
     t = threading.Thread(target=write)
     t.start()
-    time.sleep(0.3)  # the writer is waiting in open(): a reader then sees it (a pipe with no writer reads empty)
+    time.sleep(
+        0.3
+    )  # the writer is waiting in open(): a reader then sees it (a pipe with no writer reads empty)
     try:
         code, out, err = run_cli("diagnose", str(fifo), "--format", "json")
     finally:
