@@ -333,3 +333,13 @@ def test_check_imports_no_torch_deepspeed_or_transformers():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.engine
+def test_check_run_adds_the_selftest_tier(run_cli):
+    """`check --run` runs the setup's own ZeRO config on the real engine (2 gloo ranks) as the last tier."""
+    code, out, err = run_cli("check", str(EXAMPLES / "healthy-hf-zero3"), "--run", "--format", "json")
+    doc = json.loads(out)
+    selftest = next(c for c in doc["checked"] if c["what"] == "selftest")
+    assert selftest["checked"] and "passed" in selftest["detail"] and "gloo" in selftest["detail"], selftest
+    assert (code, doc["verdict"]) == (0, "ready"), [f["title"] for f in doc["findings"]]

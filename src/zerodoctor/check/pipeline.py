@@ -66,6 +66,8 @@ class CheckOptions:
     only: frozenset[str] | None = None
     skip: frozenset[str] | None = None
     margin: float = 0.10
+    selftest: bool = False  # --run: run the setup in miniature on the installed stack (zerodoctor.selftest)
+    selftest_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -173,9 +175,23 @@ def run_check(options: CheckOptions) -> CheckReport:
                 data={"phase": "launch", "not_checked": "memory plan"},
             )
         )
-    checked.append(
-        Checked("selftest", False, "not run: `zerodoctor check --run` runs the setup in miniature")
-    )
+    if options.selftest:
+        result = _selftest(run, options.selftest_timeout_s)
+        findings += [_with_selftest_phase(f) for f in result.findings]
+        passed = sum(1 for c in result.checks if c.status == "passed")
+        checked.append(
+            Checked(
+                "selftest",
+                True,
+                f"{result.path}, {result.model}: {'passed' if result.ok else 'FAILED'} in "
+                f"{result.wall_seconds:.0f} s ({passed}/{len(result.checks)} positive checks passed); "
+                f"cannot show: {'; '.join(result.limits)}",
+            )
+        )
+    else:
+        checked.append(
+            Checked("selftest", False, "not run: `zerodoctor check --run` runs the setup in miniature")
+        )
 
     findings = [f for f in findings if _selected(f, options)]
     findings = _merge(_with_phase(f) for f in findings)
@@ -195,6 +211,35 @@ def run_check(options: CheckOptions) -> CheckReport:
 
 
 # ---- pieces ---------------------------------------------------------------------------------------------
+
+# The selftest's phases -> when the problem would bite in the real run.
+SELFTEST_PHASES = {
+    "distributed-init": "launch",
+    "model-build": "load",
+    "engine-init": "launch",
+    "forward-backward": "steady_state",
+    "clip-step": "first_optimizer_step",
+    "optimizer-steps": "first_optimizer_step",
+    "inspect": "load",
+    "checkpoint-save": "checkpoint_save",
+    "reload": "checkpoint_save",
+    "reference": "steady_state",
+}
+SELFTEST_CHECK_PHASES = {"saved-weights": "checkpoint_save", "reload": "checkpoint_save"}
+
+
+def _selftest(run: RunDescription, timeout_s: float) -> Any:
+    """The deepest tier: the run's own ZeRO config on a shrunken model of its family, 2 local ranks."""
+    from zerodoctor.selftest import run_selftest, spec_from_setup
+
+    return run_selftest(spec_from_setup(run.files), ranks=2, timeout_s=timeout_s)
+
+
+def _with_selftest_phase(f: Finding) -> Finding:
+    phase = SELFTEST_PHASES.get(str(f.data.get("phase")))
+    if phase is None:
+        phase = SELFTEST_CHECK_PHASES.get(str(f.data.get("check")), "launch")
+    return replace(f, data={**f.data, "phase": phase})
 
 
 def _environment(options: CheckOptions, found: Any) -> tuple[Environment, str]:
@@ -241,8 +286,8 @@ def _locate_plan_finding(f: Finding, run: RunDescription) -> Finding:
 
 
 def _selected(f: Finding, options: CheckOptions) -> bool:
-    if f.id in ("ZD002",):
-        return True  # what could not be checked is always said
+    if f.id in ("ZD002",) or f.source == "selftest":
+        return True  # what could not be checked, and what the requested selftest found, are always said
     if options.only is not None and f.id not in options.only:
         return False
     return not (options.skip is not None and f.id in options.skip)
@@ -250,6 +295,8 @@ def _selected(f: Finding, options: CheckOptions) -> bool:
 
 def _with_phase(f: Finding) -> Finding:
     phase = None
+    if f.source == "selftest":
+        return f  # placed by _with_selftest_phase
     if f.id.startswith("PLAN") and f.data.get("phase") in PLAN_PHASES:
         phase = PLAN_PHASES[str(f.data["phase"])]
     elif f.id == "KB001":

@@ -60,6 +60,16 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "--deep", action="store_true", help="when probing this machine, ask DeepSpeed which ops build"
     )
     p.add_argument(
+        "--run",
+        action="store_true",
+        dest="selftest",  # `run` is the command's entry point on the namespace
+        help="deepest tier: also run the setup's ZeRO config for real on a shrunken model of its family "
+        "(`zerodoctor selftest`: 2 local ranks, clipping, save, reload; needs torch and DeepSpeed)",
+    )
+    p.add_argument(
+        "--run-timeout", type=count_arg, default=600, metavar="S", help="seconds for --run (default 600)"
+    )
+    p.add_argument(
         "--framework",
         choices=("hf", "llamafactory", "accelerate", "xtuner", "deepspeed"),
         help="how the job is launched, when the files do not say",
@@ -128,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             only=resolve_check_ids(args.only, "--only"),
             skip=resolve_check_ids(args.skip, "--skip"),
             margin=args.margin / 100,
+            selftest=args.selftest,
+            selftest_timeout_s=args.run_timeout,
         )
     )
     from zerodoctor.report import check as render

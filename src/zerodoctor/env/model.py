@@ -287,7 +287,11 @@ def _build(cls: type[Any], raw: Any, where: str) -> Any:
     if not isinstance(raw, Mapping):
         raise TypeError(f"{where!r} must be an object, got {type(raw).__name__}")
     names = {f.name for f in fields(cls)}
+    from pydantic import TypeAdapter, ValidationError  # types of every field checked (a hand-edited snapshot)
+
     try:
-        return cls(**{k: v for k, v in raw.items() if k in names})
-    except TypeError as exc:
-        raise TypeError(f"{where}: {exc}") from None
+        return TypeAdapter(cls).validate_python({k: v for k, v in raw.items() if k in names})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise TypeError(f"{where}.{loc}: {err['msg']} (got {err.get('input')!r})"[:300]) from None

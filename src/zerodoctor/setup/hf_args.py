@@ -10,6 +10,7 @@ mismatch TrainingArguments values" if any mismatch was recorded. Tested against 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,10 +68,11 @@ def coerce(value: Any, typ: type) -> Any:
             return bool(value)
         if typ is int:
             f = float(value)
-            return int(f) if f == int(f) else value
+            return int(f) if math.isfinite(f) and f == int(f) else value  # "inf" stays as written: not a count
         if typ is float:
-            return float(value)
-    except (TypeError, ValueError):
+            f = float(value)
+            return f if math.isfinite(f) else value
+    except (TypeError, ValueError, OverflowError):
         return value
     return value
 

@@ -520,12 +520,20 @@ def resolve_reference(base: Path, ref: str, search_dirs: list[Path] | None = Non
     naming file's folder and its parents (LLaMA-Factory paths are relative to its repo root), then the CWD."""
     p = Path(ref)
     if p.is_absolute():
-        return p if p.is_file() else None
+        return p if _is_file(p) else None
     candidates = [d / p for d in [base.parent, *base.parent.parents][:4]]
     candidates += [Path.cwd() / p, *((d / p) for d in (search_dirs or []))]
     for c in candidates:
-        if c.is_file():
+        if _is_file(c):
             return c
     # A bare file name next to the naming file (people move the JSON beside the YAML).
     sibling = base.parent / p.name
-    return sibling if sibling.is_file() else None
+    return sibling if _is_file(sibling) else None
+
+
+def _is_file(path: Path) -> bool:
+    """`Path.is_file`, where a name the file system refuses (too long, a NUL byte) is simply not a file."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
