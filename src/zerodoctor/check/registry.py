@@ -93,7 +93,9 @@ def _build() -> dict[str, CheckInfo]:
     out["ZD001"] = CheckInfo(
         "ZD001", "setup.missing-reference", "a file the config names is missing", "setup", "launch"
     )
-    out["ZD003"] = CheckInfo("ZD003", "setup.invalid-value", "a setting the run cannot use", "setup", "launch")
+    out["ZD003"] = CheckInfo(
+        "ZD003", "setup.invalid-value", "a setting the run cannot use", "setup", "launch"
+    )
     out["ZD002"] = CheckInfo("ZD002", "check.not-checked", "what could not be checked", "setup", "launch")
     return out
 
