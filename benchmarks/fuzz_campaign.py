@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     slowest_cpu = (0.0, -1, "")
     slowest_wall = (0.0, -1, "")
     peak = (0, -1, "")
+    peak_by_command: dict[str, int] = collections.defaultdict(int)
+    cpu_by_command: dict[str, float] = collections.defaultdict(float)
     done = 0
     for seed in range(args.start, args.start + args.cases):
         if time.monotonic() - start > args.seconds:
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             slowest_cpu = (o.cpu_seconds, seed, case.describe()[:160])
         if o.seconds > slowest_wall[0] and o.code is not None:
             slowest_wall = (o.seconds, seed, case.describe()[:160])
+        command = case.label.split("/")[0]
+        peak_by_command[command] = max(peak_by_command[command], o.max_rss_kib)
+        cpu_by_command[command] = max(cpu_by_command[command], o.cpu_seconds)
         if o.max_rss_kib > peak[0]:
             peak = (o.max_rss_kib, seed, case.describe()[:160])
         if done % 500 == 0:
@@ -161,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             "case": slowest_wall[2],
         },
         "peak_rss_mib": {"mib": round(peak[0] / 1024, 1), "seed": peak[1], "case": peak[2]},
+        "peak_rss_mib_by_command": {k: round(v / 1024, 1) for k, v in sorted(peak_by_command.items())},
+        "slowest_cpu_by_command": {k: round(v, 2) for k, v in sorted(cpu_by_command.items())},
     }
     print(json.dumps(summary, indent=2))
     if args.out:
