@@ -121,3 +121,20 @@ def test_paired_preference_inputs_double_the_activations():
     a1 = _item(one, "steady", "activations + logits/loss").bytes
     a2 = _item(two, "steady", "activations + logits/loss").bytes
     assert a2 == pytest.approx(2 * a1, rel=0.01)
+
+
+def test_gptq_base_is_whole_on_every_gpu_with_its_group_constants():
+    bnb = _inputs(method="qlora", quant_storage="bfloat16")
+    gptq = _inputs(method="qlora", quant_method="gptq", quant_group_size=128)
+    z3 = ZeroSettings(stage=3)
+    p_bnb, p_gptq = plan_strategy(bnb, z3), plan_strategy(gptq, z3)
+    frozen = {c.name: c.bytes for c in p_gptq.components}["frozen16"]
+    linear = sum(
+        lin.in_features * lin.out_features * lin.count
+        for lin in gptq.model.linear_modules()
+        if not lin.path.endswith("lm_head")
+    )
+    rest = gptq.model.params.total - linear
+    assert frozen == pytest.approx(linear * (0.5 + 2.5 / 128) + rest * 2, rel=1e-6)  # not divided by 8
+    assert {c.name: c.bytes for c in p_bnb.components}["frozen16"] < frozen / 4  # bnb: partitioned
+    assert _item(p_gptq, "steady", "gptq dequantised weight") is not None

@@ -96,6 +96,11 @@ class Training:
     paired_inputs: bool = False
     """Preference training that concatenates chosen and rejected: two sequences per sample in every forward
     (TRL DPOTrainer `concatenated_forward`)."""
+    quant_method: str = "bnb"
+    """QLoRA's 4-bit base: "bnb" (bitsandbytes NF4/FP4, quantised at load), "gptq" or "awq" (a pre-quantised
+    checkpoint: int32-packed 4-bit weights with fp16 scales and packed zeros per `quant_group_size`)."""
+    quant_group_size: int = 128
+    """GPTQ/AWQ `group_size` from the checkpoint's quantization_config."""
 
     @property
     def param_bytes(self) -> int:

@@ -321,7 +321,13 @@ def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, flo
         for lin in spec.linear_modules()
         if not is_output_layer(lin.path)
     )
-    if training.double_quant:
+    if training.quant_method in ("gptq", "awq"):
+        # Pre-quantised checkpoints (auto-gptq / autoawq QuantLinear): qweight int32 packs eight 4-bit weights,
+        # per group of `group_size` input rows one fp16 scale and one 4-bit zero per output column; g_idx
+        # (GPTQ) is one int32 per input row, negligible per weight.
+        g = max(training.quant_group_size, 1)
+        const = 2 / g + 0.5 / g
+    elif training.double_quant:
         const = 1 / BNB_BLOCKSIZE + 4 / (BNB_BLOCKSIZE * BNB_NESTED_BLOCKSIZE)
     else:
         const = 4 / BNB_BLOCKSIZE
@@ -388,7 +394,9 @@ def plan_strategy(
     trainable, frozen = trainable_frozen(inputs, t)
     if t.method == "qlora":
         frozen_total_bytes, fbp = qlora_frozen_bytes(inputs, t)
-        frozen_partitioned = zero.stage == 3 and t.quant_storage != "uint8"
+        # ZeRO-3 partitions bnb weights stored in a float dtype (bnb_4bit_quant_storage); GPTQ/AWQ int32
+        # buffers are not parameters at all, so every GPU keeps the whole quantised base.
+        frozen_partitioned = zero.stage == 3 and t.quant_storage != "uint8" and t.quant_method == "bnb"
     else:
         frozen_total_bytes, fbp = frozen * pb, float(pb)
         frozen_partitioned = True
@@ -551,7 +559,9 @@ def plan_strategy(
         )
         fwd_extra.append(
             Item(
-                "bnb dequantised weight",
+                "bnb dequantised weight"
+                if t.quant_method == "bnb"
+                else f"{t.quant_method} dequantised weight",
                 qlin.in_features * qlin.out_features * pb,
                 f"largest quantised Linear {qlin.path} ({qlin.in_features} x {qlin.out_features}) dequantised "
                 f"to {pb} B during forward/backward (lm_head stays unquantised)",
