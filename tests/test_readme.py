@@ -63,3 +63,13 @@ def test_every_readme_command_runs_as_written(command, tmp_path):
     assert proc.returncode in (0, 1), (command, proc.stdout[-2000:], proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.strip(), command
+
+
+def test_pre_commit_hook_runs_check():
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "zerodoctor-check")
+    assert hook["entry"] == "zerodoctor check" and hook["pass_filenames"] is False
+    # the entry is the installed console script
+    assert "zerodoctor = " in (ROOT / "pyproject.toml").read_text()
