@@ -138,3 +138,15 @@ def test_gptq_base_is_whole_on_every_gpu_with_its_group_constants():
     assert frozen == pytest.approx(linear * (0.5 + 2.5 / 128) + rest * 2, rel=1e-6)  # not divided by 8
     assert {c.name: c.bytes for c in p_bnb.components}["frozen16"] < frozen / 4  # bnb: partitioned
     assert _item(p_gptq, "steady", "gptq dequantised weight") is not None
+
+
+def test_cutoff_len_is_a_cap_the_longest_sample_decides():
+    cap = plan_strategy(_inputs(seq_len=8192), ZeroSettings(stage=3))
+    short = plan_strategy(_inputs(seq_len=8192, longest_sample_tokens=1024), ZeroSettings(stage=3))
+    same = plan_strategy(_inputs(seq_len=1024), ZeroSettings(stage=3))
+    act = "activations + logits/loss"
+    assert (
+        _item(short, "steady", act).bytes
+        == _item(same, "steady", act).bytes
+        < _item(cap, "steady", act).bytes
+    )

@@ -101,6 +101,10 @@ class Training:
     checkpoint: int32-packed 4-bit weights with fp16 scales and packed zeros per `quant_group_size`)."""
     quant_group_size: int = 128
     """GPTQ/AWQ `group_size` from the checkpoint's quantization_config."""
+    longest_sample_tokens: int | None = None
+    """The longest tokenised sample of the dataset, when known. Batches are padded to their longest sample
+    (LLaMA-Factory / TRL collators, `padding=True`) and `seq_len` (`cutoff_len`, `max_length`) is only the cap,
+    so the peak is planned at min(seq_len, longest_sample_tokens); None = at the cap (packing fills it)."""
 
     @property
     def param_bytes(self) -> int:

@@ -422,7 +422,7 @@ def plan_strategy(
     act = activation_bytes(
         spec,
         micro_batch=t.micro_batch * (2 if t.paired_inputs else 1),
-        seq_len=t.seq_len,
+        seq_len=min(t.seq_len, t.longest_sample_tokens or t.seq_len),
         attn_impl=t.attn,
         gradient_checkpointing=t.gradient_checkpointing,
         dtype_bytes=pb,
@@ -571,7 +571,8 @@ def plan_strategy(
     act_item = Item(
         "activations + logits/loss",
         int(act.peak),
-        f"micro batch {t.micro_batch} x seq {t.seq_len}, {t.attn}, gradient checkpointing "
+        f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, {t.attn}, "
+        "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
         f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
         "plan/activations.py",
