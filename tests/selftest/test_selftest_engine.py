@@ -67,8 +67,8 @@ def test_healthy_zero3_offload_setup_passes_every_check(tmp_path, capsys):
     code, doc = _selftest_json(
         capsys, [str(tmp_path), "--world-size", "16", "--workdir", str(tmp_path / "run")]
     )
-    assert time.time() - t0 < 60
     st = doc["selftest"]
+    assert time.time() - t0 - st["jit_build_seconds"] < 60  # under a minute with DeepSpeed's ops built
     assert code == 0, st
     assert st["path"].startswith("gloo + DeepSpeed cpu accelerator, 2 ranks")
     assert [p["status"] for p in st["phases"]] == ["passed"] * 10
@@ -187,8 +187,8 @@ def test_rank_that_dies_or_hangs_mid_step_does_not_hang_the_others(tmp_path, kin
         _ds_only(tmp_path, config), fault={"rank": 1, "phase": "optimizer-steps", "kind": kind}
     )
     t0 = time.time()
-    result = run_selftest(spec, workdir=tmp_path / "run", phase_timeout_s=10)
-    assert time.time() - t0 < 90
+    result = run_selftest(spec, workdir=tmp_path / "run", phase_timeout_s=8)
+    assert time.time() - t0 - result.jit_build_seconds < 90
     assert not result.ok
     step = result.phase("optimizer-steps")
     assert step.status == ("timed out" if kind == "hang" else "interrupted")

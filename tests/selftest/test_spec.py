@@ -53,8 +53,12 @@ def test_default_spec_scales_knobs_so_zero3_still_partitions():
 
 
 def test_train_batch_size_follows_the_ranks_only_when_it_fits_the_user_world(tmp_path):
-    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-           "zero_optimization": {"stage": 2}}
+    cfg = {
+        "train_batch_size": 64,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+        "zero_optimization": {"stage": 2},
+    }
     (tmp_path / "ds.json").write_text(json.dumps(cfg))
     fits = spec_from_setup(load_setup([tmp_path / "ds.json"], framework="deepspeed", world_size=16))
     assert run_config(fits, 2)[0]["train_batch_size"] == 8

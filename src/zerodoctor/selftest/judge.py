@@ -140,7 +140,10 @@ def _phase_results(ranks: list[RankLog], launch: Launch) -> list[PhaseResult]:
 
 
 def _phase_detail(name: str, ranks: list[RankLog]) -> str:
-    """What a passed phase is worth saying: the op build or load time inside engine init."""
+    """What a passed phase is worth saying: the time DeepSpeed spent building or loading its ops."""
+    if name == "distributed-init" and ranks:
+        builds = ranks[0].data("distributed-init").get("jit_builds") or {}
+        return "; ".join(f"{op} JIT-built (init took {sec} s)" for op, sec in builds.items())
     if name != "engine-init" or not ranks:
         return ""
     data = ranks[0].data("engine-init")
@@ -149,6 +152,16 @@ def _phase_detail(name: str, ranks: list[RankLog]) -> str:
     if data.get("initialize_seconds") is not None:
         parts.append(f"deepspeed.initialize {data['initialize_seconds']} s")
     return "; ".join(parts)
+
+
+def _jit_seconds(ranks: list[RankLog]) -> float:
+    """Seconds rank 0 spent JIT-building DeepSpeed ops (distributed init and engine init)."""
+    if not ranks:
+        return 0.0
+    init = ranks[0].data("distributed-init").get("jit_builds") or {}
+    ops = ranks[0].data("engine-init").get("ops") or {}
+    built = [float(v["seconds"]) for v in ops.values() if v.get("how") == "JIT-built"]
+    return round(max(init.values(), default=0.0) + sum(built), 2)
 
 
 def _rel(a: float, b: float) -> float:
@@ -523,6 +536,7 @@ def judge(
             )
         )
         findings.extend(known)
+    findings.extend(_lock_findings(launch))
     findings.extend(_check_findings(spec, checks))
     if accel == "cpu":
         findings.append(
@@ -548,9 +562,45 @@ def judge(
         wall_seconds=launch.wall_seconds,
         log_path=str(launch.log_path),
         workdir=str(launch.workdir),
+        jit_build_seconds=_jit_seconds(logs),
         versions=versions,
         first_error=first,
     )
+
+
+def _lock_findings(launch: Launch) -> list[Finding]:
+    """A setup phase that hung while an old JIT-build lock file existed: name the file."""
+    locks = (launch.watchdog or {}).get("stale_locks") or []
+    if not locks:
+        return []
+    import datetime as _dt
+
+    shown = [
+        f"{path} (created {_dt.datetime.fromtimestamp(m, _dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
+        for path, m in locks
+    ]
+    return [
+        Finding(
+            id="selftest-stale-jit-lock",
+            severity=Severity.ERROR,
+            title="DeepSpeed op load waited on a JIT build lock left by a killed build",
+            message=(
+                f"The ranks hung in phase '{launch.watchdog.get('phase') if launch.watchdog else ''}' while "
+                f"these lock files, older than this run, existed: {'; '.join(shown)}. torch's extension builder "
+                "waits for such a lock to disappear; a build killed while holding it (a CI timeout, Ctrl-C) "
+                "leaves it behind and every later DeepSpeed op load on this machine waits forever."
+            ),
+            fixes=tuple(
+                Fix(
+                    "make sure no build is running (no cc1plus / ninja process), then delete the lock file",
+                    command=f"rm {path}",
+                )
+                for path, _m in locks[:3]
+            ),
+            evidence=tuple(Evidence(file=path) for path, _m in locks[:3]),
+            source="selftest",
+        )
+    ]
 
 
 def _check_findings(spec: SelftestSpec, checks: list[CheckResult]) -> list[Finding]:

@@ -34,5 +34,8 @@ def summary_text(result: SelftestResult, *, source: str) -> str:
     if result.limits:
         lines += ["", "what this CPU run cannot show:"]
         lines += [f"  - {text}" for text in result.limits]
-    lines += ["", f"log: {result.log_path}   ({result.wall_seconds:.1f} s wall)", ""]
+    jit = (
+        f", {result.jit_build_seconds:.1f} s of it building DeepSpeed ops" if result.jit_build_seconds else ""
+    )
+    lines += ["", f"log: {result.log_path}   ({result.wall_seconds:.1f} s wall{jit})", ""]
     return "\n".join(lines)

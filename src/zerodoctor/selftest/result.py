@@ -94,6 +94,8 @@ class SelftestResult:
     wall_seconds: float
     log_path: str
     workdir: str
+    # time spent JIT-building DeepSpeed ops during this run (DeepSpeed's cost, not the selftest's)
+    jit_build_seconds: float = 0.0
     versions: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     first_error: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
@@ -114,6 +116,7 @@ class SelftestResult:
             "limits": list(self.limits),
             "model": self.model,
             "wall_seconds": self.wall_seconds,
+            "jit_build_seconds": self.jit_build_seconds,
             "phases": [p.to_dict() for p in self.phases],
             "checks": [c.to_dict() for c in self.checks],
             "adaptations": [a.to_dict() for a in self.adaptations],

@@ -27,8 +27,10 @@ from zerodoctor.selftest.shrink import TINY_VOCAB
 from zerodoctor.selftest.spec import SelftestSpec, run_config
 
 DEFAULT_TIMEOUT_S = 600
-PHASE_LIMITS_S = {"distributed-init": 120.0, "model-build": 120.0, "engine-init": 420.0}
-"""Per-phase limits; engine init includes a JIT build of DeepSpeed's CPU Adam (about a minute on 2 cores)."""
+PHASE_LIMITS_S = {"distributed-init": 420.0, "model-build": 120.0, "engine-init": 420.0}
+"""Per-phase limits of the setup phases. Both can include a JIT build of a DeepSpeed op: the CPU
+accelerator builds its shared-memory collectives op in distributed init, CPU Adam is built in engine init
+(each one to two minutes on a busy 2-core machine)."""
 DEFAULT_PHASE_LIMIT_S = 120.0
 AFTER_FAILURE_GRACE_S = 15.0
 """How long the other ranks may run on after one rank failed or died, before the watchdog ends them."""
@@ -104,6 +106,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the torchrun child, before exec: get SIGTERM when the launching process dies (Linux), so a killed
+    `zerodoctor selftest` (a CI timeout) does not leave ranks behind holding DeepSpeed's JIT build lock."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except Exception:  # noqa: BLE001 - not Linux: the watchdog still ends the group while we live
+        pass
+
+
+def stale_build_locks(older_than: float) -> list[tuple[Path, float]]:
+    """torch's JIT-build lock files (TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions) created before
+    `older_than` (a time): a build killed while holding one leaves every later DeepSpeed op load waiting on
+    it forever (torch.utils.file_baton.FileBaton)."""
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    found = []
+    for lock in list(root.glob("*/*/lock")) + list(root.glob("*/lock")):
+        try:
+            mtime = lock.stat().st_mtime
+        except OSError:
+            continue
+        if mtime < older_than:
+            found.append((lock, mtime))
+    return found
+
+
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """End torchrun and every rank it started (they share the session we gave it)."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
@@ -156,7 +187,13 @@ def launch(
     watchdog: dict[str, Any] | None = None
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         try:
             first_failure_at: float | None = None
@@ -206,6 +243,8 @@ def launch(
             if proc.poll() is None:
                 _end_group(proc)
     wall = round(time.time() - t0, 2)
+    if watchdog is not None and watchdog.get("phase") in ("distributed-init", "engine-init"):
+        watchdog["stale_locks"] = [(str(p), m) for p, m in stale_build_locks(t0)]
     text = log_path.read_bytes().decode("utf-8", errors="replace")
     return Launch(
         read_rank_logs(out, ranks), proc.returncode, log_path, workdir, wall, watchdog, text[-6000:]

@@ -216,6 +216,22 @@ def _inspect(engine: Any, stage: int) -> dict[str, Any]:
     return out
 
 
+def _extension_builds() -> dict[str, float]:
+    """Modification time of every JIT-built extension library (torch's extension cache), by op name."""
+    try:
+        from torch.utils.cpp_extension import get_default_build_root
+
+        root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+        found = list(root.glob("*/*/*.so")) + list(root.glob("*/*.so"))
+        return {p.parent.name: p.stat().st_mtime for p in found}
+    except Exception:  # noqa: BLE001 - only decides the wording of a timing
+        return {}
+
+
+def _changed(before: dict[str, float], after: dict[str, float]) -> list[str]:
+    return sorted(name for name, mtime in after.items() if before.get(name) != mtime)
+
+
 def _load_ops(spec: dict[str, Any]) -> dict[str, Any]:
     """Load (or JIT-build) the DeepSpeed ops the offload settings need, timed on their own."""
     zero = spec["ds_config"].get("zero_optimization") or {}
@@ -240,19 +256,13 @@ def _load_ops(spec: dict[str, Any]) -> dict[str, Any]:
     for name in wanted:
         builder = getattr(builders, name)()
         prebuilt = bool(installed_ops.get(builder.name))
-        cached = False
-        if not prebuilt:
-            try:
-                from torch.utils.cpp_extension import _get_build_directory
-
-                build_dir = Path(_get_build_directory(builder.name, verbose=False))
-                cached = any(build_dir.glob("*.so"))
-            except Exception:  # noqa: BLE001 - only decides the wording
-                cached = False
+        before = _extension_builds()
         t0 = time.perf_counter()
         builder.load()
-        how = "prebuilt" if prebuilt else ("loaded from the JIT cache" if cached else "JIT-built")
-        result[builder.name] = {"how": how, "seconds": round(time.perf_counter() - t0, 2)}
+        seconds = round(time.perf_counter() - t0, 2)
+        built = builder.name in _changed(before, _extension_builds())
+        how = "prebuilt" if prebuilt else ("JIT-built" if built else "loaded from the JIT cache")
+        result[builder.name] = {"how": how, "seconds": seconds}
     return result
 
 
@@ -273,9 +283,14 @@ def run(spec_path: Path, out_dir: Path) -> int:
             import torch.distributed as dist
             from deepspeed.accelerator import get_accelerator
 
+            before = _extension_builds()
+            t_init = time.perf_counter()
             deepspeed.init_distributed(
                 timeout=timedelta(seconds=float(spec.get("collective_timeout_s", 120)))
             )
+            # DeepSpeed's CPU accelerator JIT-builds its shared-memory collectives op here
+            init_secs = round(time.perf_counter() - t_init, 2)
+            init_builds = {name: init_secs for name in _changed(before, _extension_builds())}
             accel = get_accelerator()
             adapt = []
             wanted = spec["precision"]
@@ -306,6 +321,7 @@ def run(spec_path: Path, out_dir: Path) -> int:
                 deepspeed=deepspeed.__version__,
                 precision=use,
                 adaptations=adapt,
+                jit_builds=init_builds,
                 cuda=bool(torch.cuda.is_available()),
             )
         with rec.phase("model-build"):
