@@ -76,3 +76,19 @@ def test_cli_input_errors_exit_2(tmp_path, capsys):
     assert main(["selftest", str(tmp_path / "missing.json")]) == 2
     assert main(["selftest", "--model", "llama-3.1-8b"]) == 2
     assert "give its files too" in capsys.readouterr().err
+
+
+def test_stale_jit_build_lock_is_found(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from zerodoctor.selftest.run import stale_build_locks
+
+    lock = tmp_path / "py311_cpu" / "cpu_adam" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert [p for p, _m in stale_build_locks(time.time())] == [lock]
+    assert stale_build_locks(old - 1) == []
