@@ -79,4 +79,11 @@ def hf_run(tmp_path_factory) -> Run:
 def ds_run(tmp_path_factory) -> Run:
     pytest.importorskip("deepspeed")
     out = tmp_path_factory.mktemp("ds") / "run"
-    return torchrun("ds", out, *ENGINE_FLAGS, env={**ENGINE_ENV, "ZERODOCTOR_GUARD_FAULT": "ds_step"})
+    # rank 1 stays 8 s away from a barrier rank 0 waits in: with a 2 s hang timeout both watchdogs dump
+    env = {
+        **ENGINE_ENV,
+        "ZERODOCTOR_GUARD_FAULT": "ds_step",
+        "ZERODOCTOR_GUARD_HANG_MIN_S": "2",
+        "ZERODOCTOR_GUARD_HANG_FACTOR": "1",
+    }
+    return torchrun("ds", out, *ENGINE_FLAGS, "--hang-seconds", "8", env=env)

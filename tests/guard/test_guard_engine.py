@@ -140,3 +140,17 @@ def test_report_of_the_real_run_renders_offline(hf_run, tmp_path, capsys):
     assert "GPU telemetry not available" in html
     dom, console = open_in_chromium(out / "index.html", tmp_path / "profile")
     assert console == [] and 'data-charts="2/2"' in dom
+
+
+def test_rank_late_to_a_collective_leaves_stack_dumps_from_every_rank(ds_run, capsys):
+    """Rank 1 is elsewhere (sleeping) while rank 0 waits in a barrier: both watchdogs dump, and the report
+    says where each rank stood."""
+    from zerodoctor.report.run_report import load_run
+
+    report = load_run(ds_run.out)
+    stacks = {s["rank"]: s["top_frames"] for s in report.stacks}
+    assert set(stacks) == {0, 1}, ds_run.output[-3000:]
+    assert any(f.startswith("barrier") for f in stacks[0]), stacks[0]
+    assert any(f.startswith("busy_elsewhere") for f in stacks[1]), stacks[1]
+    (hang,) = [f for f in report.findings if f.id == "report.hang-stacks"]
+    assert hang.data["ranks_dumped"] == [0, 1]

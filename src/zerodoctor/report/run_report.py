@@ -312,20 +312,22 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func
 
 
 def _read_stacks(d: Path, ranks: list[int]) -> list[dict[str, Any]]:
-    """Which ranks' watchdogs fired and where each one's current thread stood (innermost frame first)."""
+    """Which ranks' watchdogs fired and where each one's main thread stood in its last dump (innermost first)."""
     out = []
     for rank in ranks:
         p = d / f"stacks-rank{rank}.txt"
         text = p.read_text(errors="replace") if p.exists() else ""
         if not text.strip():
             continue
-        frames: list[str] = []
-        block = text.split("Timeout")[-1]
-        current = block.split("Current thread")[-1] if "Current thread" in block else block
-        for line in current.splitlines():
-            m = _FRAME.match(line)
-            if m:
-                frames.append(f"{m['func']} ({Path(m['file']).name}:{m['line']})")
+        block = text.split("Timeout (")[-1]
+        threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", block)
+        # the main thread is the one whose outermost frame is the script's <module>
+        main = next((t for t in threads if " in <module>" in t), threads[-1])
+        frames = [
+            f"{m['func']} ({Path(m['file']).name}:{m['line']})"
+            for m in (_FRAME.match(line) for line in main.splitlines())
+            if m
+        ]
         out.append({"rank": rank, "file": p.name, "dumps": text.count("Timeout ("), "top_frames": frames[:6]})
     return out
 

@@ -54,6 +54,12 @@ def grow() -> None:
     GROW.append(block)
 
 
+def busy_elsewhere(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
 def wrong_device_check(engine, out: Path, rank: int) -> None:
     import torch
 
@@ -153,6 +159,10 @@ def run_ds(a: argparse.Namespace, out: Path) -> None:
         (out / f"done_rank{rank}.json").write_text(json.dumps({"global_step": engine.global_steps}))
         if a.wrong_device:
             wrong_device_check(engine, out, rank)
+        if a.hang_seconds:
+            if rank == 1:
+                busy_elsewhere(a.hang_seconds)  # rank 1 is late; rank 0 waits in the collective
+            torch.distributed.barrier()
         if a.raise_on_rank is not None and rank == a.raise_on_rank:
             raise RuntimeError(INJECTED)
     guard.close()
@@ -168,6 +178,7 @@ def main() -> None:
     p.add_argument("--wrong-device", action="store_true")
     p.add_argument("--raise-on-rank", type=int)
     p.add_argument("--no-callback", action="store_true")
+    p.add_argument("--hang-seconds", type=float, default=0)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     (run_hf if a.mode == "hf" else run_ds)(a, a.out)
