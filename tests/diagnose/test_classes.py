@@ -69,3 +69,11 @@ def test_stopped_from_outside_is_not_an_error(tmp_path: Path) -> None:
     )
     findings = diagnose([str(log)]).findings
     assert findings[0].id == "class:terminated" and findings[0].severity is Severity.WARNING
+
+
+def test_nccl_system_error_is_not_called_a_timeout() -> None:
+    """deepspeedai/DeepSpeed#2931 (2-node inference): an InfiniBand completion error, then ncclSystemError."""
+    top = diagnose([str(LOGS / "nccl_ib_error.log")]).findings[0]
+    assert top.id == "class:nccl-error"
+    assert "NET/IB : Got completion from peer" in top.data["failure_class"]["nccl_warn"]
+    assert "timeout" not in top.title.lower()

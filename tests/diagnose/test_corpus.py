@@ -29,6 +29,7 @@ CLASS_IDS = {
     "class:gpu-oom",
     "class:host-oom-kill",
     "class:collective-timeout",
+    "class:nccl-error",
     "class:op-build-failure",
     "class:import-error",
     "class:config-rejected",

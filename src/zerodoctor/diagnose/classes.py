@@ -259,6 +259,34 @@ def _host_oom(ev: Event, facts: Facts) -> FailureClass:
     )
 
 
+_TIMEOUT = re.compile(r"(?i)timed? ?out|watchdog")
+_NCCL_OWN = re.compile(
+    r"(?i)ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL error"
+)
+
+
+def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
+    """An NCCL error on a rank (not a timeout): a system call, the network (IB/RoCE, sockets), shared memory."""
+    nccl = [e for e in facts.events if e.kind in ("nccl", "exception") and _NCCL_OWN.search(e.detail)] or [ev]
+    ranks = sorted({e.rank for e in nccl if e.rank is not None})
+    data: dict[str, Any] = {"ranks": ranks, "phase": ev.phase, "line": ev.line.location()}
+    warn = next((e.line.text.strip() for e in facts.events if "NCCL WARN" in e.line.text), None)
+    proves = f"{_where(ev)} failed in NCCL during {_phase(ev)}: {ev.detail[:200].rstrip('. ')}."
+    if warn:
+        data["nccl_warn"] = warn[:300]
+        proves += f" NCCL's own warning: {warn[:200].rstrip('. ')}."
+    return FailureClass(
+        "nccl-error",
+        "NCCL communication error" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
+        proves,
+        "which resource failed unless NCCL's warning says it (a socket or InfiniBand/RoCE link, /dev/shm, a "
+        "peer that died first): NCCL_DEBUG=INFO shows the failing call.",
+        "rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET); check that every node reaches the others on "
+        "the interface NCCL picked (NCCL_SOCKET_IFNAME), /dev/shm size in containers, and that no rank died before.",
+        data,
+    )
+
+
 def _collective(ev: Event, facts: Facts) -> FailureClass:
     watch = [e for e in facts.events if e.kind == "watchdog"] or [ev]
     ranks = sorted({e.rank for e in watch if e.rank is not None})
@@ -444,8 +472,10 @@ def classify(
         return _gpu_oom(first, oom)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
-    if first.kind in ("watchdog", "nccl"):
+    if first.kind == "watchdog" or (first.kind == "nccl" and _TIMEOUT.search(first.detail)):
         return _collective(first, facts)
+    if first.kind == "nccl" or (first.kind == "exception" and _NCCL_OWN.search(first.detail)):
+        return _nccl_error(first, facts)
     if first.kind == "exception":
         return _exception_class(first, versions)
     if first.kind == "exit":
