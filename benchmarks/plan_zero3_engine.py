@@ -136,6 +136,12 @@ def _host(offload: bool) -> dict[str, Any]:
     engine.step()
     gc.collect()
     after_step = proc.memory_info().rss
+    # The save path: what HF Trainer's save_model does under ZeRO-3 with stage3_gather_16bit_weights_on_model_save
+    # (engine._zero3_consolidated_16bit_state_dict): every module gathered in turn, rank 0 keeps a CPU copy.
+    state = engine._zero3_consolidated_16bit_state_dict()
+    after_gather = proc.memory_info().rss
+    held = sum(t.numel() * t.element_size() for t in state.values()) if state else 0
+    del state
     engine.destroy()
     return {
         "offload": offload,
@@ -143,6 +149,8 @@ def _host(offload: bool) -> dict[str, Any]:
         "before": before,
         "after_init": after_init,
         "after_step": after_step,
+        "after_gather": after_gather,
+        "state_dict_bytes": held,
     }
 
 
@@ -212,7 +220,10 @@ def compare(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             predicted = sum(c.bytes for c in comps if c.device == ms.HOST)
             measured = h["after_step"] - h["before"]
             host.append({"rank": rank, "predicted": predicted, "measured": measured,
-                         "error": (predicted - measured) / measured})  # fmt: skip
+                         "error": (predicted - measured) / measured,
+                         "save_growth": h["after_gather"] - h["after_step"],
+                         "save_predicted": 2 * h["total"] if rank == 0 else 0,
+                         "state_dict_bytes": h["state_dict_bytes"]})  # fmt: skip
     return {"working_set": rows, "host": host}
 
 
@@ -228,11 +239,12 @@ def markdown(cmp: dict[str, list[dict[str, Any]]]) -> str:
             f"| {ml:,} | {mr:,} | {pf:,} | {ps:,} | {'on' if ck else 'off'} | {r['forward']:,} / {r['backward']:,} "
             f"| {r['predicted']:,} | {r['error'] * 100:+.1f} % | {r['persistent']:,} / {r['persistent_predicted']:,} |"
         )
-    lines += ["", "| rank | host RSS growth, init to after first step | predicted offloaded states | error |",
-              "|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| rank | host RSS growth, init to after first step | predicted offloaded states | error | "
+              "16-bit gather for save: RSS growth / state dict held / predicted |", "|---|---|---|---|---|"]  # fmt: skip
     for h in cmp["host"]:
         lines.append(f"| {h['rank']} | {h['measured'] / 2**20:.1f} MiB | {h['predicted'] / 2**20:.1f} MiB | "
-                     f"{h['error'] * 100:+.1f} % |")  # fmt: skip
+                     f"{h['error'] * 100:+.1f} % | {h['save_growth'] / 2**20:.1f} / "
+                     f"{h['state_dict_bytes'] / 2**20:.1f} / {h['save_predicted'] / 2**20:.1f} MiB |")  # fmt: skip
     return "\n".join(lines)
 
 

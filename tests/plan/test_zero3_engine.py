@@ -42,3 +42,10 @@ def test_working_set_follows_reuse_distance_and_max_live(cmp):
 def test_host_growth_per_rank_is_at_least_the_offloaded_model_states(cmp):
     for h in cmp["host"]:
         assert h["measured"] >= h["predicted"] * 0.95, h
+
+
+def test_save_gather_keeps_the_whole_16_bit_model_on_rank_0_only(cmp):
+    """engine._zero3_consolidated_16bit_state_dict: the planner's "rank 0: consolidated 16-bit state dict"."""
+    by_rank = {h["rank"]: h for h in cmp["host"]}
+    assert by_rank[0]["state_dict_bytes"] == by_rank[0]["save_predicted"] > 0
+    assert by_rank[1]["state_dict_bytes"] == 0
