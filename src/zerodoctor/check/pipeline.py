@@ -424,7 +424,7 @@ def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str,
         out.append(
             (
                 "checkpoint save",
-                f"{_gib(s.phase('save').host_bytes)} host per node; {s.checkpoint.full_bytes / 1e9:,.0f} GB on disk",
+                f"{_gib(s.phase('save').host_bytes)} host per node; {_gib(s.checkpoint.full_bytes)} on disk",
             )
         )
         out.append(("memory verdict", s.status))

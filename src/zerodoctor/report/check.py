@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.text import Text
 
 from zerodoctor.check.registry import PHASE_TITLES, PHASES
-from zerodoctor.findings import Severity
-from zerodoctor.report.render import envelope, finding_text, summary
+from zerodoctor.findings import Finding, Severity
+from zerodoctor.report.render import envelope, summary
 
 if TYPE_CHECKING:
     from zerodoctor.check.pipeline import CheckReport
@@ -65,10 +65,7 @@ def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -
             continue
         console.print(Text(f"\n{title}", style="bold underline"))
         for f in group:
-            t = finding_text(f)
-            if f.data.get("also_found_by"):
-                t.append(f"  also found by: {', '.join(f.data['also_found_by'])}\n", style="dim")
-            console.print(t)
+            console.print(_finding(f))
     console.print(Text("What was checked", style="bold"))
     for c in report.checked:
         console.print(Text(f"  [{'x' if c.checked else ' '}] {c.what}: {c.detail}"))
@@ -86,6 +83,38 @@ def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -
         )
     )
     return buf.getvalue()
+
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+
+
+def _finding(f: Finding) -> Text:
+    """What went wrong first, then where, then what to do: severity, id and title; the message; every
+    location; the ranked fixes; the sources."""
+    t = Text("  ")
+    t.append(f"{f.severity.label.upper()}", style=_STYLE[f.severity])
+    t.append(f" {f.id}", style="bold")
+    t.append(f"  {f.title}\n")
+    t.append(f"    {f.message}\n")
+    for ev in f.evidence:
+        loc = ev.location()
+        if not loc and not ev.text:
+            continue
+        t.append(f"    at {loc}" if loc else "    ", style="dim")
+        if ev.text and ev.text != loc:
+            t.append(f": {ev.text}" if loc else ev.text, style="dim")
+        t.append("\n")
+    for i, fix in enumerate(f.fixes, 1):
+        t.append(f"    fix {i}: ", style="green")
+        t.append(fix.text)
+        if fix.command:
+            t.append(f"  $ {fix.command}", style="green")
+        t.append("\n")
+    if f.data.get("also_found_by"):
+        t.append(f"    also found by: {', '.join(f.data['also_found_by'])}\n", style="dim")
+    if f.references:
+        t.append("    see: " + ", ".join(f.references) + "\n", style="dim")
+    return t
 
 
 def render_markdown(report: CheckReport) -> str:
