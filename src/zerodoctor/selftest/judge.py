@@ -76,7 +76,8 @@ def _phase_results(ranks: list[RankLog], launch: Launch) -> list[PhaseResult]:
         if starts and ends:
             seconds = round(max(ends[r] - starts[r] for r in starts if r in ends), 2)
         silent = [rl.rank for rl in ranks if _died_in(rl) == name]
-        if silent and wd.get("reason") != "phase-limit":
+        own_errors = [e for rl in ranks for e in rl.events if e.get("event") == "error" and not _is_echo(e)]
+        if silent and wd.get("reason") != "phase-limit" and not own_errors:
             echo = (
                 f"; then rank {errors[0][0]} failed: {errors[0][1].get('type')}: "
                 f"{str(errors[0][1].get('message'))[:200]}"
@@ -396,6 +397,23 @@ def _checks(spec: SelftestSpec, ranks: list[RankLog], world: int) -> list[CheckR
     return checks
 
 
+_ECHO_MARKERS = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "remote worker",
+    "Broken pipe",
+    "Socket Timeout",
+    "NCCL communicator was aborted",
+    "Watchdog caught collective operation timeout",
+)
+
+
+def _is_echo(event: dict[str, Any]) -> bool:
+    """An error that says a peer went away, not what went wrong (gloo / NCCL after another rank died)."""
+    message = str(event.get("message") or "")
+    return any(marker in message for marker in _ECHO_MARKERS)
+
+
 def _died_in(rl: RankLog) -> str | None:
     """The phase a rank was in when its process ended without a Python exception (None if it did not)."""
     if rl.done or rl.error is not None:
@@ -408,9 +426,10 @@ def _first_error(ranks: list[RankLog], launch: Launch) -> dict[str, Any] | None:
     errs = sorted((e["t"], rl.rank, e) for rl in ranks for e in rl.events if e.get("event") == "error")
     wd = launch.watchdog or {}
     dead = [(rl.rank, _died_in(rl)) for rl in ranks if _died_in(rl)]
-    if dead and wd.get("reason") != "phase-limit":
-        # a rank that vanished mid-phase comes first: the others' errors (a gloo "Connection reset by peer",
-        # an NCCL timeout) are what its disappearance caused
+    if dead and wd.get("reason") != "phase-limit" and all(_is_echo(e) for _t, _r, e in errs):
+        # a rank that vanished mid-phase comes first when the others' errors are what its disappearance
+        # caused (a gloo "Connection reset by peer", an NCCL timeout); a rank that vanished after another
+        # rank's own error was stopped by torchrun, and that error comes first
         rank, phase = dead[0]
         return {
             "rank": rank,
