@@ -228,7 +228,7 @@ def test_watchdog_dumps_stacks_when_a_step_does_not_end(tmp_path):
 
 def test_guard_import_stays_light():
     code = (
-        "import sys, zerodoctor.guard, zerodoctor.plan.inputs, zerodoctor.lint.engine;"
+        "import sys, zerodoctor.guard, zerodoctor.plan.inputs, zerodoctor.lint.engine, zerodoctor.cli.main;"
         "print(sorted(m for m in ('torch','deepspeed','transformers','matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

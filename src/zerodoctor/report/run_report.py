@@ -438,10 +438,11 @@ def _judge(
                 ),
                 fixes=(
                     Fix(
-                        "the ranks stuck in a collective wait for the ranks that are elsewhere: read those first"
+                        "the ranks stuck in a collective wait for the ranks that are elsewhere: read the stacks of "
+                        "the ranks that are not in a collective first (stacks-rank*.txt in the guard folder)"
                     ),
                     Fix(
-                        "zerodoctor diagnose RUN_DIR/zerodoctor/stacks-rank*.txt merges the dumps with the logs"
+                        "a rank that never dumped either finished its step or died: check its error file and log"
                     ),
                 ),
                 evidence=tuple(Evidence(file=s["file"], text=(s["top_frames"] or ["?"])[0]) for s in stacks),
