@@ -343,3 +343,70 @@ def test_check_run_adds_the_selftest_tier(run_cli):
     selftest = next(c for c in doc["checked"] if c["what"] == "selftest")
     assert selftest["checked"] and "passed" in selftest["detail"] and "gloo" in selftest["detail"], selftest
     assert (code, doc["verdict"]) == (0, "ready"), [f["title"] for f in doc["findings"]]
+
+
+def _no_cluster_copy(tmp_path, example):
+    setup = tmp_path / example
+    shutil.copytree(EXAMPLES / example, setup)
+    (setup / "cluster.yaml").unlink()
+    return setup
+
+
+def test_unknown_host_ram_still_judges_the_gpus(run_cli, tmp_path):
+    """Host RAM nobody gave does not hide a GPU OOM: the first-step OOM of the 236B run is still named."""
+    setup = _no_cluster_copy(tmp_path, "llamafactory-deepseek-coder-v2-z3")
+    code, doc = _json(run_cli, str(setup), "--nodes", "6", "--gpus-per-node", "8", "--gpu-memory", "79.32")
+    assert (code, doc["verdict"]) == (1, "will fail")
+    assert any(f["id"] == "PLAN001" and f["severity"] == "error" for f in doc["findings"])
+    host = next(c for c in doc["checked"] if c["what"] == "host RAM")
+    assert not host["checked"] and "--host-ram" in host["detail"]
+    assert doc["headline"]["host peak"].endswith("node has host RAM unknown")
+    assert not any(f["id"] in ("PLAN002", "PLAN003") for f in doc["findings"])
+    # a healthy setup with unknown host RAM is not a pass
+    setup = _no_cluster_copy(tmp_path, "healthy-hf-zero3")
+    code, doc = _json(run_cli, str(setup), "--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "80")
+    assert (code, doc["verdict"]) == (1, "could not check")
+
+
+def test_tight_memory_is_a_warning_not_a_pass(run_cli, tmp_path):
+    setup = _no_cluster_copy(tmp_path, "healthy-hf-zero3")
+    # Llama-3-8B full fine-tune, ZeRO-3, 8 GPUs: about 27 GiB per GPU; a 29 GiB card is inside the 10 % margin
+    code, doc = _json(
+        run_cli,
+        str(setup),
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "29",
+        "--host-ram",
+        "1024",
+    )
+    assert doc["headline"]["memory verdict"] == "tight", doc["headline"]
+    tight = [f for f in doc["findings"] if f["id"] == "ZD004"]
+    assert tight and tight[0]["severity"] == "warning" and "29.0 GiB" in tight[0]["message"]
+    assert doc["verdict"] == "ready with warnings"
+
+
+def test_this_machine_is_not_the_cluster(run_cli, tmp_path):
+    """Without an environment file, this machine's packages stand in for the nodes', but its own GPUs, RAM and
+    limits are not judged when the run is planned for a described cluster."""
+    setup = tmp_path / "s"
+    setup.mkdir()
+    for name in ("train_args.yaml", "ds_z3_config.json", "cluster.yaml"):
+        shutil.copy(EXAMPLES / "healthy-hf-zero3" / name, setup)
+    code, doc = _json(run_cli, str(setup))
+    assert not any(f["id"] in ("ENV001", "ENV002", "ENV006") for f in doc["findings"]), doc["findings"]
+    stack = next(c for c in doc["checked"] if c["what"] == "installed stack")
+    assert stack["detail"].startswith("this machine's packages")
+    assert doc["sources"]["gpu_memory"].endswith("cluster.yaml:4:1 (gpu_memory_gib)")
+
+
+def test_assumed_values_are_marked_in_the_headline(run_cli, tmp_path):
+    setup = _no_cluster_copy(tmp_path, "healthy-hf-zero3")
+    _, doc = _json(
+        run_cli, str(setup), "--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "512"
+    )
+    assert "seq 2048 (assumed)" in doc["headline"]["training"]
+    assert "micro batch 1 x grad accum 2" in doc["headline"]["training"]  # both written in train_args.yaml

@@ -11,6 +11,7 @@ Verdicts, strongest first:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from zerodoctor.errors import PlanError, SetupError
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.setup.discover import discover
 from zerodoctor.setup.load import setup_from_documents
-from zerodoctor.setup.run import RunDescription, RunFlags, describe_run
+from zerodoctor.setup.run import Known, Origin, RunDescription, RunFlags, describe_run
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
@@ -106,6 +107,14 @@ def run_check(options: CheckOptions) -> CheckReport:
     found = discover(options.paths)
     env, env_source = _environment(options, found.env_path)
     flags = options.flags
+    cluster_given = found.cluster is not None or any(
+        v is not None for v in (flags.gpus_per_node, flags.gpu_memory_gib, flags.host_ram_gib, flags.nodes)
+    )
+    if env_source == "this machine" and cluster_given:
+        # The run is planned for the cluster described: this machine's packages stand in for the training
+        # nodes' (said in "what was checked"), its own GPUs, RAM and limits are not the cluster's.
+        env = dataclasses.replace(env, gpus=[], gpus_probed=False, host=None)
+        env_source = "this machine's packages"
     setup = setup_from_documents(
         list(found.documents),
         env=env,
@@ -158,8 +167,18 @@ def run_check(options: CheckOptions) -> CheckReport:
         from zerodoctor.plan.candidates import plan
         from zerodoctor.plan.inputs import inputs_from_run
 
-        plan_result = plan(inputs_from_run(run), margin=options.margin)
-        findings += [_locate_plan_finding(f, run) for f in plan_result.findings]
+        host_known = run.cluster.host_ram_bytes is not None
+        planned = run if host_known else _without_host_limit(run)
+        plan_result = plan(inputs_from_run(planned), margin=options.margin)
+        plan_findings = list(plan_result.findings)
+        if not host_known:
+            # GPU verdicts stand; what the host needs is reported in the headline but not judged.
+            plan_findings = [f for f in plan_findings if f.id not in HOST_PLAN_FINDINGS]
+            checked.append(
+                Checked("host RAM", False, "unknown: pass --host-ram GiB, or host_ram_gib in cluster.yaml")
+            )
+        findings += [_locate_plan_finding(f, run) for f in plan_findings]
+        findings += _tight(plan_result, options.margin)
         checked.append(Checked("memory plan", True, _plan_summary(plan_result)))
     except PlanError as exc:
         checked.append(Checked("memory plan", False, str(exc)))
@@ -211,6 +230,52 @@ def run_check(options: CheckOptions) -> CheckReport:
 
 
 # ---- pieces ---------------------------------------------------------------------------------------------
+
+UNKNOWN_HOST_RAM = 2**60
+"""Stands in for a host RAM nobody gave, so the GPU side can be planned; host verdicts are then dropped."""
+HOST_PLAN_FINDINGS = frozenset({"PLAN002", "PLAN003"})
+
+
+def _without_host_limit(run: RunDescription) -> RunDescription:
+    placeholder = Known(UNKNOWN_HOST_RAM, Origin("default", "host RAM unknown: the host side is not judged"))
+    return dataclasses.replace(run, cluster=dataclasses.replace(run.cluster, host_ram_bytes=placeholder))
+
+
+def _tight(result: PlanResult, margin: float) -> list[Finding]:
+    """The plan fits, but inside the safety margin: a prediction this close is not a pass."""
+    s = result.yours
+    if s is None or s.status != "tight":
+        return []
+    gpu, gph = s.gpu_peak()
+    cap = s.cluster.gpu_memory_bytes
+    host, hph = s.host_peak()
+    return [
+        Finding(
+            id="ZD004",
+            name="check.memory-tight",
+            severity=Severity.WARNING,
+            title="Memory is within the safety margin",
+            message=(
+                f"{s.zero.label} is predicted at {_gib(gpu)} per GPU ({gph}) of {_gib(cap)}, and {_gib(host)} of "
+                f"{_gib(s.cluster.host_ram_bytes)} host RAM per node ({hph}): inside the {margin:.0%} margin the "
+                "prediction is not exact enough to promise it fits (longer samples, fragmentation and "
+                "allocator slack take the rest)."
+            ),
+            fixes=(
+                Fix(
+                    "Make room: enable gradient checkpointing or lower the micro batch / sequence length; or use "
+                    + (
+                        result.recommended.name
+                        if result.recommended is not None
+                        else "a strategy that offloads"
+                    )
+                ),
+            ),
+            source="check",
+            data={"phase": PLAN_PHASES.get(gph, "steady_state"), "gpu_bytes": gpu, "capacity_bytes": cap},
+        )
+    ]
+
 
 # The selftest's phases -> when the problem would bite in the real run.
 SELFTEST_PHASES = {
@@ -387,13 +452,19 @@ def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str,
     if c.world_size is not None:
         per = f" ({c.nodes.value} x {c.gpus_per_node.value})" if c.nodes and c.gpus_per_node else ""
         out.append(("GPUs", f"{c.world_size.value}{per}"))
-    method = run.method.value + (f" r={run.lora_rank.value}" if run.method.value in ("lora", "qlora") else "")
+
+    def v(k: Known[Any]) -> str:
+        """A value, marked when it is zerodoctor's assumption rather than something the setup says."""
+        return f"{k.value} (assumed)" if k.origin.kind == "default" else str(k.value)
+
+    method = run.method.value + (f" r={v(run.lora_rank)}" if run.method.value in ("lora", "qlora") else "")
     out.append(
         (
             "training",
-            f"{method}, {run.precision.value}, micro batch {run.micro_batch.value} x grad accum "
-            f"{run.grad_accum.value}, seq {run.seq_len.value}, gradient checkpointing "
-            f"{'on' if run.gradient_checkpointing.value else 'off'}",
+            f"{method}, {run.precision.value}, micro batch {v(run.micro_batch)} x grad accum "
+            f"{v(run.grad_accum)}, seq {v(run.seq_len)}, gradient checkpointing "
+            f"{'on' if run.gradient_checkpointing.value else 'off'}"
+            + (" (assumed)" if run.gradient_checkpointing.origin.kind == "default" else ""),
         )
     )
     if run.zero is not None:
@@ -420,14 +491,24 @@ def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str,
                 f"{_gib(gpu)} of {_gib(cap)} per GPU ({gph}){'' if result.yours else ' (recommended)'}",
             )
         )
-        out.append(("host peak", f"{_gib(host)} of {_gib(s.cluster.host_ram_bytes)} per node ({hph})"))
+        of_host = (
+            "host RAM unknown"
+            if s.cluster.host_ram_bytes >= UNKNOWN_HOST_RAM
+            else _gib(s.cluster.host_ram_bytes)
+        )
+        out.append(("host peak", f"{_gib(host)} per node ({hph}); node has {of_host}"))
         out.append(
             (
                 "checkpoint save",
                 f"{_gib(s.phase('save').host_bytes)} host per node; {_gib(s.checkpoint.full_bytes)} on disk",
             )
         )
-        out.append(("memory verdict", s.status))
+        out.append(
+            (
+                "memory verdict",
+                s.status + ("" if s.cluster.host_ram_bytes < UNKNOWN_HOST_RAM else " (GPU only)"),
+            )
+        )
     if result.recommended is not None and result.recommended is not result.yours:
         out.append(("recommended", result.recommended.name))
     return out

@@ -619,7 +619,10 @@ def describe_run(
         fl("seq_len", flags.seq_len),
         rd.xt("max_length"),
         rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length"),
-    ) or Known(DEFAULT_SEQ_LEN, _default(f"{DEFAULT_SEQ_LEN} (LLaMA-Factory cutoff_len default)"))
+    ) or Known(
+        DEFAULT_SEQ_LEN,
+        _default(f"{DEFAULT_SEQ_LEN}: not given (pass --seq-len; LLaMA-Factory's cutoff_len default)"),
+    )
     seq = check.count(seq_k, "sequence length")
     gc_k = _first(
         fl("gradient_checkpointing", flags.gradient_checkpointing), _gradient_checkpointing(setup, rd)
