@@ -410,3 +410,15 @@ def test_assumed_values_are_marked_in_the_headline(run_cli, tmp_path):
     )
     assert "seq 2048 (assumed)" in doc["headline"]["training"]
     assert "micro batch 1 x grad accum 2" in doc["headline"]["training"]  # both written in train_args.yaml
+
+
+def test_env_none_means_versions_unknown(run_cli, tmp_path):
+    setup = tmp_path / "s"
+    setup.mkdir()
+    for name in ("train_args.yaml", "ds_z3_config.json", "cluster.yaml"):
+        shutil.copy(EXAMPLES / "healthy-hf-zero3" / name, setup)
+    code, doc = _json(run_cli, str(setup), "--env", "none")
+    stack = next(c for c in doc["checked"] if c["what"] == "installed stack")
+    assert not stack["checked"] and "known-bad versions not checked" in stack["detail"]
+    assert (code, doc["verdict"]) == (1, "could not check")
+    assert not any(f["source"] == "env" for f in doc["findings"])

@@ -311,6 +311,12 @@ def _environment(options: CheckOptions, found: Any) -> tuple[Environment, str]:
     """`--env`, else a snapshot in the setup directory, else this machine (probed without importing torch)."""
     from zerodoctor.env.snapshot import load_env
 
+    if options.env_path is not None and options.env_path.lower() == "none":
+        from zerodoctor.env.model import Environment
+
+        # The training nodes' versions are not known, and this machine is not one of them: judge nothing
+        # about the stack (said as not checked), rather than this machine's.
+        return Environment(python="", platform="", source="versions unknown (--env none)"), "--env none"
     path = options.env_path or (str(found) if found is not None else None)
     if path:
         return load_env(path), path

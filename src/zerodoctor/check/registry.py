@@ -96,6 +96,9 @@ def _build() -> dict[str, CheckInfo]:
     out["ZD003"] = CheckInfo(
         "ZD003", "setup.invalid-value", "a setting the run cannot use", "setup", "launch"
     )
+    out["ZD004"] = CheckInfo(
+        "ZD004", "check.memory-tight", "memory inside the safety margin", "plan", "first_optimizer_step"
+    )
     out["ZD002"] = CheckInfo("ZD002", "check.not-checked", "what could not be checked", "setup", "launch")
     return out
 

@@ -54,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "--env",
         metavar="FILE",
         help="environment of the training nodes: `zerodoctor env --format json` output or a `pip freeze` "
-        "(default: env.json / env.txt in the setup directory, else this machine)",
+        "(default: env.json / env.txt in the setup directory, else this machine's packages); `--env none`: "
+        "the versions are not known (known-bad versions are then not checked)",
     )
     p.add_argument(
         "--deep", action="store_true", help="when probing this machine, ask DeepSpeed which ops build"
