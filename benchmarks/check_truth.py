@@ -65,6 +65,9 @@ def run_case(cli: str, case: Path, probe_host_ram: float | None = None) -> Row:
 
     truth = yaml.safe_load((case / "truth.yaml").read_text())
     target, extra = str(case), []
+    if (case / "env.txt").is_file() and not _lists_packages(case / "env.txt"):
+        # the thread states no versions: say so (`--env none`), rather than judging this machine's stack
+        extra = ["--env", "none"]
     with tempfile.TemporaryDirectory() as tmp:
         if probe_host_ram is not None:
             copy = Path(tmp) / case.name
@@ -73,7 +76,7 @@ def run_case(cli: str, case: Path, probe_host_ram: float | None = None) -> Row:
                 (copy / "env.txt").unlink()
             cluster = yaml.safe_load((copy / "cluster.yaml").read_text()) or {}
             if "host_ram_gib" not in cluster:
-                extra = ["--host-ram", str(probe_host_ram)]
+                extra = [*extra, "--host-ram", str(probe_host_ram)]
             target = str(copy)
         start = time.perf_counter()
         proc = subprocess.run(
