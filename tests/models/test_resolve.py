@@ -83,3 +83,10 @@ def test_unknown_model_error_names_the_architecture_of_its_suggestions():
     with pytest.raises(PlanError, match=r"same architecture \(llama\)") as err:
         resolve_model("acme/DeepSeek-R1-Distill-Llama-65B-custom")
     assert "deepseek_v2" not in str(err.value).lower()
+
+
+@pytest.mark.parametrize("name", ["d" * 5000, "org/" + "n" * 5000])
+def test_a_name_longer_than_the_file_system_allows_is_an_unknown_model(name):
+    with pytest.raises(PlanError, match="unknown model") as err:
+        resolve_model(name)
+    assert len(str(err.value)) < 2000

@@ -301,7 +301,7 @@ def _name_index() -> dict[str, str]:
 
 def _lookup(name: str) -> str | None:
     key = name.strip().rstrip("/").lower()
-    if key and "/" not in key and (CATALOG_DIR / f"{key}.json").is_file():
+    if key and "/" not in key and _is(CATALOG_DIR / f"{key}.json", "file"):
         return key  # a slug: no need to read the whole catalog
     index = _name_index()
     if key in index:
@@ -401,17 +401,26 @@ def hf_cached_config(hub_id: str) -> Path | None:
     for cache in hf_cache_dirs():
         repo = cache / f"models--{parts[0]}--{parts[1]}"
         snapshots = repo / "snapshots"
-        if not snapshots.is_dir():
+        if not _is(snapshots, "dir"):
             continue
         ref = repo / "refs" / "main"
-        if ref.is_file():
+        if _is(ref, "file"):
             cfg = snapshots / ref.read_text(encoding="utf-8").strip() / "config.json"
-            if cfg.is_file():
+            if _is(cfg, "file"):
                 return cfg
         found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         if found:
             return found[0]
     return None
+
+
+def _is(path: Path, kind: str) -> bool:
+    """`path.is_dir()` / `is_file()` that answers False for a name the file system refuses (ENAMETOOLONG,
+    EACCES ...): a --model value is a name first and a path only if it exists."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:
@@ -427,9 +436,9 @@ def resolve_model(name_or_path: str) -> ModelSpec:
             "--model is empty", hint="pass a catalog name such as llama-3.1-8b or a config.json path"
         )
     path = Path(text).expanduser()
-    if path.is_dir():
+    if _is(path, "dir"):
         config_path = path / "config.json"
-        if not config_path.is_file():
+        if not _is(config_path, "file"):
             slug = _lookup(text)  # e.g. an empty /models/Llama-3.1-8B mount point: use the catalog
             if slug is not None:
                 return model_from_config_file(CATALOG_DIR / f"{slug}.json")
@@ -438,7 +447,7 @@ def resolve_model(name_or_path: str) -> ModelSpec:
                 hint="pass the model directory that holds config.json, or a catalog name",
             )
         return model_from_config_file(config_path)
-    if path.is_file():
+    if _is(path, "file"):
         return model_from_config_file(path)
 
     cached = hf_cached_config(text) if "/" in text else None
@@ -452,7 +461,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         same = f" of the same architecture ({family})" if family else ""
         similar = f"; close matches{same}: {', '.join(matches)}" if matches else ""
         raise PlanError(
-            f"unknown model '{text}': not a file here and not in the bundled catalog{similar}",
+            f"unknown model '{text if len(text) <= 200 else text[:200] + '...'}': not a file here and not in the "
+            f"bundled catalog{similar}",
             hint="pass the path to the model's config.json (or its directory), a hub id in the local Hugging "
             "Face cache (HF_HOME / HF_HUB_CACHE), or a bundled name such as "
             f"llama-3.1-8b ({len(catalog())} bundled: see zerodoctor.models.catalog())",
