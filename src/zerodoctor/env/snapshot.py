@@ -195,6 +195,8 @@ def _parse_freeze(lines: list[str], origin: str) -> dict[str, PackageInfo]:
         s = re.sub(r"\s+#.*$", "", s)  # inline comment
         if s.startswith(("-e ", "--editable ", "--editable=")):
             info = _parse_editable(s, pending)
+            if info is not None and info.version:
+                _version(info.version, origin, f":{lineno}")
             pending = None
             if info is not None:
                 packages[normalize_package(info.name)] = info
