@@ -107,3 +107,68 @@ def test_every_value_names_its_origin(tmp_path):
     assert run.grad_accum.origin.kind == "default"  # nobody said: zerodoctor's assumption, and it says so
     for name, text in run.sources().items():
         assert text, name
+
+
+def _lf(tmp_path, extra: str):
+    _write(tmp_path, "ds.json", '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}')
+    return _write(
+        tmp_path,
+        "run.yaml",
+        "model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\ndeepspeed: ds.json\nbf16: true\n" + extra,
+    )
+
+
+def test_preference_training_and_what_else_trains_reach_the_planner(tmp_path):
+    run = describe_run(load_setup([_lf(tmp_path, "stage: dpo\nfinetuning_type: full\n")]), CLUSTER)
+    t = inputs_from_run(run).training
+    assert (t.reference_model, t.paired_inputs) == (True, True)
+    run = describe_run(load_setup([_lf(tmp_path, "stage: kto\nfinetuning_type: lora\n")]), CLUSTER)
+    t = inputs_from_run(run).training
+    assert (t.method, t.reference_model, t.paired_inputs) == (
+        "lora",
+        False,
+        False,
+    )  # LoRA: base is the reference
+    run = describe_run(
+        load_setup([_lf(tmp_path, "stage: dpo\nfinetuning_type: full\npref_loss: orpo\n")]), CLUSTER
+    )
+    assert inputs_from_run(run).training.reference_model is False  # ORPO needs no reference
+    run = describe_run(
+        load_setup(
+            [_lf(tmp_path, "stage: sft\nfinetuning_type: lora\nadditional_target: embed_tokens,lm_head\n")]
+        ),
+        CLUSTER,
+    )
+    assert inputs_from_run(run).training.trainable_modules == ("embed_tokens", "lm_head")
+    assert run.trainable_modules.origin.key == "additional_target"
+    run = describe_run(
+        load_setup([_lf(tmp_path, "stage: sft\nfinetuning_type: freeze\nfreeze_trainable_layers: 4\n")]),
+        CLUSTER,
+    )
+    t = inputs_from_run(run).training
+    assert (t.method, t.freeze_trainable_layers) == ("freeze", 4)
+    run = describe_run(
+        load_setup(
+            [
+                _lf(
+                    tmp_path,
+                    "stage: sft\nfinetuning_type: lora\nquantization_bit: 4\nquantization_method: gptq\n",
+                )
+            ]
+        ),
+        CLUSTER,
+    )
+    t = inputs_from_run(run).training
+    assert (t.method, t.quant_method) == ("qlora", "gptq")
+
+
+def test_expandable_segments_from_the_environment(tmp_path):
+    from zerodoctor.env.model import Environment
+
+    env = Environment(
+        python="3.11", platform="linux", env_vars={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    )
+    run = describe_run(
+        load_setup([_lf(tmp_path, "stage: sft\nfinetuning_type: lora\n")], env=env), CLUSTER, env=env
+    )
+    assert inputs_from_run(run).expandable_segments is True

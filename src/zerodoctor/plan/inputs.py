@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 GIB = 2**30
 GB = 10**9
 
-METHODS = ("full", "lora", "qlora")
-"""Methods the planner models (the run description also knows "freeze")."""
+METHODS = ("full", "lora", "qlora", "freeze")
+"""Methods the planner models."""
 DEFAULT_LORA_TARGETS = LORA_ALL_LINEAR
 """LLaMA-Factory's `lora_target: all` (every linear layer but the output layer)."""
 
@@ -272,7 +272,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
     if run.method.value not in METHODS:
         raise PlanError(
             f"finetuning method '{run.method.value}' is not modelled by the planner",
-            hint="use --method full|lora|qlora",
+            hint="use --method full|lora|qlora|freeze",
         )
     training = Training(
         method=run.method.value,
@@ -290,6 +290,11 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         sequence_parallel=run.sequence_parallel.value,
         samples=run.samples.value if run.samples is not None else None,
         save_only_model=run.save_only_model.value,
+        trainable_modules=run.trainable_modules.value,
+        freeze_trainable_layers=run.freeze_trainable_layers.value,
+        reference_model=run.reference_model.value,
+        paired_inputs=run.paired_inputs.value,
+        quant_method=run.quant_method.value,
     )
     if training.is_peft:
         model.lora_params(training.lora_rank, training.lora_targets)  # validates target names, clear message
@@ -315,6 +320,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         sources=run.sources(),
         notes=tuple(notes),
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,
+        expandable_segments=run.expandable_segments.value,
     )
 
 

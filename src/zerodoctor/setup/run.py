@@ -199,6 +199,12 @@ class RunDescription:
     epochs: Known[float] | None
     max_steps: Known[int] | None
     save_only_model: Known[bool]
+    trainable_modules: Known[tuple[str, ...]]
+    freeze_trainable_layers: Known[int]
+    reference_model: Known[bool]
+    paired_inputs: Known[bool]
+    quant_method: Known[str]
+    expandable_segments: Known[bool]
     zero: ZeroDescription | None
     cluster: ClusterDescription
     notes: tuple[str, ...] = ()
@@ -672,6 +678,30 @@ def describe_run(
     )
     save_only = Known(bool(truthy(save_only_k.value)), save_only_k.origin)
 
+    # ---- what else trains, and preference training ------------------------------------------------------
+    mods_k = rd.arg("modules_to_save", "additional_target")
+    no_modules: tuple[str, ...] = ()
+    modules = Known(_names(mods_k.value), mods_k.origin) if mods_k else Known(no_modules, _default("none"))
+    layers_k = rd.arg("freeze_trainable_layers") or Known(2, Origin("framework", "LLaMA-Factory default 2"))
+    layers = check.count(
+        Known(abs(as_number(layers_k.value) or 2), layers_k.origin), "freeze_trainable_layers", 2
+    )
+    reference, paired = _preference(rd, method.value)
+    qm_k = rd.arg("quantization_method")
+    quant_method = (
+        check.one_of(qm_k, ("bnb", "bitsandbytes", "gptq", "awq"), "quantization_method", "bnb")
+        if qm_k
+        else Known("bnb", _default("bitsandbytes"))
+    )
+    if quant_method.value == "bitsandbytes":
+        quant_method = Known("bnb", quant_method.origin)
+    alloc_conf = (env.env_vars.get("PYTORCH_CUDA_ALLOC_CONF", "") if env is not None else "").replace(" ", "")
+    expandable = (
+        Known(True, Origin("environment", "--env (PYTORCH_CUDA_ALLOC_CONF)"))
+        if "expandable_segments:True" in alloc_conf
+        else Known(False, _default("PYTORCH_CUDA_ALLOC_CONF without expandable_segments"))
+    )
+
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
     if traits.name is None and setup.ds_written is not None:
@@ -702,6 +732,12 @@ def describe_run(
         epochs=epochs,
         max_steps=max_steps,
         save_only_model=save_only,
+        trainable_modules=modules,
+        freeze_trainable_layers=layers,
+        reference_model=reference,
+        paired_inputs=paired,
+        quant_method=quant_method,
+        expandable_segments=expandable,
         zero=zero,
         cluster=cluster,
         notes=tuple(notes),
@@ -749,6 +785,37 @@ def _method_origin(s: TrainingSetup) -> Origin:
     if s.xtuner_doc is not None and s.xtuner_doc.has(("model", "lora")):
         return Origin.of_evidence(s.xtuner_doc.evidence(("model", "lora")))
     return Origin("framework", "no adapter or quantization configured: full fine-tuning")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """`embed_tokens,lm_head` or a list -> ("embed_tokens", "lm_head")."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    return tuple(str(x).strip() for x in items if str(x).strip())
+
+
+PREFERENCE_STAGES = ("dpo", "kto")
+REFERENCE_FREE_LOSSES = ("orpo", "simpo")
+
+
+def _preference(rd: _Reader, method: str) -> tuple[Known[bool], Known[bool]]:
+    """(reference model, paired inputs) of preference training. LLaMA-Factory `stage: dpo|kto` builds a frozen
+    reference for full and freeze tuning (LoRA uses the base with adapters off); ORPO/SimPO need none
+    (`pref_loss`); DPO concatenates chosen and rejected in one forward, KTO does not (TRL trainers)."""
+    stage = rd.arg("stage")
+    if stage is None or str(stage.value).lower() not in PREFERENCE_STAGES:
+        none = Known(False, Origin("framework", "not preference training"))
+        return none, none
+    kind = str(stage.value).lower()
+    loss = rd.arg("pref_loss")
+    reference_free = loss is not None and str(loss.value).lower() in REFERENCE_FREE_LOSSES
+    ref_k = rd.arg("ref_model")
+    if ref_k is not None:
+        reference = Known(True, ref_k.origin)
+    elif reference_free:
+        reference = Known(False, loss.origin if loss else stage.origin)
+    else:
+        reference = Known(method in ("full", "freeze"), stage.origin)
+    return reference, Known(kind == "dpo", stage.origin)
 
 
 def _storage_dtype(value: Any) -> str:
