@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     )
     add_env_option(p)
     t = p.add_argument_group("training")
-    t.add_argument("--method", choices=("full", "lora", "qlora"))
+    t.add_argument("--method", choices=("full", "lora", "qlora", "freeze"))
     t.add_argument("--lora-rank", type=count_arg)
     t.add_argument("--lora-targets", help="all-linear (default) or q_proj,v_proj,...")
     t.add_argument(

@@ -10,7 +10,7 @@ Why count analytically instead of building the model:
 
 * The planner must start in well under a second, so this module never imports torch or transformers
   (checked by a test). Building Llama-3.1-405B on the meta device costs about 3 s per process
-  (memory.md §17).
+  (docs/memory-model.md).
 * Architectures that need remote code (MiniCPM-V) can only be counted analytically: zerodoctor never
   sets `trust_remote_code` and never touches the network.
 
@@ -18,7 +18,7 @@ The analytic counts reproduce what transformers 5.23 builds, module by module. `
 holds them equal to the meta-device build (`from_config` under `torch.device("meta")`) for every catalog
 entry whose architecture transformers knows, so the arithmetic cannot drift silently.
 
-Two traps that these counts avoid (memory.md §2.1, §17):
+Two traps that these counts avoid (docs/memory-model.md):
 
 * Tied embeddings are one tensor. A model built on the meta device (`init_empty_weights` + `from_config`)
   can have its input and output embeddings untied -- counted twice -- until `tie_weights()` runs (seen with

@@ -14,7 +14,7 @@ Nothing here is fitted. Every term below is what one autograd node saves, read f
 this rank, h = hidden, i = intermediate, nq = heads x head_dim, nkv = kv_heads x head_dim, a = heads,
 V = vocab, D = bytes of the model dtype (2 for bf16), fp32 = 4 bytes.
 
-Where the classic formula (Korthikanti et al. 2022: sbh(34 + 5as/h) per GPT layer, memory.md §9.4)
+Where the classic formula (Korthikanti et al. 2022: sbh(34 + 5as/h) per GPT layer, docs/memory-model.md)
 is wrong for a modern HF model in bf16:
 
 * RMSNorm (`LlamaRMSNorm`) upcasts to fp32 and autograd keeps the fp32 copy (`pow` and the `mul` by

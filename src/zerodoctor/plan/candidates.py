@@ -120,7 +120,7 @@ def plan(inputs: PlanInputs, *, margin: float = DEFAULT_SAFETY_MARGIN) -> PlanRe
                 continue  # a few MB of adapter state: offloading it buys nothing
             tr = training
             if zero.stage == 3 and _needs_storage(training):
-                # ZeRO-3 candidates get the documented QLoRA setup (failures.md A4); PLAN004 says so.
+                # ZeRO-3 candidates get the documented QLoRA setup (docs/known-failures.md); PLAN004 says so.
                 tr = replace(training, quant_storage=_storage_for(training))
             cand = plan_strategy(inputs, zero, tr, margin=margin)
             evaluated.append(cand)

@@ -1,7 +1,7 @@
 """Model states per rank under DeepSpeed ZeRO: which tensors exist, how many bytes, on which device.
 
 Pure arithmetic (no torch, no DeepSpeed import). The layout follows DeepSpeed 0.19.8's source, read
-tensor by tensor (memory.md §11 describes 0.16.5; the differences are noted where they matter), and is
+tensor by tensor (docs/memory-model.md describes 0.16.5; the differences are noted where they matter), and is
 checked against the real engine by `benchmarks/plan_accuracy.py` (<= 1 % per component, world size 1, 2
 and 4, ZeRO-2/3, offload none/optimizer/both; results in `benchmarks/RESULTS.md`).
 
@@ -104,7 +104,7 @@ NVME_OPTIMIZER_TENSORS = 3
 buffer of the largest sub-group (swap_tensor/partitioned_optimizer_swapper.py, optimizer_utils.py)."""
 
 LAST_OLD_LAYOUT_VERSION = (0, 16, 5)
-"""Versions up to this one (the one memory.md §11 read) pin the ZeRO-1/2 fp32 master unconditionally when
+"""Versions up to this one (the one the memory model was first written against) pin the ZeRO-1/2 fp32 master unconditionally when
 offloading (fixed by deepspeedai/DeepSpeed#7689, 2025-11) and have no 16-bit staging buffer
 (added by deepspeedai/DeepSpeed#7309, 2025-05). Later versions follow 0.19.8, the one measured."""
 
@@ -239,7 +239,7 @@ def pinned_bytes(
     unlimited, c10/core/AllocatorConfig.h). `torch_version` is accepted for when that default changes;
     through 2.13 every version rounds.
     """
-    del torch_version  # every release through 2.13 rounds by default (memory.md §11.4)
+    del torch_version  # every release through 2.13 rounds by default (docs/memory-model.md)
     if nbytes <= 0:
         return 0
     if max_round_threshold is not None and nbytes > max_round_threshold:
@@ -333,7 +333,7 @@ def _stage3(
             )
         else:
             # QLoRA without bnb_4bit_quant_storage: bitsandbytes weights are not ZeRO parameters and
-            # stay whole on every GPU (memory.md §14, failures.md A4).
+            # stay whole on every GPU (docs/memory-model.md, docs/known-failures.md).
             out.append(
                 Component(
                     FROZEN16,

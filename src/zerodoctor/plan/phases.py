@@ -4,15 +4,15 @@ Per GPU the sum of named items: model states (`model_states.model_state_componen
 parameters and prefetch, activations and logits/loss (`activations.activation_bytes`), bitsandbytes
 dequantisation temporaries, the framework reserve. Per node host RAM: offloaded model states x local
 ranks with PyTorch's pinned-memory rounding, a per-process baseline, model-loading transients and, on
-node 0, the checkpoint-save spike. Every constant is named and cited; the formulas are memory.md §11-§14.
+node 0, the checkpoint-save spike. Every constant is named and cited; the formulas are docs/memory-model.md
 
 The phases:
 
 * ``load``: from `from_pretrained` to the end of `deepspeed.initialize` (no optimizer state yet).
 * ``first_step``: the first optimizer step, at micro-step `gradient_accumulation_steps - 1`: the lazily
-  allocated optimizer state appears, plus the step's transients (failures.md A3, A5).
+  allocated optimizer state appears, plus the step's transients (docs/known-failures.md).
 * ``steady``: forward/backward of a later step, with all model states resident.
-* ``save``: a checkpoint save (HF Trainer `_save_checkpoint`, memory.md §12).
+* ``save``: a checkpoint save (HF Trainer `_save_checkpoint`, docs/memory-model.md).
 
 Pure arithmetic: no torch, transformers or DeepSpeed import.
 """
@@ -38,12 +38,12 @@ PHASE_TITLES = {
 
 CUDA_CONTEXT_BYTES = int(1.0 * GIB)
 """Per process, outside PyTorch's allocator: the CUDA context, loaded kernels (torch, cuBLAS, flash-attn)
-and cuBLAS workspaces. What `nvidia-smi` shows for a process that allocated nothing (memory.md §13-§14;
+and cuBLAS workspaces. What `nvidia-smi` shows for a process that allocated nothing (docs/memory-model.md;
 gpu_poor budgets 650 MB for "cuda + other overhead" on one GPU). Not calibrated on a GPU here."""
 
 NCCL_BUFFER_BYTES = int(0.5 * GIB)
 """Per process when the world has more than one rank: NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB per
-channel and peer connection, several channels) plus the communicator's own device state (memory.md §14).
+channel and peer connection, several channels) plus the communicator's own device state (docs/memory-model.md).
 Not calibrated on a GPU here."""
 
 ALLOCATOR_SLACK_BYTES = int(1.5 * GIB)
@@ -58,14 +58,14 @@ EXPANDABLE_SLACK_BYTES = int(0.5 * GIB)
 
 FRAMEWORK_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_SLACK_BYTES
 """The three per-GPU items above for a multi-rank run (3 GiB): between gpu_poor's 650 MB single-GPU constant
-and the ~5 GiB per GPU EleutherAI's calculator cannot explain on Megatron-DeepSpeed (memory.md §14, §6)."""
+and the ~5 GiB per GPU EleutherAI's calculator cannot explain on Megatron-DeepSpeed (docs/memory-model.md)."""
 
 PER_RANK_HOST_BASELINE_BYTES = int(2.0 * GIB)
 """Host RSS of one training process before any model state: Python + torch + CUDA context host side +
-NCCL host buffers, "typically 1-3 GB RSS per rank" (memory.md §13)."""
+NCCL host buffers, "typically 1-3 GB RSS per rank" (docs/memory-model.md)."""
 
 LOAD_SHARD_BYTES = 5 * 10**9
-"""One safetensors shard being read: transformers' `save_pretrained(max_shard_size="5GB")` (memory.md §11.4,
+"""One safetensors shard being read: transformers' `save_pretrained(max_shard_size="5GB")` (docs/memory-model.md,
 §12) -- what a streaming load holds per rank (QLoRA loads with a device_map, shard by shard)."""
 
 BNB_BLOCKSIZE = 64
@@ -615,7 +615,7 @@ def plan_strategy(
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
     if t.method == "qlora":
-        # transformers skips zero.Init for quantised models (failures.md A4): each rank loads the whole 4-bit
+        # transformers skips zero.Init for quantised models (docs/known-failures.md): each rank loads the whole 4-bit
         # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
         whole = frozen_total_bytes + trainable * pb
         # This peak is inside from_pretrained, before deepspeed.initialize: no NCCL communicator yet
@@ -645,7 +645,7 @@ def plan_strategy(
         load_note = "QLoRA: whole quantised model per GPU at load (no zero.Init)"
     elif zero.stage < 3 or not inputs.zero3_init:
         # Every local rank materialises the whole 16-bit model on the host, then DeepSpeed's ZeRO-1/2 flattening
-        # copies the trainable part once more (memory.md §11.3, §13).
+        # copies the trainable part once more (docs/memory-model.md).
         per_rank = p.total * pb + (trainable * pb if zero.stage < 3 else 0)
         load_host.append(
             Item(
@@ -804,7 +804,7 @@ def _save(
     whole_model_bytes: int,
     components: list[ms.Component],
 ) -> tuple[Checkpoint, list[Item], list[Item], str]:
-    """The save spike and the bytes on disk (memory.md §12; transformers 5.23 Trainer._save_checkpoint)."""
+    """The save spike and the bytes on disk (docs/memory-model.md; transformers 5.23 Trainer._save_checkpoint)."""
     p = inputs.model.params
     pb = t.param_bytes
     n_local = inputs.cluster.gpus_per_node
@@ -879,7 +879,7 @@ def _save(
         weights = trainable * pb if hf_peft else whole_model_bytes
         kind = "adapter weights only" if hf_peft else "16-bit weights"
 
-    # What save_only_model skips (memory.md §12, failures.md A5).
+    # What save_only_model skips (docs/memory-model.md, docs/known-failures.md).
     gather_false_z3 = zero.stage == 3 and not zero.gather_16bit_on_save and not hf_peft
     skips = not gather_false_z3
     if gather_false_z3:
