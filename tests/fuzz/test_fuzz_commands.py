@@ -15,6 +15,7 @@ until their owners remove the entry.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +42,16 @@ KNOWN_OPEN: dict[str, str] = {
 }
 
 
+# Exit-2 messages from modules owned elsewhere that do not name the file (or option) the value came from.
+KNOWN_OPEN_MESSAGES: dict[str, str] = {
+    r"unknown model '.*': not a file here": "models/spec.py: names the model value, not the config file and line "
+    "(model_name_or_path) it came from",
+    r"model '' is not known": "models/spec.py: an empty --model is not named as the option",
+    r"world size \d+ is not divisible by sequence parallel size": "plan/inputs.py: names neither the option nor the "
+    "config key",
+}
+
+
 class HypothesisDraw:
     def __init__(self, data: st.DataObject) -> None:
         self.data = data
@@ -61,6 +72,8 @@ def _commands() -> list[str]:
 def _owned_elsewhere(problem: str, argv: list[str]) -> str | None:
     if argv[0] == "diagnose" and problem.startswith("hang"):
         return "diagnose/"
+    if problem.startswith("error names no file or option"):
+        return next((v for k, v in KNOWN_OPEN_MESSAGES.items() if re.search(k, problem)), None)
     if not problem.startswith("traceback:") or " at " not in problem:
         return None
     where = problem.rsplit(" at ", 1)[1]
