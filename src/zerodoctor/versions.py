@@ -11,8 +11,8 @@ def parse_version(text: str | None) -> Version | None:
     if not text:
         return None
     try:
-        return Version(text.strip())
-    except InvalidVersion:
+        return Version(str(text).strip())
+    except (InvalidVersion, ValueError, TypeError):
         return None
 
 

@@ -34,22 +34,8 @@ KILL_SECONDS = 10.0
 EXAMPLES = {"lint": 60, "plan": 45, "env": 30, "kb": 12, "diagnose": 30, "files": 30, "check": 30}
 
 # Crash sites in modules owned elsewhere, found by this suite and reported to their owners (issue 11).
-KNOWN_OPEN: dict[str, str] = {
-    "diagnose/": "a log path longer than the file system allows (rundir.expand: ENAMETOOLONG), /dev/zero as a log "
-    "(MemoryError), a FIFO with no writer as a log (hangs)",
-    "models/spec.py": "num_attention_heads: 0 in a config.json (_dense_decoder: ZeroDivisionError)",
-    "setup/deepspeed_config.py": "mixed_precision: 5 or true in an accelerate config (apply_mixed_precision: .lower())",
-}
-
-
-# Exit-2 messages from modules owned elsewhere that do not name the file (or option) the value came from.
-KNOWN_OPEN_MESSAGES: dict[str, str] = {
-    r"unknown model '.*': not a file here": "models/spec.py: names the model value, not the config file and line "
-    "(model_name_or_path) it came from",
-    r"model '' is not known": "models/spec.py: an empty --model is not named as the option",
-    r"world size \d+ is not divisible by sequence parallel size": "plan/inputs.py: names neither the option nor the "
-    "config key",
-}
+KNOWN_OPEN: dict[str, str] = {}
+KNOWN_OPEN_MESSAGES: dict[str, str] = {}
 
 
 class HypothesisDraw:

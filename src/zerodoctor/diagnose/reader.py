@@ -192,7 +192,11 @@ def open_source(path: str) -> Source:
     else:
         p = Path(path)
         name = path
-        if p.is_dir():
+        try:
+            is_dir = p.is_dir()
+        except (OSError, ValueError):  # a name too long for the file system: reported by the open below
+            is_dir = False
+        if is_dir:
             raise DiagnoseError(
                 f"{path}: is a directory", hint="give the log files themselves, e.g. DIR/*.log"
             )

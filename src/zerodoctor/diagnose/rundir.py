@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 from pathlib import Path
 
 from zerodoctor.diagnose.reader import Source
@@ -28,13 +29,20 @@ def _is_log(p: Path) -> bool:
     return name in _LOG_NAMES or name.endswith(_LOG_SUFFIXES) or (name.endswith(".json") and "error" in name)
 
 
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):  # a name the file system refuses is not a directory
+        return False
+
+
 def expand(paths: list[str]) -> list[str]:
     """Every path as given, a directory replaced by its log files (sorted, depth and count bounded)."""
     out: list[str] = []
     for path in paths:
         p = Path(path)
-        if path == "-" or not p.is_dir():
-            out.append(path)
+        if path == "-" or not _is_dir(p):
+            out.append(path)  # the reader says what is wrong with it (no such file, a device, a name too long)
             continue
         found: list[str] = []
         stack = [(p, 0)]
@@ -74,9 +82,14 @@ def error_file_text(path: str) -> bytes | None:
     if not p.name.lower().endswith(".json"):
         return None
     try:
-        if p.stat().st_size > MAX_ERROR_FILE_BYTES:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ERROR_FILE_BYTES:
+            return None  # a device (/dev/zero) or a pipe is no torchrun error file: the log reader handles it
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_ERROR_FILE_BYTES + 1)  # bounded even if the size changed since stat
+        if len(raw) > MAX_ERROR_FILE_BYTES:
             return None
-        doc = json.loads(p.read_bytes())
+        doc = json.loads(raw)
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or "message" not in doc:

@@ -52,6 +52,15 @@ CATALOG_META_KEY = "_zerodoctor"
 """Top-level key of a catalog file that holds zerodoctor's own metadata, not part of the HF config."""
 
 LORA_ALL_LINEAR = "all-linear"
+
+SIZES_ABOVE_ZERO = frozenset(
+    {
+        "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
+        "intermediate_size", "head_dim", "n_head", "n_embd", "n_layer", "num_layers", "ffn_hidden_size",
+        "multi_query_group_num", "moe_intermediate_size", "num_experts", "n_routed_experts",
+    }
+)  # fmt: skip
+"""config.json sizes a model cannot have as 0 (they are divided by, or multiply every layer)."""
 """PEFT's shorthand: every `nn.Linear` except the output layer (`lm_head`)."""
 
 # Component names used in `ModuleShape.component`.
@@ -606,8 +615,11 @@ class _Cfg:
             raise self._missing(key, "an integer")
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise self._missing(key, "an integer")
+                value = int(value)
+            else:
+                raise self._missing(key, "an integer")
+        if value < 0 or (value == 0 and key in SIZES_ABOVE_ZERO):
+            raise self._missing(key, "a whole number above 0" if key in SIZES_ABOVE_ZERO else "0 or more")
         return value
 
     def opt_int(self, key: str) -> int | None:

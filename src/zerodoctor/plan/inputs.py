@@ -244,7 +244,8 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
                 "no model: the files name none and --model is not given",
                 hint="pass --model NAME (catalog name, hub id or config.json path), e.g. --model llama-3.1-8b",
             )
-        raise PlanError(run.model_note or f"model {run.model_ref.value!r} is not known")
+        where = run.model_ref.origin.describe()
+        raise PlanError(f"{where}: {run.model_note or f'model {run.model_ref.value!r} is not known'}")
     model = run.model
     c = run.cluster
     if c.gpus_per_node is None:

@@ -225,7 +225,9 @@ def accelerate_plugin_config(section: dict[str, Any], mixed_precision: str | Non
 def apply_mixed_precision(cfg: dict[str, Any], mixed_precision: str | None) -> None:
     """accelerate `DeepSpeedPlugin.set_mixed_precision`: adds `{"enabled": true}` blocks when absent and fills
     "auto" in existing ones."""
-    mp = (mixed_precision or "no").lower()
+    # a YAML `mixed_precision: 5` or `true` is not a precision accelerate knows: treated as "no" (DS001/DS003
+    # judge the written blocks)
+    mp = mixed_precision.lower() if isinstance(mixed_precision, str) else "no"
     if mp == "fp16" and "fp16" not in cfg:
         cfg["fp16"] = {"enabled": True, "auto_cast": True}
     elif mp in ("bf16", "fp8") and "bf16" not in cfg:

@@ -15,6 +15,7 @@ from typing import Any
 
 from zerodoctor.errors import InputError, SetupError
 from zerodoctor.facts import as_number
+from zerodoctor.safeio import read_text
 from zerodoctor.setup.document import ConfigDocument
 from zerodoctor.setup.load import _referenced_ds_config
 from zerodoctor.setup.model import resolve_reference
@@ -169,10 +170,7 @@ def _drop_unused_deepspeed(
 
 def read_cluster_file(path: Path) -> ClusterFile:
     """`cluster.yaml`: nodes, gpus_per_node, gpu_memory_gib, host_ram_gib; each value keeps its line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), f"cannot read: {exc}") from None
+    text = read_text(path, what="a cluster file")  # bounded; FIFOs and devices refused
     data, positions, _ = parse_yaml(str(path), text)
     if not isinstance(data, dict):
         raise InputError(str(path), "expected a mapping such as `nodes: 2` / `gpus_per_node: 8`")

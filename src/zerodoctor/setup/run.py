@@ -653,7 +653,8 @@ def describe_run(
     if world is not None and world.value % sp.value:
         sp = check._fail(
             SetupError(
-                f"world size {world.value} is not divisible by sequence parallel size {sp.value}",
+                f"world size {world.value} ({world.origin.describe()}) is not divisible by sequence parallel "
+                f"size {sp.value} ({sp.origin.describe()})",
                 hint="choose a sequence parallel size that divides the number of GPUs",
             ),
             sp,
