@@ -172,3 +172,19 @@ def test_expandable_segments_from_the_environment(tmp_path):
         load_setup([_lf(tmp_path, "stage: sft\nfinetuning_type: lora\n")], env=env), CLUSTER, env=env
     )
     assert inputs_from_run(run).expandable_segments is True
+
+
+def test_selftest_reads_the_same_description():
+    """The selftest spec comes from the run description: XTuner's default gradient checkpointing and its
+    max_length reach it (read separately, they were missed)."""
+    from pathlib import Path
+
+    from zerodoctor.selftest import spec_from_run
+    from zerodoctor.setup.discover import discover
+    from zerodoctor.setup.load import setup_from_documents
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "xtuner-yi34b-sp"
+    run = describe_run(setup_from_documents(list(discover([folder]).documents)), CLUSTER)
+    spec = spec_from_run(run)
+    assert run.gradient_checkpointing.value is True and spec.gradient_checkpointing is True
+    assert any(a.key == "sequence length" and a.user_value == run.seq_len.value for a in spec.adaptations)

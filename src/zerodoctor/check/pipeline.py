@@ -295,9 +295,9 @@ SELFTEST_CHECK_PHASES = {"saved-weights": "checkpoint_save", "reload": "checkpoi
 
 def _selftest(run: RunDescription, timeout_s: float) -> Any:
     """The deepest tier: the run's own ZeRO config on a shrunken model of its family, 2 local ranks."""
-    from zerodoctor.selftest import run_selftest, spec_from_setup
+    from zerodoctor.selftest import run_selftest, spec_from_run
 
-    return run_selftest(spec_from_setup(run.files), ranks=2, timeout_s=timeout_s)
+    return run_selftest(spec_from_run(run), ranks=2, timeout_s=timeout_s)
 
 
 def _with_selftest_phase(f: Finding) -> Finding:

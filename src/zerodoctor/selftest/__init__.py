@@ -10,7 +10,7 @@ from __future__ import annotations
 from zerodoctor.selftest.result import CheckResult, PhaseResult, SelftestResult
 from zerodoctor.selftest.run import run_selftest
 from zerodoctor.selftest.shrink import Adaptation
-from zerodoctor.selftest.spec import SelftestSpec, default_spec, spec_from_setup
+from zerodoctor.selftest.spec import SelftestSpec, default_spec, spec_from_run, spec_from_setup
 
 __all__ = [
     "Adaptation",
@@ -20,5 +20,6 @@ __all__ = [
     "SelftestSpec",
     "default_spec",
     "run_selftest",
+    "spec_from_run",
     "spec_from_setup",
 ]

@@ -29,6 +29,7 @@ from zerodoctor.selftest.shrink import (
 if TYPE_CHECKING:
     from zerodoctor.models import ModelSpec
     from zerodoctor.setup.model import TrainingSetup
+    from zerodoctor.setup.run import Known, RunDescription
 
 DEFAULT_MODEL = "llama-3.1-8b"
 """The catalog model the selftest shrinks when the setup names none."""
@@ -181,27 +182,48 @@ def spec_from_setup(
     steps: int = DEFAULT_STEPS,
     source: str | None = None,
 ) -> SelftestSpec:
-    """Read a TrainingSetup into a SelftestSpec. Raises SetupError when the files hold no DeepSpeed config."""
+    """Read a TrainingSetup into a SelftestSpec: through the run description every judge reads
+    (`zerodoctor.setup.run.describe_run`), so the selftest never derives a value on its own."""
+    from zerodoctor.setup.run import describe_run
+
+    return spec_from_run(describe_run(setup, strict=False), save_path=save_path, steps=steps, source=source)
+
+
+def spec_from_run(
+    run: RunDescription,
+    *,
+    save_path: str | None = None,
+    steps: int = DEFAULT_STEPS,
+    source: str | None = None,
+) -> SelftestSpec:
+    """The selftest of a run as `check` describes it (`zerodoctor.setup.run.RunDescription`): the same model,
+    method, LoRA rank/targets, micro batch, accumulation, sequence length and gradient checkpointing that every
+    other judge reads; the DeepSpeed config after the framework's "auto" filling. Raises SetupError when the
+    run has no DeepSpeed config."""
+    setup = run.files
     effective = setup.effective_ds
     if effective is None:
         raise SetupError(
             "the files given hold no DeepSpeed config: the selftest runs your ZeRO config",
             hint="pass the DeepSpeed JSON, or the training arguments that name it (deepspeed: ds_config.json)",
         )
-    args = dict(setup.args or {})
-    framework = setup.framework or "deepspeed"
-    model_spec = setup.model_spec
+    framework = run.framework.name or "deepspeed"
     notes: list[str] = []
+    model_spec = run.model
     if model_spec is None:
         from zerodoctor.models import resolve_model
 
         model_spec = resolve_model(DEFAULT_MODEL)
-        why = setup.model_note or "the files name no model and no --model was given"
+        why = run.model_note or "the files name no model and no --model was given"
         notes.append(f"{why}: shrinking {model_spec.display_name} from the catalog")
-    method = (setup.method or "full").lower()
+    method = run.method.value
     lora: LoraSpec | None = None
     if method in ("lora", "qlora"):
-        lora = _lora_from_args(args)
+        args = dict(setup.args or {})
+        base = _lora_from_args(
+            args
+        )  # alpha and dropout are the adapter's own; rank and targets are the run's
+        lora = replace(base, r=run.lora_rank.value, targets=run.lora_targets.value)
     if method == "qlora":
         notes.append(
             "QLoRA: the selftest trains LoRA on a 16-bit base; bitsandbytes 4-bit layers are not built "
@@ -210,17 +232,6 @@ def spec_from_setup(
         )
     elif method == "freeze":
         notes.append("freeze tuning is run as full fine-tuning of the tiny model")
-    gc = truthy(args.get("gradient_checkpointing")) is True or (
-        framework == "llamafactory" and truthy(args.get("disable_gradient_checkpointing")) is not True
-    )
-    seq_given = next(
-        (
-            as_number(args[k])
-            for k in ("cutoff_len", "max_length", "max_seq_length", "model_max_length")
-            if k in args
-        ),
-        None,
-    )
     return _make_spec(
         effective,
         source=source or ", ".join(d.display for d in setup.documents),
@@ -229,16 +240,21 @@ def spec_from_setup(
         method="lora" if lora else "full",
         lora=lora,
         ds_file=setup.ds_doc.display if setup.ds_doc is not None else None,
-        user_world_size=setup.world_size,
-        micro_default=as_number(args.get("per_device_train_batch_size")),
-        accum_default=as_number(args.get("gradient_accumulation_steps")),
-        seq_given=seq_given,
+        user_world_size=run.world_size,
+        micro_default=run.micro_batch.value if _given(run.micro_batch) else None,
+        accum_default=run.grad_accum.value if _given(run.grad_accum) else None,
+        seq_given=run.seq_len.value if _given(run.seq_len) else None,
         steps=steps,
         save_path=save_path or FRAMEWORK_SAVE_PATH.get(framework, "checkpoint"),
-        gradient_checkpointing=gc,
-        facts=_json_facts(setup.facts()),
+        gradient_checkpointing=run.gradient_checkpointing.value and _given(run.gradient_checkpointing),
+        facts=_json_facts(run.facts()),
         notes=notes,
     )
+
+
+def _given(k: Known[Any]) -> bool:
+    """A value the setup (or a framework default) gave, not one zerodoctor assumed."""
+    return k.origin.kind != "default"
 
 
 def default_spec(*, save_path: str | None = None, steps: int = DEFAULT_STEPS) -> SelftestSpec:
