@@ -4,7 +4,7 @@ It builds a 2-layer Llama from a config (no download, random weights), hands it 
 config to `deepspeed.initialize`, runs optimizer steps with gradient clipping, saves a checkpoint, reloads it,
 and writes one JSON result per rank: what worked, the exception (type, message, traceback) if something
 failed, and the optimizer/engine facts DeepSpeed reports. Without a GPU, DeepSpeed uses its CPU accelerator
-and gloo, and ZeRO-3 with optimizer and parameter offload takes the same code paths (memory.md §17).
+and gloo, and ZeRO-3 with optimizer and parameter offload takes the same code paths (docs/memory-model.md, what CPU can show).
 
 Usage: torchrun --nproc_per_node 2 -m zerodoctor.engine.tiny_job CONFIG.json OUT_DIR [--steps N] [--client-optimizer]
 """
@@ -50,7 +50,7 @@ def run(config_path: Path, out_dir: Path, steps: int, client_optimizer: bool = F
     try:
         import deepspeed
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM  # imported before zero.Init (failures.md C)
+        from transformers import LlamaConfig, LlamaForCausalLM  # imported before zero.Init (`zerodoctor kb` zero-init signature mismatch)
 
         result["versions"] = {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
         config = json.loads(config_path.read_text())

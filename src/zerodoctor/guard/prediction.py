@@ -1,8 +1,9 @@
 """The planner's per-phase prediction for a live run: the one place the guard asks `zerodoctor.plan`.
 
-Today it writes what the live run knows (the model's config, the engine's final DeepSpeed config) into the
-guard folder and asks the planner through its public entry points; when `zerodoctor.setup` grows a frozen
-run description shared with `check`, only this function changes.
+It writes what the live run knows (the model's config, the engine's final DeepSpeed config) into the guard
+folder and asks the planner through `load_inputs`, which reads those files into the same run description
+`check` reads (`zerodoctor.setup.run.describe_run`) and maps it with `inputs_from_run`: the prediction the
+guard holds against its measurements is the one `check` would have printed for this run.
 """
 
 from __future__ import annotations
