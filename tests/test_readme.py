@@ -55,10 +55,11 @@ def test_every_readme_command_runs_as_written(command, tmp_path):
     (tmp_path / "tests" / "diagnose").mkdir(parents=True)
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     (tmp_path / "tests" / "diagnose" / "corpus").symlink_to(ROOT / "tests" / "diagnose" / "corpus")
+    (tmp_path / "tests" / "guard").symlink_to(ROOT / "tests" / "guard")
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run(
-        command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
     )
     assert proc.returncode in (0, 1), (command, proc.stdout[-2000:], proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr, proc.stderr
