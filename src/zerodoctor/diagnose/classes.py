@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerodoctor.diagnose.extract import Event, Facts, OomNumbers, Traceback
+from zerodoctor.textutil import clip
 
 PREFIX = "class:"
 
@@ -271,10 +272,10 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
     ranks = sorted({e.rank for e in nccl if e.rank is not None})
     data: dict[str, Any] = {"ranks": ranks, "phase": ev.phase, "line": ev.line.location()}
     warn = next((e.line.text.strip() for e in facts.events if "NCCL WARN" in e.line.text), None)
-    proves = f"{_where(ev)} failed in NCCL during {_phase(ev)}: {ev.detail[:200].rstrip('. ')}."
+    proves = f"{_where(ev)} failed in NCCL during {_phase(ev)}: {clip(ev.detail, 200).rstrip('. ')}."
     if warn:
-        data["nccl_warn"] = warn[:300]
-        proves += f" NCCL's own warning: {warn[:200].rstrip('. ')}."
+        data["nccl_warn"] = clip(warn, 300)
+        proves += f" NCCL's own warning: {clip(warn, 200).rstrip('. ')}."
     return FailureClass(
         "nccl-error",
         "NCCL communication error" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
@@ -348,7 +349,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         "phase": ev.phase,
         "line": ev.line.location(),
         "exception": exc_type,
-        "message": message[:300],
+        "message": clip(message, 300),
     }
     if lib is not None:
         data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
@@ -374,7 +375,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             f"DeepSpeed op {op!r} failed to build or load"
             if op
             else "A C++/CUDA extension failed to build or load",
-            f"{where}: {exc_type}: {message[:200]}" + (f" (op {op})." if op else "."),
+            f"{where}: {exc_type}: {clip(message, 200)}" + (f" (op {op})." if op else "."),
             "which compiler error caused it: the build output above the traceback has it (the first `error:` line).",
             "run `ds_report` for the op's status and the CUDA/torch versions it compiles against; pre-build with "
             "DS_BUILD_OPS=1 / DS_BUILD_CPU_ADAM=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
@@ -387,7 +388,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         return FailureClass(
             "import-error",
             f"Import failed: {name}" if name else "Import or version requirement failed",
-            f"{where}: {exc_type}: {message[:200]}.",
+            f"{where}: {exc_type}: {clip(message, 200)}.",
             "whether the package is missing or installed at an incompatible version (" + vers + ").",
             "compare `pip show` of the package with what the importing library requires at its installed version; "
             "`zerodoctor env` lists the stack.",
@@ -408,7 +409,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         return FailureClass(
             "config-rejected",
             f"{who} rejected the configuration" + (f" ({keys[0]})" if keys else ""),
-            f"{where}: {exc_type}: {message[:240]}" + (f" (key: {', '.join(keys)})." if keys else "."),
+            f"{where}: {exc_type}: {clip(message, 240)}" + (f" (key: {', '.join(keys)})." if keys else "."),
             "which file set the value (DeepSpeed JSON, TrainingArguments, accelerate YAML, or an `auto` resolved "
             "from another argument).",
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
@@ -421,7 +422,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "library-assertion",
             f"Assertion failed inside {lib_name}",
             f"{where}: an assertion at {lib[0]}:{lib[1]} (in {lib[2]})"
-            + (f" failed: {message[:200]}" if message else " failed with no message")
+            + (f" failed: {clip(message, 200)}" if message else " failed with no message")
             + f"; {lib_name} {ver or 'version not printed'}.",
             "what state led to it: an assertion names a broken invariant, not its cause.",
             f"search the {lib_name} tracker for `{lib[0].rsplit('/', 1)[-1]}:{lib[1]}` and `{lib[2]}` at version "
@@ -433,7 +434,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         "crash",
         f"{exc_type.rsplit('.', 1)[-1]} "
         + (f"in {lib[0].split('/', 1)[0]}" if lib else "in the training script"),
-        f"{where}: {exc_type}: {message[:240]}" + (f" (last frame {last})." if last else "."),
+        f"{where}: {exc_type}: {clip(message, 240)}" + (f" (last frame {last})." if last else "."),
         "the cause: this exception is where it surfaced" + (f"; versions: {vers}." if known else "."),
         "read the traceback from its innermost library frame"
         + (f" ({lib[0]}:{lib[1]} in {lib[2]})" if lib else "")
@@ -452,7 +453,7 @@ def classify(
         return FailureClass(
             "terminated",
             "The run was stopped from outside",
-            f"{_where(first)} was stopped during {_phase(first)}: {first.detail[:200]}; no rank failed on its own "
+            f"{_where(first)} was stopped during {_phase(first)}: {clip(first.detail, 200)}; no rank failed on its own "
             "before it in these logs.",
             "why: a scheduler time limit, a user's Ctrl-C or kill, or a hang that someone ended (if progress "
             "had stopped long before, it was a hang).",

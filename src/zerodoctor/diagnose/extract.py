@@ -15,6 +15,7 @@ from zerodoctor.diagnose.patterns import ACCUM
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
+from zerodoctor.textutil import clip
 
 MAX_EVENTS = 2000
 MAX_TRACEBACKS = 200
@@ -487,14 +488,14 @@ class Extractor:
             if oom is not None and len(self.facts.ooms) < MAX_EVENTS:
                 self.facts.ooms.append(oom)
                 if not _EXC.match(line.text):  # an OOM printed without "...Error:" (logged, not raised)
-                    self._event("cuda-oom", line, hit, line.text.strip()[:300])
+                    self._event("cuda-oom", line, hit, clip(line.text, 300))
         if "x:oom-host" in keys:
-            self._event("host-oom", line, hit, line.text.strip()[:300])
+            self._event("host-oom", line, hit, clip(line.text, 300))
         self._launcher(line, hit, keys)
         if "x:nccl-watchdog" in keys:
-            self._event("watchdog", line, hit, line.text.strip()[:300])
+            self._event("watchdog", line, hit, clip(line.text, 300))
         elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text):
-            self._event("nccl", line, hit, line.text.strip()[:300])
+            self._event("nccl", line, hit, clip(line.text, 300))
         if any(k.startswith("x:ver-") for k in keys):
             self._version(line)
         if "x:accum" in keys:

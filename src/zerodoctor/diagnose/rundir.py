@@ -42,7 +42,9 @@ def expand(paths: list[str]) -> list[str]:
     for path in paths:
         p = Path(path)
         if path == "-" or not _is_dir(p):
-            out.append(path)  # the reader says what is wrong with it (no such file, a device, a name too long)
+            out.append(
+                path
+            )  # the reader says what is wrong with it (no such file, a device, a name too long)
             continue
         found: list[str] = []
         stack = [(p, 0)]

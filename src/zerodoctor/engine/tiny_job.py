@@ -50,7 +50,9 @@ def run(config_path: Path, out_dir: Path, steps: int, client_optimizer: bool = F
     try:
         import deepspeed
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM  # imported before zero.Init (`zerodoctor kb` zero-init signature mismatch)
+
+        # imported before zero.Init (inside it: `zerodoctor kb` zero-init signature mismatch)
+        from transformers import LlamaConfig, LlamaForCausalLM
 
         result["versions"] = {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
         config = json.loads(config_path.read_text())

@@ -10,6 +10,7 @@ from typing import Any
 
 from zerodoctor.diagnose.judge import Diagnosis
 from zerodoctor.report.render import envelope, render_markdown, render_text, to_json
+from zerodoctor.textutil import clip
 
 MAX_ECHOES = 20
 MAX_TEXT_LINES = 10
@@ -24,7 +25,7 @@ def timeline(result: Diagnosis) -> dict[str, Any]:
         "phase": None if ff is None and result.phase == "unknown" else result.phase,
         "echoes": [e.describe() for e in result.echoes[:MAX_ECHOES]],
         "warnings": [
-            {"entry": entry, "location": line.location(), "text": line.text.strip()[:300]}
+            {"entry": entry, "location": line.location(), "text": clip(line.text, 300)}
             for entry, line in result.facts.warnings
         ],
         "last_progress": None

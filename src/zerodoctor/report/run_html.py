@@ -12,6 +12,7 @@ from zerodoctor import __version__
 from zerodoctor.findings import Finding, sort_findings
 from zerodoctor.report.plots import Chart
 from zerodoctor.report.run_report import GIB, RunReport
+from zerodoctor.textutil import clip
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em auto;max-width:1180px;color:#222}
@@ -179,7 +180,7 @@ def render_run_html(report: RunReport, charts: Sequence[Chart], findings: Sequen
                             e.get("time"),
                             e.get("step"),
                             e.get("phase"),
-                            f"{e.get('type')}: {str(e.get('message', ''))[:200]}",
+                            f"{e.get('type')}: {clip(str(e.get('message', '')), 200)}",
                             (e.get("diagnosis") or {}).get("title", "-"),
                         )
                         for e in report.errors

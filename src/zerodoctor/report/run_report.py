@@ -16,6 +16,7 @@ from typing import Any
 
 from zerodoctor.errors import InputError
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.textutil import clip
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -407,11 +408,11 @@ def _judge(
                 title=f"rank {e.get('rank')} failed",
                 message=(
                     f"rank {e.get('rank')} on {e.get('host')} raised {e.get('type')} at step {e.get('step')} "
-                    f"({e.get('phase')}, {e.get('time')}): {str(e.get('message', ''))[:300]}"
+                    f"({e.get('phase')}, {e.get('time')}): {clip(str(e.get('message', '')), 300)}"
                     + (f". Diagnosis: {diag.get('title')}: {diag.get('message')}" if diag else "")
                 ),
                 fixes=tuple(Fix(str(t)) for t in diag.get("fixes", [])),
-                evidence=(Evidence(file=str(e.get("file")), text=str(e.get("message", ""))[:300]),),
+                evidence=(Evidence(file=str(e.get("file")), text=clip(str(e.get("message", "")), 300)),),
                 references=tuple(diag.get("references", [])),
                 source="report",
                 data={"rank": e.get("rank"), "diagnosis": diag.get("id")},
