@@ -6,12 +6,11 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.text import Text
 
 from zerodoctor.check.registry import PHASE_TITLES, PHASES
 from zerodoctor.findings import Finding, Severity
-from zerodoctor.report.render import envelope, summary
+from zerodoctor.report.render import envelope, summary, text_console
 
 if TYPE_CHECKING:
     from zerodoctor.check.pipeline import CheckReport
@@ -38,15 +37,7 @@ def verdict_line(report: CheckReport) -> str:
 
 def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -> str:
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width,
-        force_terminal=color,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
-        soft_wrap=True,
-    )
+    console = text_console(buf, width=width, color=color)
     head = Text("zerodoctor check: ", style="bold")
     head.append(verdict_line(report), style=_VERDICT_STYLE.get(report.verdict, "bold"))
     console.print(head)

@@ -75,6 +75,20 @@ def finding_text(f: Finding) -> Text:
     return t
 
 
+def text_console(buf: io.StringIO, *, width: int = 100, color: bool = False) -> Console:
+    """The console every text report prints to: a buffer, colour only for terminals, long lines kept whole
+    (soft wrap: a terminal wraps them, nothing is cut)."""
+    return Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
 def render_text(
     findings: Sequence[Finding],
     *,
@@ -84,15 +98,7 @@ def render_text(
     clean_message: str = "No problems found.",
 ) -> str:
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width,
-        force_terminal=color,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
-        soft_wrap=True,
-    )
+    console = text_console(buf, width=width, color=color)
     if header:
         console.print(header)
     for f in findings:
