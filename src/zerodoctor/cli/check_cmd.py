@@ -18,16 +18,6 @@ EXIT_HELP = """check exit codes:
 """
 
 
-def _gib(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in GiB, got {text!r}") from None
-    if not 0 < value < 2**40:
-        raise argparse.ArgumentTypeError(f"expected a size above 0 GiB, got {text}")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "check",

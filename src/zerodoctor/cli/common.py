@@ -76,16 +76,6 @@ def emit(
         out.write(render_text(findings, header=header, color=out.isatty(), clean_message=clean_message))
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
-    return value
-
-
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)

@@ -18,7 +18,15 @@ from zerodoctor.errors import ZeroDoctorError
 
 # Command name -> module with `add_parser(subparsers)` and `run(args) -> int`. Later: check, plan, diagnose,
 # selftest, report.
-COMMANDS = {"check": check_cmd, "lint": lint_cmd, "env": env_cmd, "kb": kb_cmd, "diagnose": diagnose_cmd, "plan": plan_cmd, "selftest": selftest_cmd}
+COMMANDS = {
+    "check": check_cmd,
+    "lint": lint_cmd,
+    "env": env_cmd,
+    "kb": kb_cmd,
+    "diagnose": diagnose_cmd,
+    "plan": plan_cmd,
+    "selftest": selftest_cmd,
+}
 COMMANDS["guard"] = guard_cmd
 COMMANDS["report"] = report_cmd
 

@@ -11,25 +11,9 @@ from zerodoctor.cli.common import (
     emit,
     exit_code,
     load_env_option,
-    positive_int,
 )
 from zerodoctor.report.plan import json_document, render_header, render_markdown_tables
 from zerodoctor.safeio import count_arg, gib_arg
-
-
-def _gib_value(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in GiB, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a size above 0 GiB, got {value:g}")
-    return value
-
-
-def _count(text: str) -> int:
-    """Like positive_int, but says what 0 means for a cluster."""
-    return positive_int(text)
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zerodoctor.cli.common import add_output_options, emit, exit_code, positive_int
+from zerodoctor.cli.common import add_output_options, emit, exit_code
 from zerodoctor.errors import UsageError
+from zerodoctor.safeio import count_arg
 from zerodoctor.setup.document import KINDS
 from zerodoctor.setup.model import FRAMEWORKS
 
@@ -32,25 +33,21 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     p.add_argument(
         "--framework", choices=FRAMEWORKS, help="how the job is launched, when the files do not say"
     )
-    p.add_argument(
-        "--world-size", type=positive_int, help="total ranks of the real job (to rescale the batch)"
-    )
-    p.add_argument("--nodes", type=positive_int, help="number of nodes of the real job")
-    p.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node of the real job")
+    p.add_argument("--world-size", type=count_arg, help="total ranks of the real job (to rescale the batch)")
+    p.add_argument("--nodes", type=count_arg, help="number of nodes of the real job")
+    p.add_argument("--gpus-per-node", type=count_arg, help="GPUs per node of the real job")
     p.add_argument(
         "--model", help="model (catalog name, hub id or config.json path) when the files do not name it"
     )
-    p.add_argument("--ranks", type=positive_int, default=2, help="local ranks to run (default: 2)")
-    p.add_argument("--steps", type=positive_int, default=3, help="optimizer steps (default: 3)")
+    p.add_argument("--ranks", type=count_arg, default=2, help="local ranks to run (default: 2)")
+    p.add_argument("--steps", type=count_arg, default=3, help="optimizer steps (default: 3)")
     p.add_argument(
         "--save-path",
         choices=sorted(SAVE_PATHS),
         help="how your training saves the model (default: trainer for HF/LLaMA-Factory/accelerate, "
         "checkpoint otherwise): " + "; ".join(f"{k} = {v}" for k, v in SAVE_PATHS.items()),
     )
-    p.add_argument(
-        "--timeout", type=positive_int, default=600, help="seconds for the whole run (default: 600)"
-    )
+    p.add_argument("--timeout", type=count_arg, default=600, help="seconds for the whole run (default: 600)")
     p.add_argument("--workdir", help="keep the run's files (log, checkpoint, per-rank phase logs) here")
     p.set_defaults(run=run)
 
