@@ -1,4 +1,4 @@
-"""Accuracy of `zerodoctor diagnose` on the corpus of real logs (tests/diagnose/corpus/expected.yaml).
+"""Accuracy of `zerodoctor diagnose` on the corpus of real logs (tests/diagnose/corpus/expected*.yaml).
 
     python benchmarks/diagnose_accuracy.py [--split tune|heldout|dev|all]
 
@@ -86,7 +86,11 @@ def main() -> int:
     ap.add_argument("--split", default="tune", choices=["tune", "heldout", "dev", "all"])
     ap.add_argument("--quiet", action="store_true", help="do not list the misses")
     args = ap.parse_args()
-    cases = yaml.safe_load((CORPUS / "expected.yaml").read_text())
+    cases = [
+        case
+        for manifest in sorted(CORPUS.glob("expected*.yaml"))
+        for case in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []
+    ]
     splits = ["dev", "tune", "heldout"] if args.split == "all" else [args.split]
     for split in splits:
         chosen = [c for c in cases if c.get("split", "dev") == split]

@@ -1,6 +1,6 @@
 """The diagnose corpus: realistic multi-rank logs, each with the diagnosis `zerodoctor diagnose` must produce.
 
-`corpus/expected.yaml` lists every log with its expected top finding (null = healthy or nothing known), the ids
+`corpus/expected*.yaml` list every log with its expected top finding (null = healthy or nothing known), the ids
 that must also be candidates, the look-alike ids that must not appear, the first failing rank and the phase.
 The coverage tests (every knowledge-base entry has a log, enough logs, enough healthy logs) run even before the
 diagnose command exists; the per-log tests need it.
@@ -18,7 +18,12 @@ from zerodoctor.diagnose.extract import PHASES as EXTRACTOR_PHASES
 from zerodoctor.kb.loader import load_entries
 
 CORPUS = Path(__file__).parent / "corpus"
-EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
+# One manifest per collection (expected.yaml, expected_<source>.yaml), so that collectors never edit one file.
+EXPECTED = [
+    case
+    for manifest in sorted(CORPUS.glob("expected*.yaml"))
+    for case in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []
+]
 PHASES = set(EXTRACTOR_PHASES)  # the names diagnose reports
 
 
