@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from zerodoctor.diagnose.extract import Event, Facts, OomNumbers, Traceback
+from zerodoctor.diagnose.extract import Event, Facts, OomNumbers, Traceback, same_exception
 from zerodoctor.textutil import clip
 
 PREFIX = "class:"
@@ -478,6 +478,18 @@ def classify(
     if first.kind == "nccl" or (first.kind == "exception" and _NCCL_OWN.search(first.detail)):
         return _nccl_error(first, facts)
     if first.kind == "exception":
+        tb = first.traceback
+        peers = same_exception(facts.tracebacks, tb) if tb is not None else []
+        if tb is not None and peers:
+            # one exception printed by several ranks, interleaved: read it with all the frames its copies hold
+            frames = list(tb.frames)
+            seen = {(f.file, f.lineno, f.func) for f in frames}
+            for t in peers:
+                for f in t.frames:
+                    if (f.file, f.lineno, f.func) not in seen:
+                        seen.add((f.file, f.lineno, f.func))
+                        frames.append(f)
+            first = replace(first, traceback=replace(tb, frames=frames))
         return _exception_class(first, versions)
     if first.kind == "exit":
         return FailureClass(

@@ -49,6 +49,9 @@ PHASES = (
 )
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
+# IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
+_IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 # `ray.exceptions.RayTaskError(ActorDiedError): ...`: Ray wraps the actor's exception type in parentheses
 _EXC = re.compile(
     r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)(?:\([A-Za-z_][\w.]*\))?)(?::\s?(.*))?\s*$"
@@ -91,6 +94,24 @@ _VERSION_LINES = (
     (re.compile(r"^\s*- bitsandbytes version: ([0-9][\w.+-]*)"), "bitsandbytes"),
     (re.compile(r"^\s*([A-Za-z][\w.-]*)==([0-9][\w.+!-]*)\s*$"), ""),
 )
+# A traceback frame's source line -> the phase it names (patterns.py "code-*").
+_CODE_PHASE = {
+    "engine": "engine_init",
+    "train": "training_step",
+    "eval": "evaluation",
+    "save": "checkpoint_save",
+}
+# The runtime guard's phases (zerodoctor.guard.monitor) -> diagnose's.
+_GUARD = re.compile(r"zerodoctor guard \[rank (\d+), step (\S+), (\w+)\]")
+_GUARD_PHASE = {
+    "init": "engine_init",
+    "first_optimizer_step": "first_optimizer_step",
+    "train": "training_step",
+    "evaluation": "evaluation",
+    "save": "checkpoint_save",
+}
+# Frames that only say "inside the training loop" (they enclose engine start, evaluation and saving too).
+_LOOP_FUNCS = frozenset({"train", "_inner_training_loop", "inner_training_loop", "run", "run_epoch"})
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|proc)[_-]?(\d+)", re.IGNORECASE)
 
 # Frame function names that say what the run was doing, most specific phase first.
@@ -216,6 +237,18 @@ class Traceback:
             else (self.frames[-1].line.lineno if self.frames else self.start.lineno)
         )
         return self.start.lineno <= line.lineno <= last
+
+
+def same_exception(tracebacks: list[Traceback], tb: Traceback) -> list[Traceback]:
+    """Other tracebacks of the same source with the same exception and message: ranks that print one failure
+    interleaved, each parsed traceback holding part of its frames."""
+    if tb.exc_type is None:
+        return []
+    return [
+        t
+        for t in tracebacks
+        if t is not tb and t.source == tb.source and t.exc_type == tb.exc_type and t.exc_message == tb.exc_message
+    ][:MAX_TRACEBACKS]
 
 
 @dataclass(frozen=True)
@@ -377,6 +410,8 @@ class Facts:
     versions: dict[str, str] = field(default_factory=dict)
     version_lines: list[LogLine] = field(default_factory=list)
     markers: list[tuple[str, LogLine, int]] = field(default_factory=list)  # (phase marker, line, seq)
+    # source lines of traceback frames that name what the run was doing: (phase, line), read inside tracebacks
+    code_hints: list[tuple[str, LogLine]] = field(default_factory=list)
     signature_hits: dict[str, dict[str, int]] = field(default_factory=dict)  # entry -> sig -> count
     signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
     warnings: list[tuple[str, LogLine]] = field(default_factory=list)  # (KB entry id, line), deduplicated
@@ -446,6 +481,8 @@ class Extractor:
         self._pid_rank: dict[int, int] = {}
         self._last_source = ""
         self._last_seq = 0
+        # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
+        self._ipy: list[tuple[Traceback, str, Hit]] = []
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -473,9 +510,14 @@ class Extractor:
                 if len(lines) < MAX_EVIDENCE:
                     lines.append((hit.seq, line))
         if "x:tb-head" in keys:
-            self._start_tb(line)
+            tb = self._start_tb(line)
+            ipy = _IPY_HEAD.match(line.text)
+            if ipy and len(self._ipy) < MAX_TRACEBACKS:
+                self._ipy.append((tb, ipy.group(1), hit))
         if "x:tb-frame" in keys:
             self._frame(line)
+        elif "x:tb-frame-ipy" in keys:
+            self._frame(line, ipython=True)
         if "x:tb-exception" in keys:
             self._exception(line, hit)
         if "x:config-validation" in keys and not _EXC.match(line.text):
@@ -503,6 +545,8 @@ class Extractor:
             if m:
                 self.facts.accumulation = log_int(m.group(1))
         for k in sorted(keys):
+            if k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
+                self.facts.code_hints.append((_CODE_PHASE[k[len("x:code-") :]], line))
             if k.startswith("x:phase-"):
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
                 if len(self.facts.markers) > 4 * MAX_EVENTS:
@@ -523,14 +567,15 @@ class Extractor:
             self.facts.tracebacks.append(tb)
         return tb
 
-    def _frame(self, line: LogLine) -> None:
-        m = _FRAME.search(line.text)
+    def _frame(self, line: LogLine, *, ipython: bool = False) -> None:
+        m = (_IPY_FRAME if ipython else _FRAME).search(line.text)
         if not m:
             return
         tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
         if len(tb.frames) >= MAX_FRAMES:
             del tb.frames[0]
-        tb.frames.append(Frame(m.group(1), log_int(m.group(2)) or 0, m.group(3), line))
+        func = m.group(3).rsplit(".", 1)[-1]  # IPython: `DeepSpeedEngine._configure_optimizer` -> the function
+        tb.frames.append(Frame(m.group(1), log_int(m.group(2) or "0") or 0, func, line))
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
         m = _EXC.match(line.text)
@@ -671,6 +716,10 @@ class Extractor:
     # ---- finishing ----------------------------------------------------------------------------------
 
     def finish(self) -> Facts:
+        for tb, exc_type, hit in self._ipy:
+            if tb.exc_type is None:  # the paste ends inside an IPython traceback: its header named the exception
+                tb.exc_type, tb.exc_message = exc_type, ""
+                self._event("exception", tb.start, hit, exc_type, traceback=tb)
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
         last = self.facts.last_progress
@@ -710,7 +759,40 @@ class Extractor:
             nxt = self._chained_after(ev)
             if nxt is not None:
                 phase = self._phase_from_frames(nxt, ev)
+                if self._loop_only(nxt, phase):
+                    phase = self._code_phase(nxt.source, nxt.start.lineno, self._tb_last(nxt) + 2) or phase
+        if phase == "unknown" and tb is not None:
+            # ranks that print the same exception interleaved: each parsed traceback holds part of the frames
+            for other in self.same_exception(tb):
+                phase = self._phase_from_frames(other, ev)
+                if phase != "unknown":
+                    break
+        if phase == "unknown" or (tb is not None and self._loop_only(tb, phase)):
+            lo = tb.start.lineno if tb is not None else ev.line.lineno - 6
+            phase = self._code_phase(ev.line.source, lo, ev.line.lineno) or phase
         return phase if phase != "unknown" else self.phase_at(ev.line, ev.seq, ev.progress)
+
+    def same_exception(self, tb: Traceback) -> list[Traceback]:
+        return same_exception(self.facts.tracebacks, tb)
+
+    @staticmethod
+    def _tb_last(tb: Traceback) -> int:
+        return tb.end.lineno if tb.end else (tb.frames[-1].line.lineno if tb.frames else tb.start.lineno)
+
+    @staticmethod
+    def _loop_only(tb: Traceback, phase: str) -> bool:
+        """A training_step read only from the training loop's own frames (engine start, evaluation and saving
+        run inside it too): the frames' source lines say better."""
+        funcs = {f.func for f in tb.frames}
+        return phase == "training_step" and not (funcs & _TRAIN_FUNCS) - _LOOP_FUNCS
+
+    def _code_phase(self, source: str, lo: int, hi: int) -> str | None:
+        """The phase the innermost frame source line between lines lo and hi names, if any."""
+        found: str | None = None
+        for phase, line in self.facts.code_hints:
+            if line.source == source and lo <= line.lineno <= hi:
+                found = phase
+        return found
 
     def _chained_after(self, ev: Event) -> Traceback | None:
         tb = self._traceback_of(ev)
@@ -797,6 +879,11 @@ class Extractor:
         # Evaluation prints progress bars of its own: until its results are logged, it is the phase.
         if marker is not None and marker[0] == "eval":
             return "evaluation"
+        if marker is not None and marker[0] == "guard":
+            # the guard names the phase it recorded the exception in
+            g = _GUARD.search(marker[1].text)
+            if g and g.group(3) in _GUARD_PHASE:
+                return _GUARD_PHASE[g.group(3)]
         if marker is not None and (p_line is None or marker[1].lineno > p_line):
             kind = marker[0]
             return {

@@ -367,6 +367,10 @@ def _phase(c: Candidate, first: Event | None, end_phase: str, *, top: bool = Fal
     for ev in (c.anchor, first):
         if ev is not None and ev.phase != "unknown":
             return ev.phase
+    if end_phase == "unknown" and c.entry.phase == "eval" and not c.warning_only:
+        # the log places the failure nowhere, but this entry's error is raised only by evaluation (e.g. ZeRO
+        # inference refused: only evaluate/predict start it)
+        return "evaluation"
     return end_phase
 
 

@@ -19,6 +19,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
     "tb-head": r"Traceback \(most recent call last\)",
     "tb-frame": r'File "[^"\n]+", line \d+, in ',
+    # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
+    "tb-frame-ipy": r"\.py(:\d+)?,? in [A-Za-z_][A-Za-z0-9_.]*\(",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
@@ -55,18 +57,32 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under",
     # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
     "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
-    r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint",
+    r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint"
+    r"|Resume checkpoint from |Auto resumed from ",
     "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
     r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
-    "phase-engine": r"DeepSpeed Final Optimizer|Time to load cpu_adam op|DeepSpeed LR Scheduler = ",
-    "phase-train": r"\*{5} Running training \*{5}",
+    # deepspeed.initialize (any caller: HF Trainer, accelerate, LLaMA-Factory, TRL, XTuner): the engine's own
+    # start lines, the optimizer it builds, the ops it JIT-builds for it
+    "phase-engine": r"DeepSpeed Final Optimizer|Time to load \w+ op|DeepSpeed LR Scheduler = |DeepSpeed info: version="
+    r"|Creating (?:\S+ )?ZeRO stage \d optimizer|DeepSpeed Basic Optimizer = |Using client Optimizer as basic optimizer"
+    r"|Building extension module \w+",
+    # the training loop starts: HF Trainer (LLaMA-Factory, TRL), mmengine (XTuner)
+    "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
     "phase-save": r"Saving model checkpoint to|Checkpoint global_step\d+ is (ready now|about to be saved)"
-    r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ iterations",
+    r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
+    r"|\[Torch\] Saving \S+global_step|Saving model weights to ",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
     "phase-save-done": r"zero checkpoint saved",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
     "phase-eval-done": r"\{'eval_loss': ",
+    # the runtime guard's own line (zerodoctor guard [rank R, step S, PHASE]: ...), on stderr and in its error files
+    "phase-guard": r"zerodoctor guard \[rank \d+, step \S+, \w+\]",
+    # source lines of traceback frames that name what the run was doing (read only inside a traceback)
+    "code-engine": r"accelerator\.prepare\(|deepspeed\.initialize\(|deepspeed_init\(|_prepare_deepspeed\(",
+    "code-train": r"\.backward\(|\.training_step\(|\.compute_loss\(",
+    "code-eval": r"\.evaluate\(|\.evaluation_loop\(|\.prediction_step\(|\.predict\(",
+    "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
     # coloured lines are re-scanned after the colour codes are removed
