@@ -1,0 +1,149 @@
+"""Where a failure's phase comes from besides frame function names: the engine's and frameworks' own start, save
+and resume lines, the runtime guard's line, the source lines of the frames, and IPython tracebacks; and one
+exception printed by interleaved ranks read with every frame its copies hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.diagnose import diagnose
+
+KILL = (
+    "[2024-06-21 14:00:00,003] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+    "'--local_rank=1'] exits with return code = -9\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "phase"),
+    [
+        # deepspeed.initialize's own lines, whoever calls it
+        (
+            "[2025-03-07 23:55:15,357] [INFO] [logging.py:128:log_dist] [Rank 0] DeepSpeed info: version=0.16.3, "
+            "git-hash=unknown, git-branch=unknown\n",
+            "engine_init",
+        ),
+        (
+            "[2025-03-07 23:55:16,883] [INFO] [logging.py:128:log_dist] [Rank 0] Creating torch.bfloat16 ZeRO stage 2"
+            " optimizer\n",
+            "engine_init",
+        ),
+        ("Building extension module fused_adam...\n", "engine_init"),
+        # XTuner / mmengine: the loop starts, saves, resumes
+        (
+            "05/11 14:58:00 - mmengine - INFO - Checkpoints will be saved to /work/out.\n",
+            "first_optimizer_step",
+        ),
+        ("12/09 06:49:23 - mmengine - INFO - Saving checkpoint at 14 epochs\n", "checkpoint_save"),
+        (
+            "05/11 14:58:00 - mmengine - INFO - Resume checkpoint from /root/train/lora_output/iter_300.pth\n",
+            "resume",
+        ),
+        # DeepSpeed's checkpoint engine writing the 16-bit weights
+        (
+            "[2023-02-06 16:37:18,583] [INFO] [engine.py:3500:save_16bit_model] Saving model weights to "
+            "out/checkpoint-500/pytorch_model.bin\n",
+            "checkpoint_save",
+        ),
+    ],
+)
+def test_phase_of_a_sigkill_from_engine_and_framework_lines(tmp_path: Path, before: str, phase: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(before + KILL)
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.exit_code == -9
+    assert d.phase == phase, d.findings[0].data
+
+
+@pytest.mark.parametrize(
+    ("guard_phase", "phase"),
+    [("train", "training_step"), ("save", "checkpoint_save"), ("evaluation", "evaluation"), ("init", "engine_init")],
+)
+def test_the_guard_line_names_the_phase(tmp_path: Path, guard_phase: str, phase: str) -> None:
+    """The runtime guard prints `zerodoctor guard [rank R, step S, PHASE]: ...` before the traceback (and its
+    per-rank error file carries the same); a traceback with no telling frame takes the guard's phase."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        f"zerodoctor guard [rank 1, step 12, {guard_phase}]: Failure not in the knowledge base: RuntimeError\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/train.py", line 40, in <module>\n'
+        "[rank1]:     helper(batch)\n"
+        "[rank1]: RuntimeError: something unusual happened\n"
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.rank == 1
+    assert d.phase == phase, d.findings[0].data
+
+
+def test_frame_source_lines_place_a_failure_inside_the_training_loop(tmp_path: Path) -> None:
+    """The Trainer's loop frames alone say `training`; the source line of the innermost one says the engine was
+    being prepared (a chained traceback of an op build under Trainer.train)."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Building extension module fused_adam...\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/venv/lib/python3.11/site-packages/torch/utils/cpp_extension.py", line 2105, in '
+        "_run_ninja_build\n"
+        "[rank1]:     subprocess.run(\n"
+        "[rank1]: subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n"
+        "\n"
+        "[rank1]: The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/trainer.py", line 163, in <module>\n'
+        "[rank1]:     trainer.train()\n"
+        '[rank1]:   File "/venv/lib/python3.11/site-packages/transformers/trainer.py", line 2325, in '
+        "_inner_training_loop\n"
+        "[rank1]:     model, self.optimizer, self.lr_scheduler = self.accelerator.prepare(\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:op-build-failure"
+    assert d.phase == "engine_init", d.findings[0].data
+
+
+def test_a_backward_source_line_places_a_frameless_exception(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[rank0]:     self.deepspeed_engine_wrapped.backward(loss, **kwargs)\n"
+        "[rank0]: AttributeError: 'Accelerator' object has no attribute 'deepspeed_engine_wrapped'\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash"
+    assert d.phase == "training_step"
+
+
+def test_an_ipython_traceback_cut_before_its_last_line(tmp_path: Path) -> None:
+    """A notebook paste: the header names the exception, frames are `path.py in func(...)`."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Building extension module fused_adam...\n"
+        "---------------------------------------------------------------------------\n"
+        "CalledProcessError                        Traceback (most recent call last)\n"
+        "~/.local/lib/python3.6/site-packages/torch/utils/cpp_extension.py in _run_ninja_build(build_directory, "
+        "verbose, error_prefix)\n"
+        "   1672             check=True,\n"
+        "-> 1673             env=env)\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:op-build-failure"
+    assert d.phase == "engine_init"
+
+
+def test_one_exception_printed_by_interleaved_ranks_keeps_all_its_frames(tmp_path: Path) -> None:
+    """Two ranks raise the same ValueError; the lines interleave so the first parsed traceback holds only the
+    script's frame, the second the frames in accelerate/transformers: it is a config refused, not a crash."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 182, in <module>\n'
+        '    raise ValueError("Please specify the ZeRO optimization config in the DeepSpeed config.")\n'
+        "ValueError: Please specify the ZeRO optimization config in the DeepSpeed config.\n"
+        "    self.deepspeed_plugin = DeepSpeedPlugin(hf_ds_config=self.hf_deepspeed_config)\n"
+        '  File "/venv/lib/python3.9/site-packages/accelerate/utils/dataclasses.py", line 601, in __post_init__\n'
+        '  File "/venv/lib/python3.9/site-packages/transformers/training_args.py", line 1661, in __post_init__\n'
+        "ValueError: Please specify the ZeRO optimization config in the DeepSpeed config.\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:config-rejected"
