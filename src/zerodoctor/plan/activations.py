@@ -261,6 +261,8 @@ def activation_bytes(
     sequence_parallel: int = 1,
     lora_adapter_bytes: int | None = None,
     loss_dtype_bytes: int = FP32,
+    trainable_layers: int | None = None,
+    frozen_layers_keep_inputs: bool = False,
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -329,19 +331,39 @@ def activation_bytes(
     per_layer = moe_layer if n_moe else dense
     all_layers = dense * n_dense + moe_layer * n_moe
 
+    freeze = trainable_layers is not None
+    k_train = min(max(trainable_layers or 0, 0), layers) if freeze else layers
+    if freeze:
+        # The last k layers train (MoE layers come after the dense ones in models that mix them).
+        k_moe = min(k_train, n_moe)
+        all_layers = moe_layer * k_moe + dense * (k_train - k_moe)
+        if k_train:
+            # The first trainable layer's input does not require grad: its input RMSNorm keeps only the
+            # normalised tensor for its weight gradient, not the fp32 copies.
+            all_layers -= _norm_saved(t, trainable_weight=False)
+        notes.append(
+            f"freeze tuning: {k_train} of {layers} layers train; the frozen prefix keeps no activations"
+            + (
+                " (checkpointed frozen layers keep their input: enable_input_require_grads)"
+                if gradient_checkpointing and frozen_layers_keep_inputs
+                else ""
+            )
+        )
+    any_grad = k_train > 0 or (gradient_checkpointing and frozen_layers_keep_inputs)
+
     # Model-level saved tensors outside the layers.
     extras = 0
-    if full_ft:
+    if full_ft and not freeze:
         extras += INT64 * t.tokens  # embedding keeps input_ids for its weight gradient
-    if not gradient_checkpointing:
+    if not gradient_checkpointing and k_train:
         extras += 2 * t.d * seq * p.head_dim  # rotary cos and sin (1 x s x d), shared by all layers
     if not full_ft and not gradient_checkpointing:
         # Without checkpointing nothing makes the frozen embedding's output require grad, so layer 0's
         # input RMSNorm has no grad-requiring input and saves nothing.
         all_layers -= _norm_saved(t, trainable_weight=False)
-    # Final norm, lm_head input, loss.
-    head = _norm_saved(t, trainable_weight=full_ft)
-    if full_ft:
+    # Final norm, lm_head input, loss (freeze tuning: both frozen, their input requires grad).
+    head = _norm_saved(t, trainable_weight=full_ft and not freeze)
+    if full_ft and not freeze:
         head += t.d * t.tokens * t.hidden  # lm_head keeps the final norm output
     # log_softmax output (fp32 log-probabilities, kept by log_softmax and nll_loss), the shifted labels
     # (`pad(labels, (0, 1))[..., 1:].contiguous()`: for b = 1 the slice is already contiguous, so the
@@ -350,9 +372,14 @@ def activation_bytes(
     lb = FP32 if loss_dtype_bytes >= FP32 or t.d >= FP32 else t.d
     loss_saved = lb * t.tokens * t.vocab + labels + FP32
     head += loss_saved
+    if not any_grad:
+        head = 0  # nothing requires grad: no graph at all
 
     ckpt_input = t.d * t.tokens * t.hidden
-    layers_kept = ckpt_input * layers if gradient_checkpointing else all_layers
+    ckpt_layers = layers
+    if freeze:
+        ckpt_layers = layers if frozen_layers_keep_inputs else k_train
+    layers_kept = ckpt_input * ckpt_layers if gradient_checkpointing else all_layers
     saved_total = layers_kept + extras + head
 
     # Around the loss: bf16 logits (alive in the model output) + fp32 upcast + log-probabilities in

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
-from zerodoctor.plan.inputs import GB, GIB, PlanInputs, Training, ZeroSettings
+from zerodoctor.plan.inputs import GB, GIB, FsdpSettings, PlanInputs, Training, ZeroSettings, fsdp_as_zero
 from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, PHASE_TITLES, StrategyPlan, plan_strategy
 
 SOURCE = "plan"
@@ -33,7 +33,7 @@ class PlanResult:
 def _base_zero(inputs: PlanInputs) -> ZeroSettings:
     """Knobs other than stage/offload: the user's (if given) else DeepSpeed's defaults, with HF's "auto"
     bucket values when an HF-like framework will fill them (what the emitted config will get)."""
-    if inputs.zero is not None:
+    if inputs.zero is not None and inputs.zero.fsdp is None:
         return inputs.zero
     h = inputs.model.params.hidden_size
     if inputs.framework in ("hf", "llamafactory", "accelerate"):
@@ -68,6 +68,16 @@ def strategy_grid(inputs: PlanInputs) -> list[ZeroSettings]:
             base, stage=3, offload_optimizer="nvme", offload_param="nvme", overlap_comm=None, pin_memory=pin
         ),
     ]
+    # FSDP beside ZeRO for the runs that can switch with one line of their accelerate config: the user's FSDP
+    # settings (or accelerate's FSDP1 defaults), full shard with and without CPU offload.
+    user_fsdp = inputs.zero.fsdp if inputs.zero is not None else None
+    if user_fsdp is not None or inputs.framework == "accelerate":
+        f = user_fsdp or FsdpSettings()
+        sharding = f.sharding if f.sharding in ("full_shard", "hybrid_shard") else "full_shard"
+        grid += [
+            fsdp_as_zero(replace(f, sharding=sharding, offload_params=False)),
+            fsdp_as_zero(replace(f, sharding=sharding, offload_params=True)),
+        ]
     return grid
 
 
@@ -90,13 +100,16 @@ def _storage_for(t: Training) -> str:
     return {"bf16": "bfloat16", "fp16": "float16"}.get(t.precision, "float32")
 
 
-def _rank(plan: StrategyPlan, user_method: str) -> tuple[int, int, int, int, int]:
-    method_cost = {"full": 0, "lora": 1, "qlora": 2}
+def _rank(
+    plan: StrategyPlan, user_method: str, user_fsdp: bool = False
+) -> tuple[int, int, int, int, int, int]:
+    method_cost = {"full": 0, "lora": 1, "qlora": 2, "freeze": 0}
     keep = 0 if plan.training.method == user_method else 1 + method_cost[plan.training.method]
     status = {"fits": 0, "save spike": 1, "tight": 2, "does not fit": 3}[plan.status]
     return (
         0 if status == 0 else 1,
         keep,
+        0 if (plan.zero.fsdp is not None) == user_fsdp else 1,  # stay with the user's FSDP or ZeRO if it fits
         plan.zero.offload_rank,
         plan.zero.stage,
         0 if plan.zero.pin_memory else 1,
@@ -124,15 +137,21 @@ def plan(inputs: PlanInputs, *, margin: float = DEFAULT_SAFETY_MARGIN) -> PlanRe
                 tr = replace(training, quant_storage=_storage_for(training))
             cand = plan_strategy(inputs, zero, tr, margin=margin)
             evaluated.append(cand)
-            if cand.status == "save spike" and zero.stage == 3 and zero.gather_16bit_on_save:
+            if (
+                cand.status == "save spike"
+                and zero.stage == 3
+                and zero.gather_16bit_on_save
+                and not zero.fsdp
+            ):
                 # The rank-0 16-bit consolidation is what breaks: save ZeRO shards instead (zero_to_fp32 later).
                 evaluated.append(
                     plan_strategy(inputs, replace(zero, gather_16bit_on_save=False), tr, margin=margin)
                 )
             host_first = any(ph == "first_step" and w == "host" for ph, w, *_ in cand.failing_phases())
-            if not cand.fits and zero.offload_rank > 0 and zero.pin_memory and host_first:
+            if not cand.fits and zero.offload_rank > 0 and zero.pin_memory and host_first and not zero.fsdp:
                 evaluated.append(plan_strategy(inputs, replace(zero, pin_memory=False), tr, margin=margin))
-    evaluated.sort(key=lambda s: _rank(s, inputs.training.method))
+    user_fsdp = inputs.zero is not None and inputs.zero.fsdp is not None
+    evaluated.sort(key=lambda s: _rank(s, inputs.training.method, user_fsdp))
     recommended = next((s for s in evaluated if s.fits), None)
     findings = judge(inputs, yours, recommended, evaluated, margin)
     return PlanResult(inputs, yours, tuple(evaluated), recommended, tuple(findings), margin)
@@ -160,6 +179,12 @@ def _why(rec: StrategyPlan, margin: float) -> str:
 def _action(rec: StrategyPlan | None) -> str:
     if rec is None:
         return "add GPUs or nodes, shorten --seq-len or lower --micro-batch"
+    if rec.zero.fsdp is not None:
+        f = rec.zero.fsdp
+        return (
+            f"use {rec.name} (accelerate config: distributed_type: FSDP, fsdp_version: {f.version}, "
+            f"fsdp_offload_params: {'true' if f.offload_params else 'false'})"
+        )
     return f"use {rec.name} (zerodoctor plan --emit-ds-config ds.json writes it)"
 
 
@@ -173,7 +198,11 @@ def judge(
     out: list[Finding] = []
     t = inputs.training
     subject = yours or rec
-    where = Evidence(key="zero_optimization") if yours is not None else Evidence()
+    where = (
+        Evidence()
+        if yours is None
+        else Evidence(key="fsdp_config" if yours.zero.fsdp else "zero_optimization")
+    )
     if yours is not None:
         gpu_fail = [f for f in yours.failing_phases(with_margin=False) if f[1] == "gpu" and f[0] != "save"]
         if gpu_fail:
@@ -223,7 +252,7 @@ def judge(
         save = subject.phase("save")
         steady_host = subject.phase("steady").host_bytes
         spike_host = save.host_bytes - steady_host
-        spike_gpu = sum(i.bytes for i in save.gpu if i.name.startswith("16-bit gather"))
+        spike_gpu = sum(i.bytes for i in save.gpu if i.name.startswith(("16-bit gather", "FULL_STATE_DICT")))
         save_fails = [f for f in subject.failing_phases(with_margin=False) if f[0] == "save"]
         if save_fails or spike_host > 0.25 * inputs.cluster.host_ram_bytes:
             ck = subject.checkpoint
@@ -241,7 +270,13 @@ def judge(
                         f"({ck.optimizer_bytes / GB:,.0f} GB optimizer state). {_save_action(inputs, subject)}"
                     ),
                     fixes=(Fix(_save_action(inputs, subject)),),
-                    evidence=(Evidence(key="zero_optimization.stage3_gather_16bit_weights_on_model_save"),),
+                    evidence=(
+                        Evidence(
+                            key="fsdp_config.fsdp_state_dict_type"
+                            if subject.zero.fsdp
+                            else "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+                        ),
+                    ),
                     references=(
                         "huggingface/transformers trainer.py _save_checkpoint",
                         "hiyouga/LlamaFactory#7532",
@@ -392,6 +427,14 @@ def _host_action(inputs: PlanInputs, yours: StrategyPlan, rec: StrategyPlan | No
 
 
 def _save_action(inputs: PlanInputs, s: StrategyPlan) -> str:
+    if s.zero.fsdp is not None:
+        if s.zero.fsdp.state_dict_type == "full":
+            return (
+                "Set fsdp_state_dict_type: SHARDED_STATE_DICT (each rank writes its own shards instead of rank 0 "
+                "gathering the fp32 model and the whole optimizer state) and save_only_model: true to skip the "
+                "optimizer state"
+            )
+        return "Set save_only_model: true to skip the optimizer state, or spread the job over more nodes"
     if s.training.is_peft and inputs.framework not in ("hf", "llamafactory"):
         return (
             "Save only the adapters (model.save_pretrained on the PEFT model) instead of gathering the whole "

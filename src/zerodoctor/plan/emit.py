@@ -24,6 +24,12 @@ NVME_PATH_PLACEHOLDER = "/local_nvme"
 def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
     """The DeepSpeed config dict for `plan` (see the module docstring for "auto" vs concrete)."""
     z = plan.zero
+    if z.fsdp is not None:
+        raise PlanError(
+            f"{plan.name} is a torch FSDP strategy, not a DeepSpeed one: there is no DeepSpeed config to write",
+            hint="set it in the accelerate config (distributed_type: FSDP, fsdp_offload_params) or pick a ZeRO "
+            "strategy",
+        )
     t = plan.training
     hf = inputs.framework in ("hf", "llamafactory", "accelerate") or inputs.framework is None
     xtuner = inputs.framework == "xtuner"

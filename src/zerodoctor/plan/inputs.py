@@ -29,6 +29,7 @@ from zerodoctor.setup.run import (
     DS_DEFAULT_PREFETCH_BUCKET,
     DS_DEFAULT_REDUCE_BUCKET,
     DS_DEFAULT_SUB_GROUP,
+    FsdpDescription,
     RunDescription,
     RunFlags,
     ZeroDescription,
@@ -116,6 +117,54 @@ class Training:
 
 
 @dataclass(frozen=True)
+class FsdpSettings:
+    """torch FSDP as accelerate / HF Trainer configure it (`zerodoctor.setup.run.FsdpDescription`): `version` 1
+    (`FullyShardedDataParallel`) or 2 (`fully_shard`), `sharding` full_shard | shard_grad_op | no_shard |
+    hybrid_shard | hybrid_shard_zero2, `backward_prefetch` backward_pre | backward_post | none,
+    `state_dict_type` full | sharded | local. Memory per item: `zerodoctor.plan.fsdp`."""
+
+    version: int = 1
+    sharding: str = "full_shard"
+    offload_params: bool = False
+    backward_prefetch: str = "none"
+    forward_prefetch: bool = False
+    state_dict_type: str = "full"
+    use_orig_params: bool = True
+    cpu_ram_efficient_loading: bool = False
+
+    @property
+    def label(self) -> str:
+        parts = [f"FSDP{self.version} {self.sharding}"]
+        if self.offload_params:
+            parts.append("CPU offload")
+        return " + ".join(parts)
+
+
+def fsdp_settings(f: FsdpDescription) -> FsdpSettings:
+    """The planner's FSDP knobs from the run's resolved FSDP description."""
+    return FsdpSettings(
+        version=f.version.value,
+        sharding=f.sharding.value,
+        offload_params=f.offload_params.value,
+        backward_prefetch=f.backward_prefetch.value,
+        forward_prefetch=f.forward_prefetch.value,
+        state_dict_type=f.state_dict_type.value,
+        use_orig_params=f.use_orig_params.value,
+        cpu_ram_efficient_loading=f.cpu_ram_efficient_loading.value,
+    )
+
+
+def fsdp_as_zero(f: FsdpSettings) -> ZeroSettings:
+    """An FSDP strategy in the planner's strategy type: `stage` 3 for the sharded strategies (2 for
+    shard_grad_op, 0 for no_shard) and both offload devices "cpu" with `offload_params` (FSDP's CPUOffload
+    moves parameters, gradients and so the optimizer step to the host), so the cost order of the candidates
+    applies to it unchanged; `fsdp` says it is FSDP."""
+    stage = {"no_shard": 0, "shard_grad_op": 2, "hybrid_shard_zero2": 2}.get(f.sharding, 3)
+    off = "cpu" if f.offload_params else "none"
+    return ZeroSettings(stage=stage, offload_optimizer=off, offload_param=off, pin_memory=True, fsdp=f)
+
+
+@dataclass(frozen=True)
 class ZeroSettings:
     """One DeepSpeed ZeRO configuration: the knobs that move memory (docs/memory-model.md)."""
 
@@ -135,10 +184,14 @@ class ZeroSettings:
     nvme_param_buffer_count: int = DS_DEFAULT_NVME_PARAM_BUFFER_COUNT
     nvme_param_buffer_size: int = DS_DEFAULT_NVME_PARAM_BUFFER_SIZE
     nvme_optimizer_buffer_count: int = DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT
+    fsdp: FsdpSettings | None = None
+    """Set when the strategy is torch FSDP, not DeepSpeed (`fsdp_as_zero`): the other knobs do not apply."""
 
     @property
     def label(self) -> str:
         """`ZeRO-3 + offload optimizer=cpu, param=cpu (pin)` style short name."""
+        if self.fsdp is not None:
+            return self.fsdp.label
         parts = [f"ZeRO-{self.stage}"]
         off = []
         if self.offload_optimizer != "none":
@@ -308,6 +361,8 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
                 "launcher unknown: assuming HF Trainer (pass --framework to change what a save gathers)"
             )
     zero = zero_settings(run.zero) if run.zero is not None else None
+    if zero is None and run.fsdp is not None:
+        zero = fsdp_as_zero(fsdp_settings(run.fsdp))
     env = run.env
     return PlanInputs(
         model=model,

@@ -25,7 +25,7 @@ from typing import Any
 
 from zerodoctor.models.spec import LINEAR, is_output_layer
 from zerodoctor.plan import model_states as ms
-from zerodoctor.plan.activations import activation_bytes
+from zerodoctor.plan.activations import ActivationEstimate, activation_bytes
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 
 PHASES = ("load", "first_step", "steady", "save")
@@ -385,6 +385,10 @@ def plan_strategy(
     """Evaluate one ZeRO strategy for the model, cluster and recipe in `inputs` (`training` overrides the
     recipe, e.g. a LoRA variant of a full fine-tune)."""
     t = training or inputs.training
+    if zero.fsdp is not None:
+        from zerodoctor.plan.fsdp import plan_fsdp
+
+        return plan_fsdp(inputs, zero, t, label=label, margin=margin)
     c = inputs.cluster
     spec = inputs.model
     p = spec.params
@@ -419,22 +423,7 @@ def plan_strategy(
         deepspeed_version=inputs.deepspeed_version,
         largest_param_numel=_largest_trainable_tensor(inputs, t),
     )
-    act = activation_bytes(
-        spec,
-        micro_batch=t.micro_batch * (2 if t.paired_inputs else 1),
-        seq_len=min(t.seq_len, t.longest_sample_tokens or t.seq_len),
-        attn_impl=t.attn,
-        gradient_checkpointing=t.gradient_checkpointing,
-        dtype_bytes=pb,
-        lora_rank=t.lora_rank if t.is_peft else 0,
-        lora_targets=_activation_targets(inputs, t),
-        sequence_parallel=t.sequence_parallel,
-        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
-        # Without DeepSpeed (stage 0 here = plain Trainer/DDP) PEFT keeps adapters in fp32
-        # (autocast_adapter_dtype=True) and the loss runs under torch.autocast, which computes
-        # log_softmax/nll_loss in fp32 whatever the model's own code does.
-        lora_adapter_bytes=ms.FP32_BYTES if t.is_peft and zero.stage == 0 else None,
-    )
+    act = activations_for(inputs, t, zero)
 
     def gpu_states(*, lazy: bool, transient: bool) -> list[Item]:
         items = []
@@ -463,39 +452,8 @@ def plan_strategy(
             items.append(Item(f"offloaded: {comp.name}", per_rank * n_local, detail, comp.source))
         return items
 
-    reserve_items = [
-        Item(
-            "CUDA context",
-            CUDA_CONTEXT_BYTES,
-            "per process: context, kernels, cuBLAS workspaces (outside PyTorch's allocator)",
-            "phases.CUDA_CONTEXT_BYTES (docs/memory-model.md)",
-        )
-    ]
-    if world > 1:
-        reserve_items.append(
-            Item(
-                "NCCL buffers",
-                NCCL_BUFFER_BYTES,
-                f"communicator buffers of a {world}-rank world",
-                "phases.NCCL_BUFFER_BYTES (NCCL_BUFFSIZE; docs/memory-model.md)",
-            )
-        )
-    slack = EXPANDABLE_SLACK_BYTES if inputs.expandable_segments else ALLOCATOR_SLACK_BYTES
-    reserve_items.append(
-        Item(
-            "allocator reserved but unallocated",
-            slack,
-            "caching allocator rounding and fragmentation"
-            + (" (expandable_segments on)" if inputs.expandable_segments else ""),
-            "c10/cuda/CUDACachingAllocator.cpp; phases.ALLOCATOR_SLACK_BYTES",
-        )
-    )
-    baseline = Item(
-        "process baseline",
-        PER_RANK_HOST_BASELINE_BYTES * n_local,
-        f"{n_local} ranks x {PER_RANK_HOST_BASELINE_BYTES / GIB:.0f} GiB",
-        "phases.PER_RANK_HOST_BASELINE_BYTES (docs/memory-model.md)",
-    )
+    reserve_items = reserve_items_for(inputs)
+    baseline = host_baseline(inputs)
 
     # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
     fwd_extra: list[Item] = []
@@ -568,15 +526,7 @@ def plan_strategy(
                 "bitsandbytes functional.dequantize_4bit in MatMul4Bit; transformers integrations/bitsandbytes.py",
             )
         )
-    act_item = Item(
-        "activations + logits/loss",
-        int(act.peak),
-        f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, {t.attn}, "
-        "gradient checkpointing "
-        f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
-        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
-        "plan/activations.py",
-    )
+    act_item = activation_item(act, t)
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
     ref_host: list[Item] = []
@@ -736,6 +686,89 @@ def plan_strategy(
         activation_notes=tuple(getattr(act, "notes", ()) or ()),
         margin=margin,
         label=label,
+    )
+
+
+def reserve_items_for(inputs: PlanInputs) -> list[Item]:
+    """Per-GPU memory outside the model: CUDA context, NCCL buffers (more than one rank), allocator slack."""
+    world = inputs.cluster.world_size
+    items = [
+        Item(
+            "CUDA context",
+            CUDA_CONTEXT_BYTES,
+            "per process: context, kernels, cuBLAS workspaces (outside PyTorch's allocator)",
+            "phases.CUDA_CONTEXT_BYTES (docs/memory-model.md)",
+        )
+    ]
+    if world > 1:
+        items.append(
+            Item(
+                "NCCL buffers",
+                NCCL_BUFFER_BYTES,
+                f"communicator buffers of a {world}-rank world",
+                "phases.NCCL_BUFFER_BYTES (NCCL_BUFFSIZE; docs/memory-model.md)",
+            )
+        )
+    slack = EXPANDABLE_SLACK_BYTES if inputs.expandable_segments else ALLOCATOR_SLACK_BYTES
+    items.append(
+        Item(
+            "allocator reserved but unallocated",
+            slack,
+            "caching allocator rounding and fragmentation"
+            + (" (expandable_segments on)" if inputs.expandable_segments else ""),
+            "c10/cuda/CUDACachingAllocator.cpp; phases.ALLOCATOR_SLACK_BYTES",
+        )
+    )
+    return items
+
+
+def host_baseline(inputs: PlanInputs) -> Item:
+    """The per-process host RSS of every local rank."""
+    n_local = inputs.cluster.gpus_per_node
+    return Item(
+        "process baseline",
+        PER_RANK_HOST_BASELINE_BYTES * n_local,
+        f"{n_local} ranks x {PER_RANK_HOST_BASELINE_BYTES / GIB:.0f} GiB",
+        "phases.PER_RANK_HOST_BASELINE_BYTES (docs/memory-model.md)",
+    )
+
+
+def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> ActivationEstimate:
+    """Activation bytes of one micro-batch for this recipe and strategy (`activations.activation_bytes`)."""
+    spec = inputs.model
+    pb = t.param_bytes
+    return activation_bytes(
+        spec,
+        micro_batch=t.micro_batch * (2 if t.paired_inputs else 1),
+        seq_len=min(t.seq_len, t.longest_sample_tokens or t.seq_len),
+        attn_impl=t.attn,
+        gradient_checkpointing=t.gradient_checkpointing,
+        dtype_bytes=pb,
+        lora_rank=t.lora_rank if t.is_peft else 0,
+        lora_targets=_activation_targets(inputs, t),
+        sequence_parallel=t.sequence_parallel,
+        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
+        # Without DeepSpeed or FSDP (stage 0 here = plain Trainer/DDP) PEFT keeps adapters in fp32
+        # (autocast_adapter_dtype=True) and the loss runs under torch.autocast, which computes
+        # log_softmax/nll_loss in fp32 whatever the model's own code does. FSDP's MixedPrecision casts
+        # adapters to param_dtype like DeepSpeed does.
+        lora_adapter_bytes=ms.FP32_BYTES if t.is_peft and zero.stage == 0 and zero.fsdp is None else None,
+        trainable_layers=t.freeze_trainable_layers if t.method == "freeze" else None,
+        # transformers' activation_checkpointing_enable makes the embedding output require grad, so checkpointed
+        # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
+        frozen_layers_keep_inputs=inputs.framework != "llamafactory",
+    )
+
+
+def activation_item(act: ActivationEstimate, t: Training) -> Item:
+    return Item(
+        "activations + logits/loss",
+        int(act.peak),
+        f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, {t.attn}, "
+        "gradient checkpointing "
+        f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
+        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
+        "plan/activations.py",
     )
 
 

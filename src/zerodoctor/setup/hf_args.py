@@ -68,7 +68,9 @@ def coerce(value: Any, typ: type) -> Any:
             return bool(value)
         if typ is int:
             f = float(value)
-            return int(f) if math.isfinite(f) and f == int(f) else value  # "inf" stays as written: not a count
+            return (
+                int(f) if math.isfinite(f) and f == int(f) else value
+            )  # "inf" stays as written: not a count
         if typ is float:
             f = float(value)
             return f if math.isfinite(f) else value
@@ -181,3 +183,44 @@ def resolve_hf_auto(
         warmup = max(1, int(ws_arg)) if ws_arg >= 1 or ws_arg == 0 else None
     fill("scheduler.params.warmup_num_steps", warmup, "warmup_steps", warmup is not None)
     return res
+
+
+# ---------------------------------------------------------------------------------------------------------
+# FSDP arguments
+# ---------------------------------------------------------------------------------------------------------
+
+FSDP_SHARDING = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
+"""accelerate's FSDP_SHARDING_STRATEGY (accelerate utils/constants.py), lower-cased, in ShardingStrategy order."""
+
+HF_FSDP_DEFAULT_VERSION = 2
+"""transformers 5.23 `TrainingArguments._process_fsdp_args`: `fsdp_config.get("version", 2)` (FSDP1 is
+deprecated there); accelerate's own plugin defaults to 1 (`FSDP_VERSION`, utils/dataclasses.py)."""
+
+
+def hf_fsdp_options(fsdp: Any, fsdp_config: Any) -> dict[str, Any] | None:
+    """The FSDP plugin options HF Trainer builds from `fsdp` and `fsdp_config`, as
+    `TrainingArguments._process_fsdp_args` / `_apply_legacy_fsdp_to_config` do (transformers 5.23): None when
+    `fsdp` is off (empty, false, a list without items). Keys lose their `fsdp_` prefix; the legacy words map to
+    `cpu_offload` ("offload") and `reshard_after_forward` (a sharding strategy); "auto_wrap" is the default
+    anyway. A `fsdp_config` given as a file path is not read (None values mean: HF's defaults)."""
+    if fsdp is None or fsdp is False:
+        return None
+    if isinstance(fsdp, str):
+        if fsdp.strip().lower() in ("", "false", "0", "no"):
+            return None
+        items = [] if fsdp.strip().lower() in ("true", "1", "yes") else fsdp.split()
+    elif isinstance(fsdp, list | tuple):
+        items = [str(x) for x in fsdp]
+        if not items:
+            return None
+    else:
+        items = []  # fsdp: true
+    raw = dict(fsdp_config) if isinstance(fsdp_config, dict) else {}
+    opts = {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): v for k, v in raw.items()}
+    for item in items:
+        word = item.strip().lower()
+        if word == "offload":
+            opts.setdefault("cpu_offload", True)
+        elif word in FSDP_SHARDING:
+            opts.setdefault("reshard_after_forward", word)
+    return opts

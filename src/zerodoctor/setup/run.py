@@ -25,7 +25,13 @@ from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
 from zerodoctor.setup.deepspeed_config import pin_memory_default
-from zerodoctor.setup.hf_args import HF_AUTO_BUCKETS, hf_auto_bucket
+from zerodoctor.setup.hf_args import (
+    FSDP_SHARDING,
+    HF_AUTO_BUCKETS,
+    HF_FSDP_DEFAULT_VERSION,
+    hf_auto_bucket,
+    hf_fsdp_options,
+)
 from zerodoctor.setup.model import FILLS_AUTO, TrainingSetup, normalize_dtype
 
 if TYPE_CHECKING:
@@ -160,6 +166,26 @@ class ZeroDescription:
 
 
 @dataclass(frozen=True)
+class FsdpDescription:
+    """FSDP as torch will run it: accelerate's `FullyShardedDataParallelPlugin` (from an accelerate config's
+    `fsdp_config`, accelerate 1.15 utils/dataclasses.py) or HF Trainer's (`--fsdp` + `fsdp_config`,
+    transformers 5.23 `TrainingArguments._process_fsdp_args`), each value with where it came from.
+    `sharding` is one of `FSDP_SHARDING` (FSDP2: full_shard = reshard_after_forward true, shard_grad_op =
+    false); `backward_prefetch` is "backward_pre", "backward_post" or "none"; `state_dict_type` "full",
+    "sharded" or "local"."""
+
+    version: Known[int]
+    sharding: Known[str]
+    offload_params: Known[bool]
+    backward_prefetch: Known[str]
+    forward_prefetch: Known[bool]
+    state_dict_type: Known[str]
+    use_orig_params: Known[bool]
+    cpu_ram_efficient_loading: Known[bool]
+    activation_checkpointing: Known[bool]
+
+
+@dataclass(frozen=True)
 class ClusterDescription:
     """Homogeneous nodes; any value may be unknown (None)."""
 
@@ -210,6 +236,10 @@ class RunDescription:
     notes: tuple[str, ...] = ()
     invalid: tuple[tuple[Origin, str], ...] = ()
     """Values that were wrong and replaced by their default (lenient descriptions only): where, and why."""
+    strategy: Known[str] | None = None
+    """How the model is sharded: "deepspeed" (a ZeRO config), "fsdp" (torch FSDP through accelerate or HF
+    Trainer: `fsdp` holds its settings) or "ddp" (neither: every rank holds the whole model)."""
+    fsdp: FsdpDescription | None = None
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -243,6 +273,8 @@ class RunDescription:
                 value = getattr(holder, f.name)
                 if isinstance(value, Known):
                     out[f.name.removesuffix("_bytes")] = value.origin.describe()
+        for f in fields(self.fsdp) if self.fsdp is not None else ():
+            out["fsdp_" + f.name] = getattr(self.fsdp, f.name).origin.describe()
         return out
 
     def facts(self) -> dict[str, Any]:
@@ -707,6 +739,13 @@ def describe_run(
     zero = _zero(setup, rd, model, traits, flags, notes, check)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
+    fsdp, fsdp_origin = _fsdp(setup, rd) if zero is None else (None, None)
+    if zero is not None:
+        strategy = Known("deepspeed", zero.stage.origin)
+    elif fsdp is not None and fsdp_origin is not None:
+        strategy = Known("fsdp", fsdp_origin)
+    else:
+        strategy = Known("ddp", _default("no DeepSpeed config and no FSDP: every rank holds the whole model"))
 
     return RunDescription(
         files=setup,
@@ -743,6 +782,8 @@ def describe_run(
         cluster=cluster,
         notes=tuple(notes),
         invalid=tuple(check.invalid),
+        strategy=strategy,
+        fsdp=fsdp,
     )
 
 
@@ -1080,6 +1121,136 @@ def _zero(
             DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT,
         ),
     )
+
+
+def _fsdp(s: TrainingSetup, rd: _Reader) -> tuple[FsdpDescription | None, Origin | None]:
+    """FSDP settings from HF arguments (`fsdp`, `fsdp_config`) or an accelerate config with
+    `distributed_type: FSDP` (its `fsdp_config` section), with the defaults each applies when a key is absent
+    (HF: transformers 5.23 TrainingArguments._process_fsdp_args; accelerate 1.15 FullyShardedDataParallelPlugin).
+    Returns the description and the origin of the choice of FSDP itself (None, None without FSDP)."""
+    hf = rd.arg("fsdp")
+    cfg_k = rd.arg("fsdp_config")
+    opts = hf_fsdp_options(hf.value, cfg_k.value if cfg_k else None) if hf is not None else None
+    if opts is not None and hf is not None:
+        where = hf.origin
+        cfg_where = cfg_k.origin if cfg_k is not None and isinstance(cfg_k.value, dict) else where
+
+        def hf_get(key: str, default: Any, why: str) -> Known[Any]:
+            if key in opts and opts[key] is not None:
+                return Known(
+                    opts[key], cfg_where if cfg_k is not None and _has_fsdp_key(cfg_k.value, key) else where
+                )
+            return Known(default, Origin("framework", f"HF Trainer default: {why}"))
+
+        version = hf_get("version", HF_FSDP_DEFAULT_VERSION, f"fsdp_config version {HF_FSDP_DEFAULT_VERSION}")
+        v = _num(version.value, HF_FSDP_DEFAULT_VERSION)
+        return (
+            FsdpDescription(
+                version=Known(v, version.origin),
+                sharding=_sharding(hf_get("reshard_after_forward", "full_shard", "full shard")),
+                offload_params=_bool(hf_get("cpu_offload", False, "no CPU offload")),
+                backward_prefetch=_prefetch(
+                    hf_get("backward_prefetch", "none", "backward_prefetch NO_PREFETCH")
+                    if v == 1
+                    else Known(
+                        "backward_pre", Origin("framework", "FSDP2 prefetches the next unit in backward")
+                    )
+                ),
+                forward_prefetch=_bool(hf_get("forward_prefetch", False, "forward_prefetch false")),
+                state_dict_type=_sd_type(hf_get("state_dict_type", "FULL_STATE_DICT", "FULL_STATE_DICT")),
+                use_orig_params=_bool(hf_get("use_orig_params", True, "use_orig_params true")),
+                cpu_ram_efficient_loading=_bool(
+                    hf_get("cpu_ram_efficient_loading", False, "cpu_ram_efficient_loading false")
+                ),
+                activation_checkpointing=_bool(
+                    hf_get("activation_checkpointing", False, "FSDP activation_checkpointing false")
+                ),
+            ),
+            where,
+        )
+    doc = s.accelerate_doc
+    if doc is None or str(doc.get("distributed_type") or "").upper() != "FSDP":
+        return None, None
+    section = doc.get("fsdp_config")
+    section = section if isinstance(section, dict) else {}
+
+    def acc(key: str, default: Any, why: str) -> Known[Any]:
+        if section.get(key) is not None:
+            return Known(section[key], Origin.of_evidence(doc.evidence(("fsdp_config", key))))
+        return Known(default, Origin("framework", f"accelerate default: {why}"))
+
+    version = acc("fsdp_version", 1, "fsdp_version 1")
+    v = _num(version.value, 1)
+    sharding = acc("fsdp_sharding_strategy", None, "")
+    if sharding.value is None:
+        sharding = acc(
+            "fsdp_reshard_after_forward", "full_shard", "FULL_SHARD (FSDP2: reshard_after_forward true)"
+        )
+    prefetch = acc("fsdp_backward_prefetch", None, "")
+    if prefetch.value is None:
+        prefetch = acc("fsdp_backward_prefetch_policy", "none", "backward_prefetch None (no prefetch)")
+    if v == 2:
+        prefetch = Known("backward_pre", Origin("framework", "FSDP2 prefetches the next unit in backward"))
+    return (
+        FsdpDescription(
+            version=Known(v, version.origin),
+            sharding=_sharding(sharding),
+            offload_params=_bool(acc("fsdp_offload_params", False, "fsdp_offload_params false")),
+            backward_prefetch=_prefetch(prefetch),
+            forward_prefetch=_bool(acc("fsdp_forward_prefetch", False, "fsdp_forward_prefetch false")),
+            state_dict_type=_sd_type(
+                acc(
+                    "fsdp_state_dict_type",
+                    "FULL_STATE_DICT" if v == 1 else "SHARDED_STATE_DICT",
+                    "FULL_STATE_DICT for FSDP1, SHARDED_STATE_DICT for FSDP2",
+                )
+            ),
+            use_orig_params=_bool(acc("fsdp_use_orig_params", v == 2, "fsdp_use_orig_params false (FSDP1)")),
+            cpu_ram_efficient_loading=_bool(
+                acc("fsdp_cpu_ram_efficient_loading", False, "fsdp_cpu_ram_efficient_loading false")
+            ),
+            activation_checkpointing=_bool(
+                acc("fsdp_activation_checkpointing", False, "fsdp_activation_checkpointing false")
+            ),
+        ),
+        Origin.of_evidence(doc.evidence(("distributed_type",))),
+    )
+
+
+def _has_fsdp_key(cfg: Any, key: str) -> bool:
+    return isinstance(cfg, dict) and (key in cfg or f"fsdp_{key}" in cfg)
+
+
+def _bool(k: Known[Any]) -> Known[bool]:
+    return Known(bool(truthy(k.value)), k.origin)
+
+
+def _sharding(k: Known[Any]) -> Known[str]:
+    """A ShardingStrategy name or number (FSDP1), or FSDP2's reshard_after_forward bool."""
+    v = k.value
+    if isinstance(v, bool) or str(v).lower() in ("true", "false"):
+        return Known("full_shard" if truthy(v) else "shard_grad_op", k.origin)
+    num = as_number(v)
+    if num is not None and 1 <= num <= len(FSDP_SHARDING):
+        return Known(FSDP_SHARDING[int(num) - 1], k.origin)
+    name = str(v).strip().lower()
+    return Known(name if name in FSDP_SHARDING else "full_shard", k.origin)
+
+
+def _prefetch(k: Known[Any]) -> Known[str]:
+    name = str(k.value).strip().lower()
+    num = as_number(k.value)
+    if num is not None and int(num) in (1, 2):
+        name = ("backward_pre", "backward_post")[int(num) - 1]
+    return Known(name if name in ("backward_pre", "backward_post") else "none", k.origin)
+
+
+def _sd_type(k: Known[Any]) -> Known[str]:
+    name = str(k.value).strip().lower().removesuffix("_state_dict")
+    num = as_number(k.value)
+    if num is not None and int(num) in (1, 2, 3):
+        name = ("full", "local", "sharded")[int(num) - 1]
+    return Known(name if name in ("full", "local", "sharded") else "full", k.origin)
 
 
 def _zero_init_origin(s: TrainingSetup, traits: FrameworkTraits) -> Origin:

@@ -1,0 +1,538 @@
+"""Memory per phase of a torch FSDP run (accelerate / HF Trainer), item by item, beside the ZeRO planner.
+
+accelerate users switch between DeepSpeed ZeRO and FSDP with one line of their config; this module answers
+the FSDP side with the same phases and verdicts (`phases.StrategyPlan`). Pure arithmetic, no torch import.
+Read from the source of torch 2.13 (`torch/distributed/fsdp/`), accelerate 1.15 and transformers 5.23:
+
+* Wrapping. accelerate's transformer-based auto wrap makes every decoder layer one FSDP unit. FSDP1
+  (`FullyShardedDataParallel`) puts everything else (embeddings, final norm, output layer) in the root
+  unit; FSDP2 (`fully_shard`, accelerate `fsdp2_prepare_model`) gives the input embedding its own unit and
+  the tail `[final_norm, lm_head]` one with `reshard_after_forward=False`.
+* Sharded state per rank (`_flat_param.py` FlatParamHandle.shard: each unit's flat parameter padded to a
+  multiple of the shard count and split evenly). With mixed precision accelerate upcasts every trainable
+  flat parameter (FSDP1: the whole unit once any of its parameters trains, `use_orig_params`) or parameter
+  (FSDP2) to fp32 (accelerate accelerator.py prepare_model / fsdp_utils.py fsdp2_prepare_model "FSDP upcast
+  of low precision parameters"), so trainable shards are fp32 like DeepSpeed's master copy: 4 B params +
+  4 B gradients (`_cast_grad_to_param_dtype`) + 8 B AdamW states per trainable element / N.
+* Gathered units. A unit is all-gathered in the compute dtype (`MixedPrecision.param_dtype`, through the
+  low-precision shard `_mp_shard`) before it runs and freed after it (`_post_forward_reshard`,
+  `_post_backward_hook`), except the FSDP1 root, which is not freed after forward (`_post_forward_reshard`:
+  `free_unsharded_flat_param = not state._is_root and ...`) and so stays gathered through the step.
+  Prefetch (`backward_prefetch`, `forward_prefetch`; FSDP2 always prefetches in backward) gathers the next
+  unit while the current one computes: two layer units at once.
+* Gradients. Autograd writes a unit's whole gradient in the compute dtype before the post-backward hook
+  reduce-scatters it (`_post_backward_hook` -> `_reduce_grad`). In FSDP1 the root's output-layer gradient
+  waits for the root's post-backward at the very end of the backward pass.
+* CPU offload (`CPUOffload(offload_params=True)`, FSDP2 `CPUOffloadPolicy`): sharded parameters and
+  gradients live on the host, pinned (`_flat_param.py` `_local_shard.pin_memory()`, `_cpu_grad` pinned),
+  so the optimizer steps on the host; each unit's shard is copied to the GPU before the all-gather.
+* Checkpoint save (accelerate `set_state_dict_type`): FULL_STATE_DICT with `offload_to_cpu=True,
+  rank0_only=True` unshards units in full precision (`_unshard_param_utils._unshard_fsdp_state_params`,
+  `_force_full_precision`) and copies them to rank 0's host; FSDP1 keeps the root unshard open while its
+  children are saved. The full optimizer state dict (`FullOptimStateDictConfig(offload_to_cpu=True,
+  rank0_only=True)`) gathers every AdamW state on rank 0's host. SHARDED_STATE_DICT: each rank copies its
+  own shards to the host.
+
+The per-GPU constants (CUDA context, NCCL buffers, allocator slack) and activations are the ZeRO planner's.
+What the real engine holds per rank is checked on CPU with 2 gloo ranks in `tests/plan/test_fsdp_engine.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from zerodoctor.models.spec import LINEAR, TEXT
+from zerodoctor.plan import model_states as ms
+from zerodoctor.plan.inputs import GIB, FsdpSettings, PlanInputs, Training, ZeroSettings
+
+if TYPE_CHECKING:
+    from zerodoctor.plan.phases import StrategyPlan
+
+SRC_FLAT = "torch/distributed/fsdp/_flat_param.py"
+SRC_RUNTIME = "torch/distributed/fsdp/_runtime_utils.py"
+SRC_UPCAST = (
+    "accelerate/accelerator.py prepare_model (FSDP1) / utils/fsdp_utils.py fsdp2_prepare_model (FSDP2): "
+    "upcast of trainable low-precision parameters to fp32"
+)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def shard_count(inputs: PlanInputs, f: FsdpSettings) -> int:
+    """Ranks a unit is split over: the world, one node for hybrid sharding, 1 for no_shard."""
+    if f.sharding == "no_shard":
+        return 1
+    if f.sharding.startswith("hybrid"):
+        return inputs.cluster.gpus_per_node
+    return inputs.cluster.world_size
+
+
+def units(inputs: PlanInputs, f: FsdpSettings) -> tuple[int, int, int, int]:
+    """(layer unit, number of layer units, head unit, embedding unit) in elements. FSDP1: head = the root
+    (everything outside the decoder layers), embedding 0 (it is in the root). FSDP2 (accelerate): the
+    embedding is its own unit, head = final norm + output layer (+ leftovers of the root)."""
+    p = inputs.model.params
+    layer = max(p.dense_layer if p.num_dense_layers else 0, p.moe_layer if p.num_moe_layers else 0)
+    outside = p.total - p.decoder_layers
+    if f.version == 1 or p.tied_embeddings:
+        return layer, p.num_layers, outside, 0
+    return layer, p.num_layers, outside - p.embedding, p.embedding
+
+
+@dataclass(frozen=True)
+class FsdpStates:
+    """Per-rank sharded state of an FSDP run, in bytes, and the per-unit blocks pinned with CPU offload."""
+
+    params: int
+    grads: int
+    optimizer: int
+    trainable_shard: int
+    upcast_frozen: bool
+    pinned_blocks: tuple[tuple[int, int], ...]  # (bytes of one unit's parameter shard, how many units)
+    grad_blocks: tuple[tuple[int, int], ...]
+
+
+def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
+    """Sharded parameters, gradients and optimizer states one rank holds.
+
+    Units are padded to a multiple of the shard count and split (`FlatParamHandle.shard`). Storage: fp32 for
+    trainable units (accelerate's upcast under mixed precision; fp32 anyway in an fp32 run), the load dtype
+    for frozen ones. FSDP1 flattens a decoder layer with LoRA adapters into one FlatParameter that requires
+    grad, so accelerate upcasts the whole unit and its gradient covers the whole unit (autograd's backward of
+    the flat parameter's split views fills the frozen parts with zeros); FSDP2 keeps per-parameter storage
+    and gradients, so only the adapters are fp32 and have gradients."""
+    from zerodoctor.plan import phases as ph
+
+    n = shard_count(inputs, f)
+    pb = t.param_bytes
+    trainable, frozen = ph.trainable_frozen(inputs, t)
+    layer, n_layers, head, embed = units(inputs, f)
+    frozen_bpp = ph.qlora_frozen_bytes(inputs, t)[1] if t.method == "qlora" else float(pb)
+    # (numel, count, kind): kind "train" (all trainable), "frozen", "mixed" (LoRA adapters inside)
+    kinds: list[tuple[int, int, str]] = []
+    if t.method == "full":
+        kinds += [(layer, n_layers, "train"), (head, 1, "train"), (embed, 1, "train")]
+    elif t.method == "freeze":
+        k = min(max(t.freeze_trainable_layers, 0), n_layers)
+        kinds += [
+            (layer, k, "train"),
+            (layer, n_layers - k, "frozen"),
+            (head, 1, "frozen"),
+            (embed, 1, "frozen"),
+        ]
+    else:
+        saved = set(t.trainable_modules)
+        head_mixed = bool(saved & {"lm_head", "embed_tokens", "wte", "word_embeddings"})
+        kinds += [
+            (layer, n_layers, "mixed"),
+            (head, 1, "mixed" if head_mixed else "frozen"),
+            (embed, 1, "frozen"),
+        ]
+    upcast_frozen = f.version == 1 and t.is_peft and t.method != "qlora"
+    params = grads = 0
+    pinned: list[tuple[int, int]] = []
+    gblocks: list[tuple[int, int]] = []
+    for numel, count, kind in kinds:
+        if not numel or not count:
+            continue
+        shard = _ceil_div(numel, n)
+        bpp = float(ms.FP32_BYTES) if kind == "train" or kind == "mixed" and upcast_frozen else frozen_bpp
+        nbytes = math.ceil(shard * bpp)
+        params += nbytes * count
+        pinned.append((nbytes, count))
+        if kind == "train" or (kind == "mixed" and f.version == 1):
+            grads += shard * ms.FP32_BYTES * count
+            gblocks.append((shard * ms.FP32_BYTES, count))
+    if t.is_peft:
+        extra = _ceil_div(trainable, n)  # adapters (and modules_to_save copies): fp32, own gradients
+        if not upcast_frozen:
+            params += extra * ms.FP32_BYTES
+        if f.version != 1:
+            grads += extra * ms.FP32_BYTES
+    train_shard = _ceil_div(trainable, n)
+    opt = math.ceil(train_shard * ms.optimizer_state_bytes_per_param(t.optimizer))
+    del frozen
+    return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks))
+
+
+def plan_fsdp(
+    inputs: PlanInputs, zero: ZeroSettings, t: Training, *, label: str = "", margin: float
+) -> StrategyPlan:
+    """One FSDP strategy's phases; `zero.fsdp` holds the FSDP settings (`inputs.fsdp_as_zero`)."""
+    from zerodoctor.plan import phases as ph
+
+    f = zero.fsdp
+    assert f is not None
+    c = inputs.cluster
+    p = inputs.model.params
+    n = shard_count(inputs, f)
+    n_local = c.gpus_per_node
+    pb = t.param_bytes
+    trainable, frozen = ph.trainable_frozen(inputs, t)
+    layer, n_layers, head, embed = units(inputs, f)
+    st = fsdp_states(inputs, f, t)
+    frozen_bpp = ph.qlora_frozen_bytes(inputs, t)[1] if t.method == "qlora" else float(pb)
+    param_shard_bytes, grad_shard_bytes, opt_bytes = st.params, st.grads, st.optimizer
+    train_shard, upcast_frozen = st.trainable_shard, st.upcast_frozen
+    offload = f.offload_params
+    dev = ms.HOST if offload else ms.GPU
+    upcast_note = "fp32 (accelerate upcasts trainable parameters under mixed precision)" if pb < 4 else "fp32"
+    components = [
+        ms.Component(
+            "fsdp sharded parameters",
+            param_shard_bytes,
+            dev,
+            pinned=offload,
+            source=f"{SRC_FLAT} FlatParamHandle.shard; {SRC_UPCAST}",
+        ),
+        ms.Component(
+            "fsdp sharded gradients",
+            grad_shard_bytes,
+            dev,
+            pinned=offload,
+            source=f"{SRC_RUNTIME} _post_backward_hook -> _reduce_grad (_cast_grad_to_param_dtype)"
+            + ("; _flat_param.py _cpu_grad (pinned)" if offload else ""),
+        ),
+        ms.Component(
+            ms.OPTIMIZER_STATES,
+            opt_bytes,
+            dev,
+            lazy=True,
+            source="torch/optim/adamw.py _init_group (exp_avg, exp_avg_sq like the fp32 shard, first step)",
+        ),
+    ]
+    # Pinned host blocks: one per unit's shard (FSDP1 FlatParameter; FSDP2 pins per parameter: per unit here).
+    pinned_params = max(
+        sum(ms.pinned_bytes(b, inputs.torch_version) * k for b, k in st.pinned_blocks), st.params
+    )
+    pinned_grads = max(sum(ms.pinned_bytes(b, inputs.torch_version) * k for b, k in st.grad_blocks), st.grads)
+
+    reserve = ph.reserve_items_for(inputs)
+    baseline = ph.host_baseline(inputs)
+
+    def gpu_states(*, lazy: bool, grads: bool) -> list[ph.Item]:
+        if offload:
+            return []
+        out = [
+            ph.Item(
+                "FSDP sharded parameters",
+                param_shard_bytes,
+                f"1/{n} of each unit; {train_shard:,} trainable elements x 4 B {upcast_note}"
+                + (
+                    (
+                        ", frozen weights in fp32 too (FSDP1 upcasts whole LoRA units)"
+                        if upcast_frozen
+                        else f", frozen weights at {frozen_bpp:.2f} B"
+                    )
+                    if frozen
+                    else ""
+                ),
+                components[0].source,
+            )
+        ]
+        if grads:
+            out.append(
+                ph.Item(
+                    "FSDP sharded gradients",
+                    grad_shard_bytes,
+                    "fp32 gradient shards"
+                    + (
+                        " of whole LoRA units (FSDP1 flat gradients)"
+                        if upcast_frozen
+                        else f" of {train_shard:,} elements"
+                    ),
+                    components[1].source,
+                )
+            )
+        if lazy:
+            out.append(
+                ph.Item(
+                    "optimizer states",
+                    opt_bytes,
+                    "AdamW exp_avg + exp_avg_sq of the fp32 shard, allocated at the first step",
+                    components[2].source,
+                )
+            )
+        return out
+
+    def host_states(*, lazy: bool, grads: bool) -> list[ph.Item]:
+        if not offload:
+            return []
+        out = [
+            ph.Item(
+                "offloaded: FSDP sharded parameters",
+                pinned_params * n_local,
+                f"{n_local} ranks x {param_shard_bytes / GIB:.2f} GiB, pinned per unit "
+                f"({pinned_params / GIB:.2f} GiB with power-of-two blocks)",
+                components[0].source + "; _flat_param.py _local_shard.pin_memory()",
+            )
+        ]
+        if grads:
+            out.append(
+                ph.Item(
+                    "offloaded: FSDP sharded gradients",
+                    pinned_grads * n_local,
+                    f"{n_local} ranks x {grad_shard_bytes / GIB:.2f} GiB pinned (_cpu_grad)",
+                    components[1].source,
+                )
+            )
+        if lazy:
+            out.append(
+                ph.Item(
+                    "offloaded: optimizer states",
+                    opt_bytes * n_local,
+                    f"{n_local} ranks x {opt_bytes / GIB:.2f} GiB: the optimizer steps on the host shards",
+                    components[2].source,
+                )
+            )
+        return out
+
+    # ---- gathered units during forward/backward --------------------------------------------------------
+    cb = pb  # MixedPrecision.param_dtype = the compute dtype (accelerate set_mixed_precision)
+    prefetch = f.backward_prefetch != "none" or f.forward_prefetch or f.version == 2
+    keep_all = f.sharding in ("shard_grad_op", "hybrid_shard_zero2", "no_shard")
+    if keep_all:
+        gathered = p.total
+        how = f"{f.sharding}: units stay gathered after forward, so the whole model is unsharded in backward"
+    else:
+        gathered = head + layer * min(2 if prefetch else 1, n_layers)
+        how = (
+            f"{'root' if f.version == 1 else 'tail [final norm, lm_head]'} unit {head:,} (kept gathered "
+            + (
+                "from forward through backward: not freed after forward as the root"
+                if f.version == 1
+                else "from its forward to its backward: reshard_after_forward=False"
+            )
+            + f") + {'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
+        )
+    fwd: list[ph.Item] = [
+        ph.Item(
+            "FSDP gathered units (working set)",
+            gathered * cb + _ceil_div(layer, n) * cb + (_ceil_div(layer, n) * 4 if offload else 0),
+            f"{how}; in {cb}-byte param_dtype, plus the low-precision shard being all-gathered"
+            + (" and its fp32 copy from the host (CPU offload)" if offload else ""),
+            f"{SRC_RUNTIME} _pre_forward_unshard / _post_forward_reshard / _prefetch_handle; "
+            f"{SRC_FLAT} _use_low_precision_shard, _full_param_padded",
+        )
+    ]
+    if trainable:
+        # FSDP2's tail unit (final norm + lm_head) is reduce-scattered right after its own backward; FSDP1's
+        # root waits for the end of backward (next item).
+        unit_grad = max(layer, head) if f.version == 2 and t.method == "full" else layer
+        fwd.append(
+            ph.Item(
+                "unsharded gradient of one unit",
+                unit_grad * cb + _ceil_div(unit_grad, n) * cb,
+                f"{unit_grad:,} elements in {cb} B written by autograd before the post-backward hook "
+                "reduce-scatters it, + the reduce-scatter output",
+                f"{SRC_RUNTIME} _post_backward_hook, _reduce_grad",
+            )
+        )
+        out_layer = p.lm_head or (p.embedding if p.tied_embeddings else 0)
+        if f.version == 1 and (t.method == "full" or "lm_head" in t.trainable_modules) and out_layer:
+            fwd.append(
+                ph.Item(
+                    "root unit: output-layer gradient held through backward",
+                    out_layer * cb,
+                    f"{out_layer:,} elements: computed first in backward, reduce-scattered only at the root's "
+                    "post-backward after the embedding (FSDP1 root unit)",
+                    f"{SRC_RUNTIME} _post_backward_hook (root handle last)",
+                )
+            )
+
+    act = ph.activations_for(inputs, t, zero)
+    act_item = ph.activation_item(act, t)
+
+    # ---- load ------------------------------------------------------------------------------------------
+    whole_model_bytes_load = (
+        math.ceil(trainable * pb + frozen * frozen_bpp) if t.method == "qlora" else p.total * pb
+    )
+    load_gpu = [*reserve]
+    load_host = [baseline]
+    if offload:
+        load_host.append(
+            ph.Item(
+                "offloaded: FSDP sharded parameters",
+                pinned_params * n_local,
+                f"{n_local} ranks x {param_shard_bytes / GIB:.2f} GiB pinned",
+                components[0].source,
+            )
+        )
+    else:
+        load_gpu.append(
+            ph.Item(
+                "FSDP sharded parameters",
+                param_shard_bytes,
+                "after the fp32 upcast of the trainable shards",
+                components[0].source,
+            )
+        )
+    biggest = max(head + embed if f.version == 1 else max(head, embed), layer)
+    if not offload:
+        load_gpu.append(
+            ph.Item(
+                "unit being moved and flattened",
+                biggest * pb * (2 if f.version == 1 else 1),
+                f"the largest unit ({biggest:,} elements) moved to the GPU"
+                + (" and concatenated into its FlatParameter" if f.version == 1 else "")
+                + " before it is sharded",
+                "torch/distributed/fsdp/_init_utils.py _move_module_to_device; _flat_param.py flatten_tensors"
+                if f.version == 1
+                else "torch/distributed/fsdp/_fully_shard/_fsdp_init.py _move_states_to_device; _fsdp_param.py",
+            )
+        )
+    loaders = 1 if f.cpu_ram_efficient_loading else n_local
+    load_host.append(
+        ph.Item(
+            "whole model loaded per rank" if loaders > 1 else "whole model loaded once per node",
+            whole_model_bytes_load * loaders,
+            f"{loaders} x {whole_model_bytes_load / GIB:.1f} GiB"
+            + (
+                ": cpu_ram_efficient_loading, only local rank 0 reads the weights, the others build on meta"
+                if loaders == 1
+                else ": every rank runs from_pretrained on the host before FSDP shards it"
+            ),
+            "transformers modeling_utils (is_fsdp_enabled and not is_local_dist_rank_0 -> meta); "
+            "accelerate FullyShardedDataParallelPlugin.cpu_ram_efficient_loading",
+        )
+    )
+    load = ph.Phase("load", tuple(load_gpu), tuple(load_host), "model loaded and sharded")
+
+    # ---- first optimizer step ---------------------------------------------------------------------------
+    step_extra: list[ph.Item] = []
+    if t.optimizer == "adamw" and trainable and not offload:
+        step_extra.append(
+            ph.Item(
+                "AdamW update temporary",
+                train_shard * ms.FP32_BYTES,
+                f"foreach AdamW: torch._foreach_sqrt over every fp32 shard of the device group at once "
+                f"({train_shard:,} elements)",
+                "torch/optim/adamw.py / adam.py _multi_tensor_adam (torch._foreach_sqrt(device_exp_avg_sqs))",
+            )
+        )
+    first = ph.Phase(
+        "first_step",
+        tuple([*reserve, *gpu_states(lazy=True, grads=True), *step_extra]),
+        tuple([baseline, *host_states(lazy=True, grads=True)]),
+        "optimizer state allocated lazily + the step's fp32 transients",
+    )
+    steady = ph.Phase(
+        "steady",
+        tuple([*reserve, *gpu_states(lazy=True, grads=True), *fwd, act_item]),
+        tuple([baseline, *host_states(lazy=True, grads=True)]),
+        "forward/backward: gathered units, sharded states resident",
+    )
+
+    # ---- save -------------------------------------------------------------------------------------------
+    save_gpu: list[ph.Item] = []
+    save_host: list[ph.Item] = []
+    adapters_only = t.is_peft and inputs.framework in ("hf", "llamafactory")
+    full_weights = math.ceil(trainable * 4 + (frozen * (frozen_bpp if not upcast_frozen else 4)))
+    weights = math.ceil(trainable * 4) if adapters_only else full_weights
+    optimizer_full = math.ceil(trainable * ms.optimizer_state_bytes_per_param(t.optimizer))
+    opt_written = 0 if t.save_only_model else optimizer_full
+    if f.state_dict_type == "full":
+        if f.version == 1:
+            gathered_save = (head + layer) * 4
+            how_save = f"root unit ({head:,}) stays unsharded while each layer unit ({layer:,}) is, in full precision"
+        else:
+            gathered_save = p.largest_module_numel * 4
+            how_save = (
+                f"one parameter at a time ({p.largest_module_name}, {p.largest_module_numel:,}) in fp32"
+            )
+        save_gpu.append(
+            ph.Item(
+                "FULL_STATE_DICT unshard (rank 0)",
+                gathered_save,
+                how_save,
+                "torch/distributed/fsdp/_unshard_param_utils.py _unshard_fsdp_state_params (_force_full_precision); "
+                "_state_dict_utils.py _full_pre_state_dict_hook",
+            )
+        )
+        # accelerate saves the model (save_fsdp_model) and then the optimizer (save_fsdp_optimizer): the two
+        # host copies on rank 0 are alive one after the other, not together.
+        if opt_written > weights:
+            save_host.append(
+                ph.Item(
+                    "rank 0: full optimizer state dict on the host",
+                    opt_written,
+                    f"node 0 only: every AdamW state gathered ({opt_written / 10**9:,.1f} GB), after the "
+                    f"{weights / 10**9:,.1f} GB model state dict was written and freed",
+                    "accelerate utils/fsdp_utils.py save_fsdp_optimizer: FullOptimStateDictConfig(offload_to_cpu=True, "
+                    "rank0_only=True); torch/distributed/fsdp/_optim_utils.py _gather_orig_param_state",
+                )
+            )
+        else:
+            save_host.append(
+                ph.Item(
+                    "rank 0: full state dict on the host",
+                    weights,
+                    f"node 0 only: {weights / 10**9:,.1f} GB "
+                    + (
+                        "(adapter weights)"
+                        if adapters_only
+                        else "(fp32 where accelerate upcast the parameters)"
+                    ),
+                    "accelerate utils/fsdp_utils.py save_fsdp_model: FullStateDictConfig(offload_to_cpu=True, "
+                    "rank0_only=True)",
+                )
+            )
+        kind = "full state dict on rank 0" + (" (adapters)" if adapters_only else "")
+    else:
+        per_rank = max(math.ceil(weights / n), math.ceil(opt_written / n))
+        save_host.append(
+            ph.Item(
+                "every rank: its shards copied to the host",
+                per_rank * n_local,
+                f"{n_local} ranks x {per_rank / GIB:.2f} GiB ({f.state_dict_type} state dict, offload_to_cpu; "
+                "model shards, then optimizer shards)",
+                "accelerate utils/fsdp_utils.py save_fsdp_model / save_fsdp_optimizer "
+                "(ShardedStateDictConfig(offload_to_cpu=True)); torch.distributed.checkpoint",
+            )
+        )
+        kind = f"{f.state_dict_type} state dict (one shard per rank)"
+    checkpoint = ph.Checkpoint(
+        weights,
+        kind,
+        optimizer_full,
+        True,
+        "save_only_model skips the optimizer state dict (HF Trainer _save_optimizer_and_scheduler)",
+    )
+    save = ph.Phase(
+        "save",
+        tuple([*reserve, *gpu_states(lazy=True, grads=False), *save_gpu]),
+        tuple([baseline, *host_states(lazy=True, grads=False), *save_host]),
+        "node 0 (rank 0 gathers)" if f.state_dict_type == "full" else "",
+    )
+    return ph.StrategyPlan(
+        zero=zero,
+        training=t,
+        cluster=c,
+        trainable_params=trainable,
+        frozen_params=frozen,
+        phases=(load, first, steady, save),
+        checkpoint=checkpoint,
+        components=tuple(components),
+        activation_notes=tuple(act.notes),
+        margin=margin,
+        label=label,
+    )
+
+
+def layer_modules_numel(inputs: PlanInputs) -> list[int]:
+    """Parameter tensor sizes of one decoder layer (text component), in model order: what FSDP flattens."""
+    out: list[int] = []
+    for m in inputs.model.modules:
+        if "{i}" not in m.path or m.component != TEXT:
+            continue
+        if m.kind == LINEAR and m.in_features:
+            out.append(m.in_features * m.out_features)
+            if m.bias:
+                out.append(m.out_features)
+        elif m.numel:
+            out.append(m.numel)
+    return out
