@@ -147,3 +147,51 @@ def test_one_exception_printed_by_interleaved_ranks_keeps_all_its_frames(tmp_pat
     )
     d = diagnose([str(log)])
     assert d.findings[0].id == "class:config-rejected"
+
+
+def test_rays_memory_monitor_is_a_host_oom_not_a_gpu_oom(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node (IP: 10.0.0.1, ID: 3f2a) where the task was running was 1007.24GB / 1007.74GB (0.999507),"
+        " which exceeds the memory usage threshold of 0.95.\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].data["failure_class"]["id"] == "class:host-oom-kill"
+
+
+def test_a_paste_ending_in_a_library_assert_line_is_an_assertion(tmp_path: Path) -> None:
+    """No `AssertionError` line: the last frame is DeepSpeed's and its source line is an `assert`."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 435, in defragment\n'
+        "    assert len(set(t.dtype for t in tensors)) == 1\n"
+    )
+    d = diagnose([str(log)])
+    fclass = d.findings[0].data.get("failure_class") or {"id": d.findings[0].id}
+    assert fclass["id"] == "class:library-assertion"
+    assert d.phase == "engine_init"  # ZeRO-3's optimizer constructor defragments the fp16 partitions
+
+
+def test_the_first_optimizer_step_from_the_loops_source_line(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/transformers/trainer.py", line 1881, in _inner_training_loop\n'
+        "    self.optimizer.step()\n"
+        "AttributeError: 'DummyOptim' object has no attribute 'step'\n"
+    )
+    d = diagnose([str(log)])
+    assert d.phase == "first_optimizer_step"
+
+
+def test_a_frame_line_cut_before_file_still_counts(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        'deepspeed/runtime/zero/partitioned_param_coordinator.py", line 194, in record_parameters\n'
+        "    step_id = self.__step_id_module_fetched_for[sub_module.id].popleft()\n"
+        "IndexError: pop from an empty deque\n"
+    )
+    d = diagnose([str(log)])
+    assert d.phase == "training_step"  # ZeRO-3 records the module order inside forward

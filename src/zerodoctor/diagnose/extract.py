@@ -49,6 +49,8 @@ PHASES = (
 )
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_CUT_FRAME = re.compile(r'(\S+\.py)", line (\d+), in (\S+)')  # a frame line cut before `File "`
+_ASSERT = re.compile(r"^\s*assert (.{1,300})$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
 # IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
 _IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
@@ -97,6 +99,7 @@ _VERSION_LINES = (
 # A traceback frame's source line -> the phase it names (patterns.py "code-*").
 _CODE_PHASE = {
     "engine": "engine_init",
+    "step": "optimizer",  # first or later optimizer step: decided from the progress (see phase_of)
     "train": "training_step",
     "eval": "evaluation",
     "save": "checkpoint_save",
@@ -178,6 +181,17 @@ _ENGINE_FUNCS = frozenset(
         "deepspeed_init",  # transformers' wrapper around deepspeed.initialize
     }
 )
+# ZeRO optimizers' constructors (inside deepspeed.initialize): they create the optimizer states by calling the
+# wrapped optimizer's step() once, so they are read before the optimizer-step frames.
+_ZERO_OPT_INIT_FUNCS = frozenset(
+    {
+        "initialize_optimizer_states",
+        "_setup_for_real_optimizer",
+        "defragment",
+        "_create_fp16_partitions_with_defragmentation",
+        "_create_fp16_partitions",
+    }
+)
 _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_builder/builder.py")
 # Inside the zero.Init context (parameters created and partitioned as the model is built).
 _ZERO_INIT_FUNCS = frozenset(
@@ -201,7 +215,12 @@ _TRAIN_FUNCS = frozenset(
         "train_step",
         "run_iter",
         "no_sync",  # gradient accumulation in the training loop (accelerate's accumulate, DeepSpeed engine)
-        # ZeRO-3's module hooks run inside forward/backward
+        # ZeRO-3's module hooks and parameter gathering run inside forward/backward
+        "fetch_sub_module",
+        "_fetch_sub_module_impl",
+        "record_parameters",
+        "pre_sub_module_forward_function",
+        "post_sub_module_forward_function",
         "_pre_forward_module_hook",
         "_post_forward_module_hook",
         "_end_of_forward_hook",
@@ -483,6 +502,7 @@ class Extractor:
         self._last_seq = 0
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
+        self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` source lines
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -545,7 +565,10 @@ class Extractor:
             if m:
                 self.facts.accumulation = log_int(m.group(1))
         for k in sorted(keys):
-            if k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
+            if k == "x:code-assert":
+                if len(self._asserts) < MAX_EVENTS:
+                    self._asserts.append((line, hit))
+            elif k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_CODE_PHASE[k[len("x:code-") :]], line))
             if k.startswith("x:phase-"):
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
@@ -569,6 +592,8 @@ class Extractor:
 
     def _frame(self, line: LogLine, *, ipython: bool = False) -> None:
         m = (_IPY_FRAME if ipython else _FRAME).search(line.text)
+        if not m and not ipython:
+            m = _CUT_FRAME.search(line.text)
         if not m:
             return
         tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
@@ -585,7 +610,9 @@ class Extractor:
         tb = self._open.pop((line.source, line.rank), None)
         if tb is not None:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
-        if "OutOfMemoryError" in exc_type or "CUDA out of memory" in message:
+        if exc_type.startswith("ray.") and "OutOfMemoryError" in exc_type or "running low on memory" in message:
+            kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
+        elif "OutOfMemoryError" in exc_type or "CUDA out of memory" in message:
             kind = "cuda-oom"
         else:
             kind = "exception"
@@ -720,6 +747,20 @@ class Extractor:
             if tb.exc_type is None:  # the paste ends inside an IPython traceback: its header named the exception
                 tb.exc_type, tb.exc_message = exc_type, ""
                 self._event("exception", tb.start, hit, exc_type, traceback=tb)
+        for line, hit in self._asserts:
+            # a traceback whose last frame's source line is an `assert` and no exception line follows (the paste
+            # stops there): the assertion failed
+            for tb in self.facts.tracebacks:
+                if (
+                    tb.exc_type is None
+                    and tb.frames
+                    and tb.source == line.source
+                    and 0 < line.lineno - tb.frames[-1].line.lineno <= 2
+                ):
+                    m = _ASSERT.match(line.text)
+                    tb.exc_type, tb.exc_message, tb.end = "AssertionError", m.group(1) if m else "", line
+                    self._event("exception", line, hit, f"AssertionError: {tb.exc_message}"[:300], traceback=tb)
+                    break
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
         last = self.facts.last_progress
@@ -767,9 +808,18 @@ class Extractor:
                 phase = self._phase_from_frames(other, ev)
                 if phase != "unknown":
                     break
+        if phase == "unknown" and tb is None:
+            # an exception line with no traceback of its own: another rank's unfinished traceback printed next to
+            # it is the same incident (ranks fail together, each prints part)
+            for t in self.facts.tracebacks:
+                if t.source == ev.line.source and t.exc_type is None and abs(t.start.lineno - ev.line.lineno) <= 3:
+                    phase = self._phase_from_frames(t, ev)
+                    break
         if phase == "unknown" or (tb is not None and self._loop_only(tb, phase)):
             lo = tb.start.lineno if tb is not None else ev.line.lineno - 6
             phase = self._code_phase(ev.line.source, lo, ev.line.lineno) or phase
+        if phase == "optimizer":
+            phase = self._optimizer_phase(ev, False)
         return phase if phase != "unknown" else self.phase_at(ev.line, ev.seq, ev.progress)
 
     def same_exception(self, tb: Traceback) -> list[Traceback]:
@@ -814,6 +864,8 @@ class Extractor:
             files = " ".join(f.file for f in tb.frames)
             if funcs & _SAVE_FUNCS:
                 return "checkpoint_save"
+            if funcs & _ZERO_OPT_INIT_FUNCS:
+                return "engine_init"
             if funcs & _RESUME_FUNCS:
                 return "resume"
             if funcs & _EVAL_FUNCS:

@@ -18,7 +18,8 @@ from zerodoctor.diagnose.reader import log_float, log_int
 EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
     "tb-head": r"Traceback \(most recent call last\)",
-    "tb-frame": r'File "[^"\n]+", line \d+, in ',
+    # (a paste cut inside a frame line keeps only `...py", line N, in f`)
+    "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in ',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
     "tb-frame-ipy": r"\.py(:\d+)?,? in [A-Za-z_][A-Za-z0-9_.]*\(",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
@@ -82,6 +83,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "code-engine": r"accelerator\.prepare\(|deepspeed\.initialize\(|deepspeed_init\(|_prepare_deepspeed\(",
     "code-train": r"\.backward\(|\.training_step\(|\.compute_loss\(",
     "code-eval": r"\.evaluate\(|\.evaluation_loop\(|\.prediction_step\(|\.predict\(",
+    "code-step": r"optimizer\.step\(\)|engine\.step\(\)|model\.step\(\)",
+    # an assert statement as a frame's source line (a paste with no `AssertionError` line after it)
+    "code-assert": r"\s{2}assert \S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
