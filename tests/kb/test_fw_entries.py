@@ -63,6 +63,31 @@ ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on 
 (pid=4102) Train epoch [1/1]: 100%|##########| 8/8 [00:15<00:00,  1.88s/it]
 The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors.
 """,
+    "fw-trl-z3-generation-hook-trace": """\
+[rank0]:   File "/opt/conda/lib/python3.11/site-packages/trl/trainer/gkd_trainer.py", line 340, in training_step
+[rank0]:   File "/opt/conda/lib/python3.11/site-packages/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 217, in record_parameters
+[rank0]:     step_id = self.__step_id_module_fetched_for[sub_module.ds_id].popleft()
+[rank0]: IndexError: pop from an empty deque
+""",
+    "fw-lf-parser-refuses-deepspeed-combo": """\
+[rank1]:   File "/app/src/llamafactory/hparams/parser.py", line 298, in get_train_args
+[rank1]:     raise ValueError("GaLore and APOLLO are incompatible with DeepSpeed yet.")
+[rank1]: ValueError: GaLore and APOLLO are incompatible with DeepSpeed yet.
+""",
+    "fw-accelerate-transformers-version-mismatch": """\
+{'train_runtime': 42088.2092, 'train_samples_per_second': 8.1, 'train_steps_per_second': 0.018, 'train_loss': 0.7072, 'epoch': 1.0}
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 2758, in save_model
+    state_dict = self.accelerator.get_state_dict(self.deepspeed)
+  File "/opt/conda/lib/python3.10/site-packages/accelerate/accelerator.py", line 2920, in get_state_dict
+    if self.deepspeed_config["zero_optimization"]["stage"] == 3:
+AttributeError: 'Accelerator' object has no attribute 'deepspeed_config'
+""",
+    "fw-accelerate-optimizer-in-config-and-code": """\
+  File "/opt/conda/lib/python3.10/site-packages/accelerate/accelerator.py", line 1537, in _prepare_deepspeed
+    raise ValueError(
+ValueError: You cannot specify an optimizer in the config file and in the code at the same time. Please remove the optimizer from the config file or create `accelerate.utils.DummyOptim` in the code.
+""",
 }
 
 
