@@ -88,6 +88,10 @@ AttributeError: 'Accelerator' object has no attribute 'deepspeed_config'
     raise ValueError(
 ValueError: You cannot specify an optimizer in the config file and in the code at the same time. Please remove the optimizer from the config file or create `accelerate.utils.DummyOptim` in the code.
 """,
+    "fw-exitcode-7-sigbus-shm": """\
+[2024-06-11 10:00:09,500] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 402434
+[2024-06-11 10:00:09,700] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', '--local_rank=1'] exits with return code = -7
+""",
 }
 
 
