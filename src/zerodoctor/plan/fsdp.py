@@ -159,6 +159,31 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
     return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks))
 
 
+def gathered_numel(inputs: PlanInputs, f: FsdpSettings) -> tuple[int, str]:
+    """Elements unsharded at once at the peak of forward/backward, and how: the FSDP1 root (never freed after
+    forward) or the FSDP2 tail (reshard_after_forward=False) plus one layer unit, two with prefetch; the whole
+    model when units are not resharded after forward (shard_grad_op, no_shard). Measured on 2 gloo ranks by
+    tests/plan/test_fsdp_engine.py."""
+    p = inputs.model.params
+    layer, n_layers, head, _ = units(inputs, f)
+    prefetch = f.backward_prefetch != "none" or f.forward_prefetch or f.version == 2
+    if f.sharding in ("shard_grad_op", "hybrid_shard_zero2", "no_shard"):
+        return (
+            p.total,
+            f"{f.sharding}: units stay gathered after forward, so the whole model is unsharded in backward",
+        )
+    how = (
+        f"{'root' if f.version == 1 else 'tail [final norm, lm_head]'} unit {head:,} (kept gathered "
+        + (
+            "from forward through backward: not freed after forward as the root"
+            if f.version == 1
+            else "from its forward to its backward: reshard_after_forward=False"
+        )
+        + f") + {'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
+    )
+    return head + layer * min(2 if prefetch else 1, n_layers), how
+
+
 def plan_fsdp(
     inputs: PlanInputs, zero: ZeroSettings, t: Training, *, label: str = "", margin: float
 ) -> StrategyPlan:
@@ -293,22 +318,7 @@ def plan_fsdp(
 
     # ---- gathered units during forward/backward --------------------------------------------------------
     cb = pb  # MixedPrecision.param_dtype = the compute dtype (accelerate set_mixed_precision)
-    prefetch = f.backward_prefetch != "none" or f.forward_prefetch or f.version == 2
-    keep_all = f.sharding in ("shard_grad_op", "hybrid_shard_zero2", "no_shard")
-    if keep_all:
-        gathered = p.total
-        how = f"{f.sharding}: units stay gathered after forward, so the whole model is unsharded in backward"
-    else:
-        gathered = head + layer * min(2 if prefetch else 1, n_layers)
-        how = (
-            f"{'root' if f.version == 1 else 'tail [final norm, lm_head]'} unit {head:,} (kept gathered "
-            + (
-                "from forward through backward: not freed after forward as the root"
-                if f.version == 1
-                else "from its forward to its backward: reshard_after_forward=False"
-            )
-            + f") + {'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
-        )
+    gathered, how = gathered_numel(inputs, f)
     fwd: list[ph.Item] = [
         ph.Item(
             "FSDP gathered units (working set)",

@@ -1,0 +1,95 @@
+"""The FSDP planner against the real torch FSDP on CPU: 2 gloo ranks, a tiny Llama wrapped as accelerate
+wraps it (tests/plan/fsdp_job.py). Per rank: sharded parameter, gradient and AdamW-state bytes (FSDP1 and
+FSDP2, FSDP2 with CPU offload), and the largest number of unsharded elements during forward/backward (FSDP1,
+with and without backward prefetch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.models.spec import model_from_config
+from zerodoctor.plan.fsdp import fsdp_states, gathered_numel
+from zerodoctor.plan.inputs import GIB, Cluster, FsdpSettings, PlanInputs, Training
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.engine
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = ("1:0:1", "1:0:0", "2:1:1")  # version:offload:backward_prefetch
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[list[dict[str, int | str]]]:
+    out = Path(tempfile.mkdtemp(prefix="zd-fsdp-"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_port()),
+    ]
+    cmd += [str(HERE / "fsdp_job.py"), str(out), *CONFIGS]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+def _inputs() -> PlanInputs:
+    sys.path.insert(0, str(HERE))
+    from fsdp_job import CONFIG
+
+    spec = model_from_config({"model_type": "llama", **CONFIG}, name="tiny-llama", source=Path("<fsdp_job>"))
+    return PlanInputs(
+        model=spec,
+        cluster=Cluster(1, 2, 80 * GIB, 1024 * GIB),
+        training=Training(method="full", precision="bf16"),
+        framework="accelerate",
+    )
+
+
+def test_per_rank_sharded_states_match(measured):
+    inputs = _inputs()
+    assert len(measured) == 2
+    for rank in measured:
+        for row in rank:
+            version, offload, prefetch = (int(x) for x in str(row["config"]).split(":"))
+            f = FsdpSettings(
+                version=version,
+                offload_params=bool(offload),
+                backward_prefetch="backward_pre" if prefetch else "none",
+            )
+            st = fsdp_states(inputs, f, inputs.training)
+            assert (row["param_bytes"], row["grad_bytes"], row["optimizer_bytes"]) == (
+                st.params,
+                st.grads,
+                st.optimizer,
+            ), row
+
+
+def test_fsdp1_unsharded_working_set_matches(measured):
+    inputs = _inputs()
+    for rank in measured:
+        for row in rank:
+            version, _, prefetch = (int(x) for x in str(row["config"]).split(":"))
+            if version != 1:
+                continue
+            f = FsdpSettings(version=1, backward_prefetch="backward_pre" if prefetch else "none")
+            assert row["max_unsharded_numel"] == gathered_numel(inputs, f)[0], row
