@@ -195,3 +195,28 @@ def test_a_frame_line_cut_before_file_still_counts(tmp_path: Path) -> None:
     )
     d = diagnose([str(log)])
     assert d.phase == "training_step"  # ZeRO-3 records the module order inside forward
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # bash, glued to the loading bar
+        "Loading checkpoint shards:   0%|          | 0/2 [00:00<?, ?it/s]Killed\n",
+        # zsh's job line
+        "Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     python test.py\n",
+    ],
+)
+def test_the_shells_killed_line_is_a_sigkill_in_the_phase_it_is_glued_to(tmp_path: Path, text: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.exit_code == -9
+    assert d.findings[0].data["failure_class"]["id"] == "class:host-oom-kill"
+    assert d.phase == "load"
+
+
+def test_killed_inside_a_sentence_is_no_kill(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("[INFO] worker 3 was not killed by the scheduler\n{'loss': 1.0, 'epoch': 0.1}\n")
+    d = diagnose([str(log)])
+    assert d.first_failure is None

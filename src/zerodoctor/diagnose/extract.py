@@ -695,6 +695,8 @@ class Extractor:
                     rank=log_int(m.group(1)),
                     pid=log_int(m.group(2)),
                 )
+        if "x:launch-shell-killed" in keys:
+            self._event("exit", line, hit, text.strip()[-300:], exit_code=-9)
         if "x:launch-slurm" in keys:
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
@@ -924,7 +926,12 @@ class Extractor:
         marker: tuple[str, LogLine, int] | None = None
         for m in self.facts.markers:
             # same seq: an earlier segment of the same physical line (a tqdm bar the failure was glued onto)
-            if m[1].source == line.source and (m[2] < seq or (m[2] == seq and m[1].text != line.text)):
+            if m[1].source == line.source and (
+                m[2] < seq
+                or (m[2] == seq and m[1].text != line.text)
+                # a kill glued onto a loading or tokenization bar (`...it/s]Killed`): that bar is the phase
+                or (m[2] == seq and m[0] in ("load", "data") and line.text.find(m[1].text[:20]) == 0)
+            ):
                 marker = m
         p = progress
         p_line = p.lineno if p is not None and p.lineno <= line.lineno else None

@@ -37,6 +37,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-killing": r"sigkill_handler\] Killing subprocess \d+|Sending process \d+ closing signal SIG[A-Z]+",
     "launch-mpirun": r"mpirun noticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+",
     "launch-child-failed": r"ChildFailedError",
+    # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
+    # `[1]    26478 killed     python train.py`
+    "launch-shell-killed": r"(^|[\]\s|])Killed\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
     "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
