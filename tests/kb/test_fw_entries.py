@@ -92,6 +92,18 @@ ValueError: You cannot specify an optimizer in the config file and in the code a
 [2024-06-11 10:00:09,500] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 402434
 [2024-06-11 10:00:09,700] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', '--local_rank=1'] exits with return code = -7
 """,
+    "fw-z3-init-meta-tensor-copy": """\
+[INFO|modeling_utils.py:3880] 2025-07-14 02:55:11,441 >> Detected DeepSpeed ZeRO-3: activating zero.init() for this model
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 521, in wrapper
+[rank1]:     f(module, *args, **kwargs)
+[rank1]: NotImplementedError: Cannot copy out of meta tensor; no data!
+""",
+    "fw-accelerate-device-map-auto-distributed": """\
+[rank1]:   File "/opt/conda/lib/python3.10/site-packages/accelerate/accelerator.py", line 1472, in prepare
+[rank1]:     raise ValueError(
+[rank1]: ValueError: You can't train a model that has been loaded with `device_map='auto'` in any distributed mode. Please rerun your script specifying `--num_processes=1` or by launching with `python {{myscript.py}}`.
+""",
 }
 
 
