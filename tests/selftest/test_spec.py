@@ -78,6 +78,48 @@ def test_cli_input_errors_exit_2(tmp_path, capsys):
     assert "give its files too" in capsys.readouterr().err
 
 
+def test_more_ranks_than_gpus_is_a_usage_error_before_launch():
+    from zerodoctor.errors import UsageError
+    from zerodoctor.selftest.run import LocalDevices, check_ranks
+
+    one_gpu = LocalDevices(gpus=1, cores=16, note="CUDA_VISIBLE_DEVICES=3")
+    assert check_ranks(None, one_gpu) == 1  # the default fits a one-GPU machine
+    assert check_ranks(1, one_gpu) == 1
+    with pytest.raises(UsageError) as err:
+        check_ranks(2, one_gpu)
+    assert str(err.value).startswith("--ranks 2: torch sees 1 CUDA GPU here (CUDA_VISIBLE_DEVICES=3)")
+    assert "pass --ranks 1 or fewer" in str(err.value)
+    assert check_ranks(None, LocalDevices(gpus=8, cores=64)) == 2
+    assert check_ranks(8, LocalDevices(gpus=8, cores=64)) == 8
+    with pytest.raises(UsageError, match="at least 1"):
+        check_ranks(0, one_gpu)
+
+
+def test_cpu_path_ranks_are_capped_by_cores():
+    from zerodoctor.errors import UsageError
+    from zerodoctor.selftest.run import LocalDevices, check_ranks, local_devices
+
+    assert check_ranks(None, LocalDevices(gpus=0, cores=1)) == 2  # two ranks always, as the default needs
+    assert check_ranks(2, LocalDevices(gpus=0, cores=1)) == 2
+    assert check_ranks(6, LocalDevices(gpus=0, cores=6)) == 6
+    with pytest.raises(UsageError) as err:
+        check_ranks(7, LocalDevices(gpus=0, cores=6))
+    assert "6 usable CPU cores" in str(err.value) and "Pass --ranks 6 or fewer" in str(err.value)
+    forced = local_devices({"DS_ACCELERATOR": "cpu"})
+    assert forced.gpus == 0 and forced.note == "DS_ACCELERATOR=cpu"
+
+
+def test_cli_ranks_beyond_the_machine_exit_2_without_launching(tmp_path, capsys):
+    from zerodoctor.selftest.run import local_devices
+
+    devices = local_devices()
+    too_many = devices.max_ranks + 1
+    assert main(["selftest", "--ranks", str(too_many), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--ranks {too_many}:" in err and "or fewer" in err
+    assert not (tmp_path / "run").exists()  # refused before anything was launched
+
+
 def test_stale_jit_build_lock_is_found(tmp_path, monkeypatch):
     import os
     import time

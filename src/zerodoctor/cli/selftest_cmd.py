@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from zerodoctor.cli.common import add_output_options, emit, exit_code
@@ -39,7 +40,12 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     p.add_argument(
         "--model", help="model (catalog name, hub id or config.json path) when the files do not name it"
     )
-    p.add_argument("--ranks", type=count_arg, default=2, help="local ranks to run (default: 2)")
+    p.add_argument(
+        "--ranks",
+        type=count_arg,
+        help="local ranks to run (default: 2; 1 on a one-GPU machine): at most one per GPU on the nccl path, "
+        "one per CPU core on the CPU path",
+    )
     p.add_argument("--steps", type=count_arg, default=3, help="optimizer steps (default: 3)")
     p.add_argument(
         "--save-path",
@@ -72,8 +78,8 @@ def setup_files(items: list[str]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from zerodoctor.report.selftest import render_selftest_markdown, summary_text
     from zerodoctor.selftest import default_spec, run_selftest, spec_from_setup
-    from zerodoctor.selftest.render import summary_text
 
     if args.files:
         from zerodoctor.setup.load import load_setup
@@ -96,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         spec = default_spec(save_path=args.save_path, steps=args.steps)
     workdir = Path(args.workdir) if args.workdir else None
     result = run_selftest(spec, ranks=args.ranks, timeout_s=args.timeout, workdir=workdir)
+    if args.format == "markdown":
+        sys.stdout.write(render_selftest_markdown(result, source=spec.source))
+        return exit_code(list(result.findings), args.fail_on)
     emit(
         args,
         "selftest",

@@ -28,6 +28,7 @@ from zerodoctor.selftest.result import (
 from zerodoctor.selftest.run import Launch, RankLog
 from zerodoctor.selftest.shrink import Adaptation
 from zerodoctor.selftest.spec import SAVE_PATHS, SelftestSpec
+from zerodoctor.selftest.stops import Stop, is_echo, stopped_ranks
 
 LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 2e-2}
 """Largest relative difference allowed between DeepSpeed's mean loss per step and the plain fp32
@@ -47,12 +48,41 @@ CPU_LIMITS = (
     "NCCL (gloo runs the collectives): no NCCL timeouts, /dev/shm or network problems",
     "CUDA-only kernels (flash attention, fused Adam on GPU) and bitsandbytes 4-bit layers",
 )
+GPU_LIMITS = (
+    "several nodes: the ranks share this machine, so inter-node NCCL, network and per-node host-RAM limits "
+    "do not show",
+    "memory at your model's size: the model is shrunk (`zerodoctor plan` predicts the real peaks)",
+)
+ONE_RANK_LIMITS = (
+    "partitioning across ranks: with one rank ZeRO keeps everything on it (1/1), and no collective waits "
+    "on a partner",
+)
+TERMINATED_CLASS = "class:terminated"
 REFERENCES = ("deepspeedai/DeepSpeed#6877", "deepspeedai/DeepSpeed#5422")
 
 
-def _phase_results(ranks: list[RankLog], launch: Launch) -> list[PhaseResult]:
+def _own_errors_first(ranks: list[RankLog], phase: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(rank, error event) pairs: a rank's own errors before peer-loss echoes, each group in time order."""
+    found = [
+        (rl.rank, e)
+        for rl in ranks
+        for e in rl.events
+        if e.get("event") == "error" and (phase is None or e.get("phase") == phase)
+    ]
+    return sorted(found, key=lambda re_: (is_echo(re_[1]), float(re_[1].get("t", 0.0))))
+
+
+def _hung(launch: Launch) -> bool:
+    """The watchdog ended ranks that were still running (rather than the ranks' processes ending)."""
+    return launch.watchdog is not None
+
+
+def _phase_results(
+    ranks: list[RankLog], launch: Launch, stop: Stop | None, first: dict[str, Any] | None
+) -> list[PhaseResult]:
     out = []
     wd = launch.watchdog or {}
+    stop_is_first = stop is not None and first is not None and first.get("type") in ("hang", "exit")
     for name in PHASES:
         starts = {
             rl.rank: e["t"]
@@ -66,59 +96,52 @@ def _phase_results(ranks: list[RankLog], launch: Launch) -> list[PhaseResult]:
             for e in rl.events
             if e.get("event") == "end" and e.get("phase") == name
         }
-        errors = [
-            (rl.rank, e)
-            for rl in ranks
-            for e in rl.events
-            if e.get("event") == "error" and e.get("phase") == name
-        ]
-        seconds = max((ends.get(r, e_t) - t for r, t in starts.items() for e_t in [t]), default=None)
+        errors = _own_errors_first(ranks, name)
+        seconds = None
         if starts and ends:
             seconds = round(max(ends[r] - starts[r] for r in starts if r in ends), 2)
-        silent = [rl.rank for rl in ranks if _died_in(rl) == name]
-        own_errors = [e for rl in ranks for e in rl.events if e.get("event") == "error" and not _is_echo(e)]
-        if silent and wd.get("reason") != "phase-limit" and not own_errors:
-            echo = (
-                f"; then rank {errors[0][0]} failed: {errors[0][1].get('type')}: "
-                f"{str(errors[0][1].get('message'))[:200]}"
-                if errors
-                else ""
-            )
+        if stop is not None and stop_is_first and stop.phase == name:
+            limit = wd.get("reason") == "phase-limit"
+            detail = stop.describe()
+            if limit:
+                detail += f" (phase limit {wd.get('limit_s')} s)"
             out.append(
                 PhaseResult(
                     name,
-                    INTERRUPTED,
-                    None,
-                    f"rank {', '.join(map(str, silent))} ended in this phase without a Python "
-                    f"exception (killed or crashed){echo}",
-                    silent[0],
+                    TIMED_OUT if limit else INTERRUPTED,
+                    wd.get("seconds") if limit else None,
+                    detail,
+                    stop.rank,
                 )
             )
         elif errors:
             rank, e = errors[0]
-            out.append(
-                PhaseResult(name, FAILED, seconds, f"{e.get('type')}: {str(e.get('message'))[:300]}", rank)
-            )
+            detail = f"{e.get('type')}: {str(e.get('message'))[:300]}"
+            if is_echo(e) and stop is not None and stop.rank is not None and stop.rank != rank:
+                detail += f" (after rank {stop.rank} {stop.how})"
+            out.append(PhaseResult(name, FAILED, seconds, detail, rank))
         elif wd.get("phase") == name and wd.get("reason") == "phase-limit":
             out.append(
                 PhaseResult(
                     name,
                     TIMED_OUT,
                     wd.get("seconds"),
-                    f"rank {wd.get('rank')} was still in this phase after {wd.get('seconds')} s "
-                    f"(limit {wd.get('limit_s')} s): the watchdog ended all ranks",
-                    wd.get("rank"),
+                    f"still in this phase after {wd.get('seconds')} s (limit {wd.get('limit_s')} s): the "
+                    "watchdog ended every rank",
+                    stop.rank if stop is not None else wd.get("rank"),
                 )
             )
-        elif starts and set(starts) - set(ends) and wd.get("reason") != "phase-limit":
+        elif starts and set(starts) - set(ends):
             missing = sorted(set(starts) - set(ends))
+            how = (
+                stop.others.get(missing[0], "") if stop is not None else ""
+            ) or "ended without a Python exception, or was ended"
             out.append(
                 PhaseResult(
                     name,
                     INTERRUPTED,
                     None,
-                    f"rank {', '.join(map(str, missing))} never finished this phase "
-                    "(the process ended without a Python exception, or was ended)",
+                    f"rank {', '.join(map(str, missing))} never finished this phase: {how}",
                     missing[0],
                 )
             )
@@ -397,55 +420,41 @@ def _checks(spec: SelftestSpec, ranks: list[RankLog], world: int) -> list[CheckR
     return checks
 
 
-_ECHO_MARKERS = (
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "remote worker",
-    "Broken pipe",
-    "Socket Timeout",
-    "NCCL communicator was aborted",
-    "Watchdog caught collective operation timeout",
-)
-
-
-def _is_echo(event: dict[str, Any]) -> bool:
-    """An error that says a peer went away, not what went wrong (gloo / NCCL after another rank died)."""
-    message = str(event.get("message") or "")
-    return any(marker in message for marker in _ECHO_MARKERS)
-
-
-def _died_in(rl: RankLog) -> str | None:
-    """The phase a rank was in when its process ended without a Python exception (None if it did not)."""
-    if rl.done or rl.error is not None:
-        return None
-    cur = rl.current()
-    return cur[0] if cur else None
-
-
-def _first_error(ranks: list[RankLog], launch: Launch) -> dict[str, Any] | None:
-    errs = sorted((e["t"], rl.rank, e) for rl in ranks for e in rl.events if e.get("event") == "error")
-    wd = launch.watchdog or {}
-    dead = [(rl.rank, _died_in(rl)) for rl in ranks if _died_in(rl)]
-    if dead and wd.get("reason") != "phase-limit" and all(_is_echo(e) for _t, _r, e in errs):
-        # a rank that vanished mid-phase comes first when the others' errors are what its disappearance
-        # caused (a gloo "Connection reset by peer", an NCCL timeout); a rank that vanished after another
-        # rank's own error was stopped by torchrun, and that error comes first
-        rank, phase = dead[0]
+def _first_error(ranks: list[RankLog], launch: Launch, stop: Stop | None) -> dict[str, Any] | None:
+    """The run's first failure: a rank's own Python exception; else the rank that died or hung first (see
+    `zerodoctor.selftest.stops`); else a peer-loss error; else what the watchdog or torchrun saw."""
+    errs = _own_errors_first(ranks)
+    own = [(r, e) for r, e in errs if not is_echo(e)]
+    if own:
+        rank, e = own[0]
         return {
             "rank": rank,
-            "phase": phase,
-            "type": "exit",
-            "message": f"rank {rank} ended in phase {phase} without a Python exception (torchrun exit code "
-            f"{launch.returncode}; the log says how it ended)"
-            + (
-                f"; rank {errs[0][1]} then failed: {errs[0][2].get('type')}: "
-                f"{str(errs[0][2].get('message'))[:200]}"
-                if errs
-                else ""
-            ),
+            "phase": e.get("phase"),
+            "type": e.get("type"),
+            "message": e.get("message"),
+            "traceback": e.get("traceback"),
+            "others": _others_text(stop, rank),
+        }
+    if stop is not None:
+        # a rank that vanished or hung comes first when the others' errors are what its disappearance caused
+        # (a gloo "Connection reset by peer", an NCCL timeout)
+        text = stop.describe()
+        if errs:
+            text += (
+                f"; rank {errs[0][0]} then failed: {errs[0][1].get('type')}: "
+                + str(errs[0][1].get("message"))[:200]
+            )
+        if not _hung(launch) and launch.returncode not in (0, None):
+            text += f" (torchrun exit code {launch.returncode}; the log says how it ended)"
+        return {
+            "rank": stop.rank,
+            "phase": stop.phase,
+            "type": "hang" if _hung(launch) else "exit",
+            "message": text,
+            "evidence": list(stop.evidence),
         }
     if errs:
-        _t, rank, e = errs[0]
+        rank, e = errs[0]
         return {
             "rank": rank,
             "phase": e.get("phase"),
@@ -471,6 +480,12 @@ def _first_error(ranks: list[RankLog], launch: Launch) -> dict[str, Any] | None:
     return None
 
 
+def _others_text(stop: Stop | None, first_rank: int) -> str:
+    if stop is None:
+        return ""
+    return "; ".join(f"rank {r} {how}" for r, how in sorted(stop.others.items()) if r != first_rank)
+
+
 def _watchdog_text(wd: dict[str, Any]) -> str:
     if wd.get("reason") == "phase-limit":
         return (
@@ -485,15 +500,71 @@ def _watchdog_text(wd: dict[str, Any]) -> str:
     return f"the selftest ran past its {wd.get('limit_s')} s limit; the watchdog ended every rank"
 
 
-def _diagnose(spec: SelftestSpec, launch: Launch, versions: dict[str, str]) -> list[Finding]:
+def _diagnose(
+    spec: SelftestSpec, launch: Launch, versions: dict[str, str]
+) -> tuple[list[Finding], Finding | None]:
+    """`zerodoctor diagnose` on the selftest's log: (knowledge-base entries that match, at most 2; the failure
+    class, `class:*`, which names the kind of failure but is no knowledge-base entry)."""
     from zerodoctor.diagnose import diagnose
+    from zerodoctor.diagnose.classes import PREFIX as CLASS_PREFIX
     from zerodoctor.diagnose.judge import NO_KNOWN_FAILURE
 
     try:
         result = diagnose([str(launch.log_path)], versions=versions or None, config_facts=spec.facts or None)
     except Exception:  # noqa: BLE001 - diagnose is a helper here; its own failure must not hide the verdict
-        return []
-    return [f for f in result.findings if f.id != NO_KNOWN_FAILURE][:2]
+        return [], None
+    found = [f for f in result.findings if f.id != NO_KNOWN_FAILURE]
+    known = [f for f in found if not f.id.startswith(CLASS_PREFIX)][:2]
+    failure_class = next((f for f in found if f.id.startswith(CLASS_PREFIX)), None)
+    if failure_class is not None and failure_class.id == TERMINATED_CLASS and launch.watchdog:
+        failure_class = None  # the run was stopped from outside by the selftest's own watchdog: no news
+    return known, failure_class
+
+
+def _class_name(f: Finding) -> str:
+    """A failure class's name without the "(not in the knowledge base)" its diagnose title carries."""
+    title = f.title.split(" (not in the knowledge base)")[0]
+    return f"{title} (`{f.id}`)"
+
+
+def _failed_finding(
+    first: dict[str, Any], launch: Launch, known: list[Finding], failure_class: Finding | None
+) -> Finding:
+    """The selftest's one verdict on a failed run: phase, rank, first error, what diagnose knows about it."""
+    phase = first.get("phase")
+    title = PHASE_TITLES.get(str(phase), str(phase or "startup"))
+    rank = first.get("rank")
+    where = f"rank {rank}" if rank is not None else "every rank"
+    read = Fix(f"read the first error above ({where}, phase {title}) and the full log: {launch.log_path}")
+    if known:
+        diag_text = f" zerodoctor diagnose on this log: {known[0].title}."
+        fixes = known[0].fixes
+    elif failure_class is not None:
+        diag_text = (
+            f" Not in the knowledge base; zerodoctor diagnose names its class: {_class_name(failure_class)}."
+        )
+        fixes = (*failure_class.fixes[:1], read)
+    else:
+        diag_text = " zerodoctor diagnose does not know this failure."
+        fixes = (read,)
+    others = f" Then: {first['others']}." if first.get("others") else ""
+    return Finding(
+        id="selftest-timeout" if first.get("type") in ("watchdog", "hang") else "selftest-failed",
+        severity=Severity.ERROR,
+        title=f"Selftest failed in phase '{title}' on {where}",
+        message=f"First error: {first.get('type')}: {str(first.get('message'))[:600]}.{others}{diag_text}",
+        fixes=fixes,
+        evidence=(Evidence(file=str(launch.log_path), text=first.get("message")),),
+        references=known[0].references if known else (),
+        source="selftest",
+        data={
+            "phase": phase,
+            "rank": rank,
+            "first_error": first,
+            "diagnosis": known[0].id if known else None,
+            "failure_class": failure_class.id if failure_class is not None and not known else None,
+        },
+    )
 
 
 def judge(
@@ -501,59 +572,27 @@ def judge(
 ) -> SelftestResult:
     logs = launch.ranks
     init = logs[0].data("distributed-init") if logs else {}
-    phases = _phase_results(logs, launch)
+    own_error = next((r for r, e in _own_errors_first(logs) if not is_echo(e)), None)
+    stop = stopped_ranks(logs, launch, hung=_hung(launch), first_rank=own_error)
+    first = _first_error(logs, launch, stop)
+    phases = _phase_results(logs, launch, stop, first)
     checks = _checks(spec, logs, ranks)
     versions = {k: str(init[k]) for k in ("torch", "deepspeed") if init.get(k)}
     backend, accel = init.get("backend"), init.get("accelerator")
+    n_ranks = f"{ranks} rank{'s' if ranks != 1 else ''}"
     if backend:
-        path = f"{backend} + DeepSpeed {accel} accelerator, {ranks} ranks under torchrun"
+        path = f"{backend} + DeepSpeed {accel} accelerator, {n_ranks} under torchrun"
     else:
-        path = f"{ranks} ranks under torchrun (stopped before the backend was known)"
-    limits = CPU_LIMITS if accel == "cpu" else ()
+        path = f"{n_ranks} under torchrun (stopped before the backend was known)"
+    limits = (CPU_LIMITS if accel == "cpu" else GPU_LIMITS) + (ONE_RANK_LIMITS if ranks == 1 else ())
     worker_adapt = [
         Adaptation(a["key"], a["user_value"], a["run_value"], a["why"]) for a in init.get("adaptations", [])
     ]
     adaptations = tuple(spec.adaptations) + tuple(rank_changes) + tuple(worker_adapt)
-    first = _first_error(logs, launch)
     findings: list[Finding] = []
-    ev = (Evidence(file=str(launch.log_path), text=(first or {}).get("message")),)
     if first is not None:
-        phase = first.get("phase")
-        title = PHASE_TITLES.get(str(phase), str(phase or "startup"))
-        known = _diagnose(spec, launch, versions)
-        fixes: tuple[Fix, ...] = (
-            known[0].fixes
-            if known
-            else (
-                Fix(
-                    f"read the first error above (rank {first.get('rank')}, phase {title}) and the full log: "
-                    f"{launch.log_path}"
-                ),
-            )
-        )
-        diag_text = (
-            f" zerodoctor diagnose on this log: {known[0].title}."
-            if known
-            else " zerodoctor diagnose does not know this failure."
-        )
-        findings.append(
-            Finding(
-                id="selftest-failed" if first.get("type") not in ("watchdog",) else "selftest-timeout",
-                severity=Severity.ERROR,
-                title=f"Selftest failed in phase '{title}' on rank {first.get('rank')}",
-                message=f"First error: {first.get('type')}: {str(first.get('message'))[:600]}.{diag_text}",
-                fixes=fixes,
-                evidence=ev,
-                references=known[0].references if known else (),
-                source="selftest",
-                data={
-                    "phase": phase,
-                    "rank": first.get("rank"),
-                    "first_error": first,
-                    "diagnosis": known[0].id if known else None,
-                },
-            )
-        )
+        known, failure_class = _diagnose(spec, launch, versions)
+        findings.append(_failed_finding(first, launch, known, failure_class))
         findings.extend(known)
     findings.extend(_lock_findings(launch))
     findings.extend(_check_findings(spec, checks))

@@ -2,13 +2,16 @@
 
 The watchdog reads each rank's phase log while the job runs. A phase that runs past its limit on any rank,
 or ranks still running long after another rank failed or died, end the whole process group (SIGTERM, then
-SIGKILL): no rank is left waiting in a collective for a partner that is gone.
+SIGKILL): no rank is left waiting in a collective for a partner that is gone. Before it ends a run that is
+still going, it asks every live rank for its Python stacks (SIGUSR1, answered by `faulthandler` even inside
+a collective), so the judge can tell the rank that hung from the ranks that were waiting for it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +45,26 @@ class RankLog:
 
     rank: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    stack: str = ""  # Python stacks dumped on the watchdog's SIGUSR1 (the rank ran on)
+    term: str = ""  # Python stacks dumped on SIGTERM: the rank was ended by torchrun or the watchdog
+
+    @property
+    def pid(self) -> int | None:
+        hello = next((e for e in self.events if e.get("event") == "hello"), None)
+        return int(hello["pid"]) if hello and isinstance(hello.get("pid"), int) else None
+
+    @property
+    def progress(self) -> int:
+        """How far this rank got: phases started plus steps marked (every rank runs the same sequence)."""
+        return sum(1 for e in self.events if e.get("event") in ("start", "mark"))
+
+    @property
+    def last_mark(self) -> dict[str, Any] | None:
+        return next((e for e in reversed(self.events) if e.get("event") == "mark"), None)
+
+    @property
+    def last_time(self) -> float | None:
+        return max((float(e["t"]) for e in self.events if "t" in e), default=None)
 
     def current(self) -> tuple[str, float] | None:
         """(phase, start time) of the phase this rank is in, or None."""
@@ -83,6 +106,9 @@ class Launch:
     wall_seconds: float
     watchdog: dict[str, Any] | None = None
     output_tail: str = ""
+    # torchrun's failure summary: exit code (negative: the signal) per rank, and its "first observed failure"
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    root_cause_rank: int | None = None
 
 
 def read_rank_logs(out: Path, nranks: int) -> list[RankLog]:
@@ -96,8 +122,56 @@ def read_rank_logs(out: Path, nranks: int) -> list[RankLog]:
                     events.append(json.loads(line))
                 except json.JSONDecodeError:
                     continue  # a line cut by a kill
-        logs.append(RankLog(r, events))
+        logs.append(RankLog(r, events, _read(out / f"rank{r}.stack"), _read(out / f"rank{r}.term")))
     return logs
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[:200_000]
+    except OSError:
+        return ""
+
+
+_TORCHRUN_FAILURE = re.compile(
+    r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)"
+)
+_TORCHRUN_ROOT = re.compile(
+    r"Root Cause \(first observed failure\):\s*\n\s*\[\d+\]:\s*\n(?P<block>(?:.*\n){0,4})"
+)
+
+
+def torchrun_failures(text: str) -> tuple[dict[int, int], int | None]:
+    """Exit code per rank and the rank of the "first observed failure" from torchrun's ChildFailedError
+    summary (torch/distributed/elastic/multiprocessing/errors): e.g. rank 1 exitcode 17, rank 0 -15 (SIGTERM,
+    which torchrun sent it after rank 1 failed)."""
+    codes = {int(m["rank"]): int(m["code"]) for m in _TORCHRUN_FAILURE.finditer(text)}
+    root = _TORCHRUN_ROOT.search(text)
+    first = _TORCHRUN_FAILURE.search(root["block"]) if root else None
+    return codes, int(first["rank"]) if first else None
+
+
+STACK_WAIT_S = 3.0
+"""How long the watchdog waits for the ranks' stacks (SIGUSR1) before it ends them."""
+
+
+def _ask_for_stacks(logs: list[RankLog], out: Path) -> None:
+    """SIGUSR1 to every rank still running; wait until each has written its stacks (or STACK_WAIT_S)."""
+    asked = []
+    for rl in logs:
+        if rl.pid is None or rl.done or rl.error is not None:
+            continue
+        try:
+            os.kill(rl.pid, signal.SIGUSR1)
+            asked.append(out / f"rank{rl.rank}.stack")
+        except (ProcessLookupError, PermissionError):
+            continue
+    deadline = time.time() + STACK_WAIT_S
+    while asked and time.time() < deadline:
+        time.sleep(0.1)
+        if all(p.exists() and p.stat().st_size > 0 for p in asked):
+            time.sleep(0.2)  # let the dump finish
+            return
 
 
 def _free_port() -> int:
@@ -237,6 +311,7 @@ def launch(
                         "limit_s": timeout_s,
                     }
                 if watchdog is not None:
+                    _ask_for_stacks(logs, out)
                     _end_group(proc)
                     break
         finally:
@@ -246,26 +321,108 @@ def launch(
     if watchdog is not None and watchdog.get("phase") in ("distributed-init", "engine-init"):
         watchdog["stale_locks"] = [(str(p), m) for p, m in stale_build_locks(t0)]
     text = log_path.read_bytes().decode("utf-8", errors="replace")
+    codes, root = torchrun_failures(text[-200_000:])
     return Launch(
-        read_rank_logs(out, ranks), proc.returncode, log_path, workdir, wall, watchdog, text[-6000:]
+        read_rank_logs(out, ranks),
+        proc.returncode,
+        log_path,
+        workdir,
+        wall,
+        watchdog,
+        text[-6000:],
+        codes,
+        root,
+    )
+
+
+DEFAULT_RANKS = 2
+
+
+@dataclass(frozen=True)
+class LocalDevices:
+    """What the ranks will run on: `gpus` CUDA devices torch can see (the nccl path), or none (gloo with
+    DeepSpeed's CPU accelerator on `cores` usable cores)."""
+
+    gpus: int
+    cores: int
+    note: str = ""  # how that was decided, when it is not plain
+
+    @property
+    def max_ranks(self) -> int:
+        # nccl: one rank per GPU (two ranks on one GPU fail in NCCL: "Duplicate GPU detected");
+        # CPU: one gloo rank per core (more only makes every collective wait on the slowest rank, until the
+        # phase limits end a run that is merely slow); two are always allowed, as the default needs them
+        return self.gpus if self.gpus else max(DEFAULT_RANKS, self.cores)
+
+    @property
+    def default_ranks(self) -> int:
+        return min(DEFAULT_RANKS, self.gpus) if self.gpus else DEFAULT_RANKS
+
+
+def local_devices(environ: Mapping[str, str] | None = None) -> LocalDevices:
+    """The devices the selftest's ranks would use, decided as DeepSpeed decides its accelerator: a
+    `DS_ACCELERATOR` the user set, else CUDA when torch sees a GPU, else the CPU. torch is imported only on a
+    machine with a GPU driver (/dev/nvidiactl, or /dev/kfd for ROCm), so the CPU path stays light."""
+    env = os.environ if environ is None else environ
+    try:
+        cores = len(os.sched_getaffinity(0))  # respects cgroup/taskset pinning
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    forced = env.get("DS_ACCELERATOR", "").strip().lower()
+    if forced == "cpu":
+        return LocalDevices(0, cores, "DS_ACCELERATOR=cpu")
+    if not forced and not (Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists()):
+        return LocalDevices(0, cores)
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as exc:  # noqa: BLE001 - the worker then says what torch does; do not guess here
+        return LocalDevices(0, cores, f"could not ask torch for GPUs: {type(exc).__name__}: {exc}")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    return LocalDevices(gpus, cores, f"CUDA_VISIBLE_DEVICES={visible}" if visible is not None else "")
+
+
+def check_ranks(ranks: int | None, devices: LocalDevices) -> int:
+    """The number of ranks to run: `ranks` when this machine can run them, the default when None.
+    Raises UsageError, before anything is launched, for a number the machine cannot run."""
+    if ranks is None:
+        return devices.default_ranks
+    if ranks < 1:
+        raise UsageError(f"--ranks must be at least 1, got {ranks}")
+    if ranks <= devices.max_ranks:
+        return ranks
+    note = f" ({devices.note})" if devices.note else ""
+    if devices.gpus:
+        raise UsageError(
+            f"--ranks {ranks}: torch sees {devices.gpus} CUDA GPU{'s' if devices.gpus != 1 else ''} here{note}, "
+            "and the selftest runs one rank per GPU (nccl cannot put two ranks on one GPU): pass --ranks "
+            f"{devices.gpus} or fewer"
+        )
+    raise UsageError(
+        f"--ranks {ranks}: no CUDA GPU here{note}, so the ranks run on the CPU path (gloo), and this machine "
+        f"has {devices.cores} usable CPU core{'s' if devices.cores != 1 else ''}: more ranks than cores only "
+        "makes every collective wait on the slowest rank until the phase limits end a run that is merely "
+        f"slow. Pass --ranks {devices.max_ranks} or fewer (the ZeRO code paths are the same with 2 ranks)"
     )
 
 
 def run_selftest(
     spec: SelftestSpec,
     *,
-    ranks: int = 2,
+    ranks: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     phase_timeout_s: float | None = None,
     workdir: Path | None = None,
 ) -> SelftestResult:
     """Run `spec` for real on `ranks` local processes and judge it (see `zerodoctor.selftest.judge`).
 
-    `phase_timeout_s` is the limit of each phase after engine init (default 120 s); the setup phases keep
-    theirs (engine init allows a JIT build of DeepSpeed's CPU Adam).
+    `ranks`: default 2, or 1 on a machine with one GPU; more than the GPUs torch sees (nccl) or than the
+    usable cores (CPU path) is a UsageError, raised before anything is launched. `phase_timeout_s` is the
+    limit of each phase after engine init (default 120 s); the setup phases keep theirs (engine init allows a
+    JIT build of DeepSpeed's CPU Adam).
     """
-    if ranks < 1:
-        raise UsageError(f"--ranks must be at least 1, got {ranks}")
+    ranks = check_ranks(ranks, local_devices())
     from zerodoctor.selftest.judge import judge
 
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zerodoctor-selftest-"))

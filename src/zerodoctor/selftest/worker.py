@@ -7,14 +7,22 @@ the plain single-process reference) are recorded as `data` events; this module j
 
 On an exception the traceback goes to stderr (the launcher's log, which `zerodoctor diagnose` then reads)
 and the process ends at once; torchrun then stops the other ranks.
+
+Evidence of who stopped first, for a rank that dies or hangs: `mark` events before each forward, backward
+and optimizer step (a rank waiting in a collective for a hung partner has marked further than the partner),
+and Python stacks written by `faulthandler` (C-level, so they come even from a rank blocked inside a
+collective): on SIGUSR1, which the launcher's watchdog sends before it ends a hung run, to
+OUT/rank<R>.stack; on SIGTERM (torchrun or the watchdog ending the rank) to OUT/rank<R>.term.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -42,6 +50,10 @@ class Recorder:
         self._f.flush()
         os.fsync(self._f.fileno())
 
+    def mark(self, phase: str, step: int, micro: int, at: str) -> None:
+        """This rank is about to run `at` (forward, backward, step) of a training step."""
+        self.event(event="mark", phase=phase, step=step, micro=micro, at=at)
+
     def data(self, phase: str, **values: Any) -> None:
         self.event(event="data", phase=phase, values=values)
 
@@ -62,6 +74,22 @@ class Recorder:
             )
             raise
         self.event(event="end", phase=name, seconds=round(time.perf_counter() - t0, 3))
+
+
+_STACK_FILES: list[Any] = []  # faulthandler writes to these on a signal: they must stay open
+
+
+def _stacks_on_signal(out_dir: Path, rank: int) -> None:
+    """Dump every thread's Python stack on SIGUSR1 (asked by the watchdog; the rank runs on) and on SIGTERM
+    (then the rank ends as it would have). faulthandler's handler runs in C, so a rank blocked inside a
+    gloo/NCCL collective still answers."""
+    for signum, suffix, chain in ((signal.SIGUSR1, "stack", False), (signal.SIGTERM, "term", True)):
+        try:
+            f = (out_dir / f"rank{rank}.{suffix}").open("w", encoding="utf-8")
+            faulthandler.register(signum, file=f, all_threads=True, chain=chain)
+            _STACK_FILES.append(f)
+        except (OSError, AttributeError, ValueError):  # no SIGUSR1 (Windows): the phase log still tells
+            continue
 
 
 def _fault(spec: dict[str, Any], rank: int, phase: str) -> None:
@@ -271,6 +299,8 @@ def run(spec_path: Path, out_dir: Path) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rec = Recorder(out_dir, rank)
+    _stacks_on_signal(out_dir, rank)
+    rec.event(event="hello", pid=os.getpid(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
     config = spec["ds_config"]
     stage = int(spec["zero_stage"])
     clip = spec.get("clip")
@@ -283,6 +313,11 @@ def run(spec_path: Path, out_dir: Path) -> int:
             import torch.distributed as dist
             from deepspeed.accelerator import get_accelerator
 
+            accel = get_accelerator()
+            if accel.device_name() != "cpu":
+                # one device per local rank, set before the process group exists: NCCL binds each rank's
+                # communicator to its current device, and zero.Init builds on it (all ranks on cuda:0 otherwise)
+                accel.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             before = _extension_builds()
             t_init = time.perf_counter()
             deepspeed.init_distributed(
@@ -291,7 +326,6 @@ def run(spec_path: Path, out_dir: Path) -> int:
             # DeepSpeed's CPU accelerator JIT-builds its shared-memory collectives op here
             init_secs = round(time.perf_counter() - t_init, 2)
             init_builds = {name: init_secs for name in _changed(before, _extension_builds())}
-            accel = get_accelerator()
             adapt = []
             wanted = spec["precision"]
             if wanted == "fp16" and not accel.is_fp16_supported():
@@ -372,13 +406,17 @@ def run(spec_path: Path, out_dir: Path) -> int:
             losses = []
             for micro, ids in enumerate(batches):
                 ids = ids.to(engine.device)
+                first = "forward-backward" if step == 0 and micro == 0 else phase
+                rec.mark(first, step, micro, "forward")
                 loss = engine(input_ids=ids, labels=ids).loss
                 losses.append(float(loss.detach().float()))
                 _fault(spec, rank, phase)
+                rec.mark(first, step, micro, "backward")
                 engine.backward(loss * (CLIP_FORCE if step == 0 and clip else 1.0))
                 if step == 0 and micro == 0:
                     rec.event(event="end", phase="forward-backward", seconds=None)
                     rec.event(event="start", phase=phase)
+                rec.mark(phase, step, micro, "step")
                 engine.step()
             norm = engine.get_global_grad_norm()
             applied = engine.was_step_applied() if hasattr(engine, "was_step_applied") else True
