@@ -104,6 +104,11 @@ ValueError: You cannot specify an optimizer in the config file and in the code a
 [rank1]:     raise ValueError(
 [rank1]: ValueError: You can't train a model that has been loaded with `device_map='auto'` in any distributed mode. Please rerun your script specifying `--num_processes=1` or by launching with `python {{myscript.py}}`.
 """,
+    "fw-z3-init-weights-padding-idx-size0": """\
+[rank0]:   File "/opt/conda/lib/python3.12/site-packages/transformers/modeling_utils.py", line 2952, in _initialize_weights
+[rank0]:     self._init_weights(module)
+[rank0]: IndexError: index 0 is out of bounds for dimension 0 with size 0
+""",
 }
 
 
