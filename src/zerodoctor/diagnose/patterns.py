@@ -21,7 +21,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (a paste cut inside a frame line keeps only `...py", line N, in f`)
     "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in ',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
-    "tb-frame-ipy": r"\.py(:\d+)?,? in [A-Za-z_][A-Za-z0-9_.]*\(",
+    "tb-frame-ipy": r"\.py in [A-Za-z_][A-Za-z0-9_.]*\(|File \S+\.py:\d+, in [A-Za-z_]",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
@@ -39,7 +39,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-child-failed": r"ChildFailedError",
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
     # `[1]    26478 killed     python train.py`
-    "launch-shell-killed": r"(^|[\]\s|])Killed\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
+    "launch-shell-killed": r"(^|\]|[ \t|])Killed\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
     "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
