@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 JOB = Path(__file__).parent / "jobs" / "guard_job.py"
+MM_JOB = Path(__file__).parent / "jobs" / "mmengine_job.py"
 
 
 @dataclass
@@ -41,11 +42,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun(
-    mode: str, out: Path, *flags: str, env: dict | None = None, prefix: list[str] | None = None
-) -> Run:
-    cmd = [
-        *(prefix or []),
+def torchrun_cmd(script_args: list[str]) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
@@ -53,11 +51,26 @@ def torchrun(
         "2",
         "--master_port",
         str(free_port()),
-        str(JOB),
-        mode,
-        str(out),
-        *flags,
+        *script_args,
     ]
+
+
+# `zerodoctor guard` options that make every save look short of host memory (a limit below what each rank
+# already uses) and opt in to saving those checkpoints without optimizer state
+SHORT_OF_HOST_RAM = ["--host-measure", "rss", "--host-limit-gib", "0.25", "--save-without-optimizer"]
+
+
+def torchrun(
+    mode: str, out: Path, *flags: str, env: dict | None = None, prefix: list[str] | None = None
+) -> Run:
+    return launch([str(JOB), mode, str(out), *flags], out, env=env, prefix=prefix)
+
+
+def launch(
+    script_args: list[str], out: Path, *, env: dict | None = None, prefix: list[str] | None = None
+) -> Run:
+    """2 ranks of a job script under torchrun (gloo, CPU)."""
+    cmd = [*(prefix or []), *torchrun_cmd(script_args)]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=full_env, cwd=out.parent)
     return Run(out, proc.returncode, proc.stdout + proc.stderr)
@@ -87,3 +100,16 @@ def ds_run(tmp_path_factory) -> Run:
         "ZERODOCTOR_GUARD_HANG_FACTOR": "1",
     }
     return torchrun("ds", out, *ENGINE_FLAGS, "--hang-seconds", "8", env=env)
+
+
+@pytest.fixture(scope="session")
+def mm_run(tmp_path_factory) -> Run:
+    """mmengine's FlexibleRunner + DeepSpeedStrategy (XTuner's runner) with the hook named in the config's
+    custom_hooks: 8 iterations of 2-step accumulation (4 optimizer steps) of a 32-iteration epoch, a save every
+    4 iterations, an injected guard fault, and rank 1 raising after training."""
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("mmengine")
+    out = tmp_path_factory.mktemp("mm") / "run"
+    env = {**ENGINE_ENV, "ZERODOCTOR_GUARD_FAULT": "before_train_epoch"}
+    flags = ["--samples", "128", "--accum", "2", "--raise-on-rank", "1"]
+    return launch([str(MM_JOB), str(out), *flags], out, env=env)

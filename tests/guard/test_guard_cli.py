@@ -10,7 +10,7 @@ import pytest
 
 from zerodoctor.cli.main import main
 
-from .conftest import JOB, free_port
+from .conftest import JOB, SHORT_OF_HOST_RAM, torchrun_cmd
 
 
 def test_guard_needs_a_command(capsys):
@@ -41,38 +41,19 @@ def test_guard_instruments_an_unmodified_trainer_on_every_rank(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "run"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    # a host limit below what each rank already uses: every save is predicted not to fit, and with the opt-in
-    # the guard saves those checkpoints without optimizer state
-    rc = main(
-        [
-            "guard",
-            "--run-dir",
-            str(out),
-            "--host-measure",
-            "rss",
-            "--host-limit-gib",
-            "0.25",
-            "--save-without-optimizer",
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            str(free_port()),
-            str(JOB),
-            "hf",
-            str(out),
-            "--no-callback",
-            "--steps",
-            "4",
-            "--save-steps",
-            "2",
-            "--raise-on-rank",
-            "0",
-        ]
-    )
+    job = [
+        str(JOB),
+        "hf",
+        str(out),
+        "--no-callback",
+        "--steps",
+        "4",
+        "--save-steps",
+        "2",
+        "--raise-on-rank",
+        "0",
+    ]
+    rc = main(["guard", "--run-dir", str(out), *SHORT_OF_HOST_RAM, "--", *torchrun_cmd(job)])
     assert rc != 0  # the injected exception on rank 0 fails the launch, as it would without the guard
     for rank in (0, 1):
         recs = [json.loads(x) for x in (out / "zerodoctor" / f"rank{rank}.jsonl").read_text().splitlines()]

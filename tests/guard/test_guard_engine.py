@@ -154,3 +154,19 @@ def test_rank_late_to_a_collective_leaves_stack_dumps_from_every_rank(ds_run, ca
     assert any(f.startswith("busy_elsewhere") for f in stacks[1]), stacks[1]
     (hang,) = [f for f in report.findings if f.id == "report.hang-stacks"]
     assert hang.data["ranks_dumped"] == [0, 1]
+
+
+def test_diagnose_merges_the_real_stack_dumps_into_who_waits_and_who_never_arrived(ds_run, capsys):
+    """`zerodoctor diagnose RUN_DIR` on the real run: rank 0 waits in the barrier, rank 1 never arrived."""
+    from zerodoctor.cli.main import main
+
+    assert main(["diagnose", str(ds_run.out), "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    (hang,) = [f for f in findings if f["id"] == "guard.hang"]
+    assert hang["title"] == "rank(s) [0] wait in barrier for rank(s) [1]", hang
+    assert hang["data"]["ranks_waiting"] == [0] and hang["data"]["ranks_elsewhere"] == [1]
+    assert "rank 0 waits in barrier (torch/distributed/distributed_c10d.py:" in hang["message"]
+    assert "called from run_ds (guard_job.py:" in hang["message"]
+    assert "rank 1 never arrived: it was in busy_elsewhere (guard_job.py:" in hang["message"]
+    # both went on after the dump (rank 1 only slept), so it is a warning after rank 1's real exception
+    assert hang["severity"] == "warning" and findings[0]["severity"] == "error"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.classes import FailureClass, classify
 from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
 from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine
@@ -530,4 +531,6 @@ def diagnose(
     stats = ScanStats()
     for hit in iter_hits(paths, stats, chunk_bytes=chunk_bytes):
         extractor.feed(hit)
-    return judge(extractor.finish(), stats, versions=versions, config_facts=config_facts)
+    result = judge(extractor.finish(), stats, versions=versions, config_facts=config_facts)
+    result.findings = rundir.with_hang_findings(result.findings, list(paths))  # the guard's stack dumps
+    return result

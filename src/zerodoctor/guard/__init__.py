@@ -2,7 +2,7 @@
 headroom, hang watchdog and crash diagnosis for a live ZeRO run.
 
 Importing this package imports neither torch, DeepSpeed nor transformers; `ZeroDoctorCallback` imports
-transformers when first accessed.
+transformers and `ZeroDoctorHook` (mmengine, XTuner) imports mmengine when first accessed.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from zerodoctor.guard.options import GuardOptions
 
 if TYPE_CHECKING:
     from zerodoctor.guard.hf import ZeroDoctorCallback
+    from zerodoctor.guard.mmengine_hook import ZeroDoctorHook
 
 __all__ = [
     "GuardOptions",
     "Monitor",
     "Watcher",
     "ZeroDoctorCallback",
+    "ZeroDoctorHook",
     "check_tensors_device",
     "unwatch",
     "watch",
@@ -33,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from zerodoctor.guard.hf import ZeroDoctorCallback
 
         return ZeroDoctorCallback
+    if name == "ZeroDoctorHook":
+        from zerodoctor.guard.mmengine_hook import ZeroDoctorHook
+
+        return ZeroDoctorHook
     raise AttributeError(f"module 'zerodoctor.guard' has no attribute {name!r}")

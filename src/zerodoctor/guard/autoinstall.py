@@ -3,9 +3,10 @@
 `zerodoctor guard` writes a `sitecustomize.py` into the guard folder, puts that folder first on
 PYTHONPATH and sets ZERODOCTOR_GUARD_ENABLE=1; every Python process of the launch (the launcher and each rank)
 then runs `install()` at start-up. `install()` imports nothing heavy: it registers an import hook that, when
-the program itself imports `transformers.trainer` or `deepspeed`, adds `ZeroDoctorCallback` to every Trainer
-the program creates and `watch()`es every engine a plain `deepspeed.initialize` returns (not the ones a
-Trainer creates: the callback already guards those). An existing sitecustomize further down the path still
+the program itself imports `transformers.trainer`, mmengine's runners or `deepspeed`, adds `ZeroDoctorCallback`
+to every Trainer and `ZeroDoctorHook` to every mmengine `Runner` / `FlexibleRunner` (XTuner's) the program
+creates, and `watch()`es every engine a plain `deepspeed.initialize` returns (not the ones a Trainer or an
+mmengine runner creates: the callback or the hook already guards those). An existing sitecustomize further down the path still
 runs.
 """
 
@@ -20,7 +21,8 @@ from types import ModuleType
 from typing import Any
 
 ENABLE_VAR = "ZERODOCTOR_GUARD_ENABLE"
-_state = {"trainer_seen": False}
+_state = {"adapter_seen": False}
+"""Set once a Trainer or an mmengine runner exists: its engines are guarded by the callback or the hook."""
 
 SITECUSTOMIZE = """\
 # written by `zerodoctor guard`: switches the runtime guard on in every Python process of the launch
@@ -63,7 +65,7 @@ def _patch_trainer(module: ModuleType) -> None:
     @functools.wraps(orig)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig(self, *args, **kwargs)
-        _state["trainer_seen"] = True
+        _state["adapter_seen"] = True
         try:
             from zerodoctor.guard.hf import ZeroDoctorCallback
 
@@ -84,7 +86,7 @@ def _patch_deepspeed(module: ModuleType) -> None:
     @functools.wraps(init)
     def initialize(*args: Any, **kwargs: Any) -> Any:
         out = init(*args, **kwargs)
-        if not _state["trainer_seen"]:  # a Trainer's engine is guarded by the callback
+        if not _state["adapter_seen"]:  # a Trainer's or runner's engine is guarded by its adapter
             try:
                 from zerodoctor.guard.ds_watch import watch
 
@@ -97,7 +99,38 @@ def _patch_deepspeed(module: ModuleType) -> None:
     module.initialize = initialize  # type: ignore[attr-defined]
 
 
-_PATCHES = {"transformers.trainer": _patch_trainer, "deepspeed": _patch_deepspeed}
+def _patch_mmengine_runner(module: ModuleType) -> None:
+    """Add `ZeroDoctorHook` to every runner built from this module's class (`Runner` in
+    mmengine.runner.runner, `FlexibleRunner` in mmengine.runner._flexible_runner), unless its config already
+    names the hook. The hook module is imported when a runner is built, never while mmengine is importing."""
+    for name in ("Runner", "FlexibleRunner"):
+        runner_cls = getattr(module, name, None)
+        if runner_cls is None or getattr(runner_cls.__init__, "_zerodoctor", False):
+            continue
+        orig = runner_cls.__init__
+
+        def __init__(self: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> None:
+            _state["adapter_seen"] = True  # before the strategy's deepspeed.initialize (in train())
+            _orig(self, *args, **kwargs)
+            try:
+                from zerodoctor.guard.mmengine_hook import ZeroDoctorHook
+
+                if not any(isinstance(h, ZeroDoctorHook) for h in self.hooks):
+                    self.register_hook(ZeroDoctorHook())
+            except Exception as exc:  # noqa: BLE001
+                sys.stderr.write(f"zerodoctor guard: could not add the hook to the mmengine runner: {exc}\n")
+
+        functools.update_wrapper(__init__, orig)
+        __init__._zerodoctor = True  # type: ignore[attr-defined]
+        runner_cls.__init__ = __init__
+
+
+_PATCHES = {
+    "transformers.trainer": _patch_trainer,
+    "deepspeed": _patch_deepspeed,
+    "mmengine.runner.runner": _patch_mmengine_runner,
+    "mmengine.runner._flexible_runner": _patch_mmengine_runner,
+}
 
 
 class _Loader(importlib.abc.Loader):

@@ -29,8 +29,11 @@ def check_step_count(
     grad_accum: int,
     epochs: float | None,
     max_steps_key: str = "max_steps",
+    unit: str = "optimizer steps",
 ) -> list[Finding]:
-    """The XTuner `max_iters` case: a configured step cap that ends training long before one epoch."""
+    """The XTuner `max_iters` case: a configured step cap that ends training long before one epoch. `unit`
+    names what the cap counts (mmengine's `max_iters` counts iterations, one micro batch each: pass
+    grad_accum=1 and unit="iterations")."""
     if not max_steps or max_steps <= 0 or not samples:
         return []
     one_epoch = expected_optimizer_steps(samples, micro_batch, data_parallel, grad_accum)
@@ -38,6 +41,7 @@ def check_step_count(
     if max_steps >= min(one_epoch, wanted) or max_steps >= 0.5 * wanted:
         return []
     share = 100.0 * max_steps / one_epoch
+    short = unit.split()[-1]  # "steps", "iterations"
     formula = f"{samples} samples / ({micro_batch} micro batch x {data_parallel} data-parallel x {grad_accum} accumulation)"
     return [
         Finding(
@@ -45,9 +49,9 @@ def check_step_count(
             severity=Severity.WARNING,
             title="training will stop long before one epoch",
             message=(
-                f"{max_steps_key}={max_steps} caps training at {max_steps} optimizer steps, {share:.1f}% of one "
-                f"epoch ({one_epoch} steps = {formula}); "
-                f"{'the requested ' + format(epochs, 'g') + ' epochs need ' + str(wanted) + ' steps; ' if epochs else ''}"
+                f"{max_steps_key}={max_steps} caps training at {max_steps} {unit}, {share:.1f}% of one "
+                f"epoch ({one_epoch} {short} = {formula}); "
+                f"{'the requested ' + format(epochs, 'g') + ' epochs need ' + str(wanted) + ' ' + short + '; ' if epochs else ''}"
                 "a step cap wins over the epoch count"
             ),
             fixes=(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Literal
 
+from zerodoctor.guard.adapter import SaveGuard
 from zerodoctor.guard.crash import install_hooks, record_exception
 from zerodoctor.guard.monitor import Monitor
 from zerodoctor.guard.options import GuardOptions
@@ -32,6 +33,7 @@ class Watcher:
         self._orig_step = engine.step
         self._orig_save = engine.save_checkpoint
         self._active = True
+        self._saves = SaveGuard(monitor)
         engine.__dict__["step"] = self._step
         engine.__dict__["save_checkpoint"] = self._save
         engine.__dict__[_ATTR] = self
@@ -61,10 +63,11 @@ class Watcher:
         mon = self.monitor
         step = int(getattr(self.engine, "global_steps", 0) or 0)
         if self._active:
-            mon.save_begin(step)
+            with mon.safe("save"):
+                self._saves.before(step)  # pre-save headroom; DeepSpeed's save has no "without optimizer"
         out = self._orig_save(*args, **kwargs)
         if self._active:
-            mon.save_end(step)
+            self._saves.after(step)
         return out
 
     def __enter__(self) -> Watcher:

@@ -50,9 +50,13 @@ def begin_checks(
     max_steps: int | None = None,
     epochs: float | None = None,
     max_steps_key: str = "max_steps",
+    step_unit: str = "optimizer steps",
     seq_len: int | None = None,
     framework: str = "deepspeed",
+    model_config: Mapping[str, Any] | None = None,
 ) -> None:
+    """`model_config`: the model's config as a dict for the planner (default: `module.config.to_dict()`; an
+    mmengine model holds its HF model in an attribute, e.g. XTuner's `llm`)."""
     opts = monitor.options
     if opts.check_devices:
         with monitor.safe("identities"):
@@ -79,6 +83,7 @@ def begin_checks(
             grad_accum=accum,
             epochs=epochs,
             max_steps_key=max_steps_key,
+            unit=step_unit,
         ):
             if monitor.rank == 0:
                 monitor.add_finding(f)
@@ -97,12 +102,13 @@ def begin_checks(
             ident = gpu_identity()
             sample = monitor.last_sample or monitor.host_probe.sample()
             _used, limit, _what = host_limit(sample)
-            model_cfg = getattr(module, "config", None)
-            to_dict = getattr(model_cfg, "to_dict", None)
+            if model_config is None:
+                to_dict = getattr(getattr(module, "config", None), "to_dict", None)
+                model_config = to_dict() if callable(to_dict) else None
             monitor.set_prediction(
                 predict_for_run(
                     guard_dir=monitor.dir,
-                    model_config=to_dict() if callable(to_dict) else None,
+                    model_config=dict(model_config) if model_config is not None else None,
                     ds_config=ds_config,
                     world_size=monitor.world_size,
                     gpus_per_node=_int(os.environ.get("LOCAL_WORLD_SIZE")) or monitor.world_size,
