@@ -220,3 +220,31 @@ def test_killed_inside_a_sentence_is_no_kill(tmp_path: Path) -> None:
     log.write_text("[INFO] worker 3 was not killed by the scheduler\n{'loss': 1.0, 'epoch': 0.1}\n")
     d = diagnose([str(log)])
     assert d.first_failure is None
+
+
+@pytest.mark.parametrize(
+    ("text", "entry", "phase"),
+    [
+        (
+            "ValueError: ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config\n",
+            "hf-zero-inference-needs-stage3",
+            "evaluation",
+        ),
+        (
+            "ValueError: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:\n"
+            "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\n"
+            "The easiest method is to set these DeepSpeed config values to 'auto'.\n",
+            "hf-ds-config-mismatch",
+            "engine_init",
+        ),
+    ],
+)
+def test_a_bare_error_takes_the_phase_its_entry_is_raised_in(
+    tmp_path: Path, text: str, entry: str, phase: str
+) -> None:
+    """No frame, marker or progress: the knowledge-base entry knows where its error is raised."""
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    d = diagnose([str(log)])
+    assert d.findings[0].id == entry
+    assert d.findings[0].data["phase"] == phase

@@ -48,6 +48,14 @@ _PHASE_FIT: dict[str, frozenset[str]] = {
     "data": frozenset({"tokenization", "load", "training_step"}),
 }
 _ECHO_KINDS = frozenset({"nccl", "watchdog"})
+# KB entry phases that name one detected phase: where an entry's error is raised when the log itself does not say
+# (entry phases that span several, such as forward or checkpoint_save/eval timeouts, are not guessed)
+_ENTRY_PHASE: dict[str, str] = {
+    "eval": "evaluation",
+    "load": "load",
+    "init": "engine_init",
+    "resume": "resume",
+}
 # Signature kinds that are not a failure on their own: a message a healthy run also prints.
 _NOT_FAILURE_KINDS = frozenset({"warning", "context", "version"})
 
@@ -368,10 +376,10 @@ def _phase(c: Candidate, first: Event | None, end_phase: str, *, top: bool = Fal
     for ev in (c.anchor, first):
         if ev is not None and ev.phase != "unknown":
             return ev.phase
-    if end_phase == "unknown" and c.entry.phase == "eval" and not c.warning_only:
-        # the log places the failure nowhere, but this entry's error is raised only by evaluation (e.g. ZeRO
-        # inference refused: only evaluate/predict start it)
-        return "evaluation"
+    if end_phase == "unknown" and c.entry.phase in _ENTRY_PHASE and not c.warning_only:
+        # the log places the failure nowhere, but the entry knows where its error is raised (e.g. ZeRO inference
+        # refused: only evaluate/predict start it; a config value refused: deepspeed.initialize)
+        return _ENTRY_PHASE[c.entry.phase]
     return end_phase
 
 
