@@ -25,7 +25,15 @@ from typing import Any
 import yaml
 
 from zerodoctor.models import ModelSpec, resolve_model
-from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+from zerodoctor.plan.inputs import (
+    GIB,
+    Cluster,
+    FsdpSettings,
+    PlanInputs,
+    Training,
+    ZeroSettings,
+    fsdp_as_zero,
+)
 from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_strategy
 
 HERE = Path(__file__).resolve().parent
@@ -44,12 +52,21 @@ class Outcome:
     measured_bytes: int | None
     verdict_right: bool
     raw_fits: bool
+    host_measured_bytes: int | None = None
 
     @property
     def error(self) -> float | None:
         if self.measured_bytes is None:
             return None
         return (self.predicted_gpu - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def host_error(self) -> float | None:
+        """Against a published host-RAM reading: the steady-state host use per node (training, no save)."""
+        if self.host_measured_bytes is None:
+            return None
+        steady = self.plan.phase("steady").host_bytes
+        return (steady - self.host_measured_bytes) / self.host_measured_bytes
 
 
 def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
@@ -62,6 +79,8 @@ def _model(name: str) -> ModelSpec:
 
 
 def _zero(case: dict[str, Any], spec: ModelSpec) -> ZeroSettings:
+    if case.get("fsdp"):  # torch FSDP through accelerate: the planner's FSDP strategy
+        return fsdp_as_zero(FsdpSettings(**case["fsdp"]))
     z = dict(case.get("zero") or {"stage": 0})
     h = spec.params.hidden_size
     auto = z.pop("hf_auto_buckets", False)
@@ -100,11 +119,11 @@ def build(case: dict[str, Any]) -> tuple[PlanInputs, ZeroSettings]:
     return inputs, _zero(case, spec)
 
 
-def _measured_bytes(case: dict[str, Any]) -> int | None:
-    value = case.get("measured")
+def _measured_bytes(case: dict[str, Any], key: str = "measured", unit_key: str = "unit") -> int | None:
+    value = case.get(key)
     if value is None:
         return None
-    unit = str(case.get("unit", ""))
+    unit = str(case.get(unit_key, ""))
     return int(float(value) * (10**9 if unit.startswith("GB") else GIB))
 
 
@@ -124,7 +143,8 @@ def evaluate(case: dict[str, Any], margin: float = DEFAULT_SAFETY_MARGIN) -> Out
         right, raw = not host_fits, host <= plan.cluster.host_ram_bytes
     else:  # a run that trained: gpu_peak or fits
         right, raw = gpu_fits, True
-    return Outcome(case, plan, gpu, phase, host, _measured_bytes(case), right, raw)
+    host_measured = _measured_bytes(case, "host_measured", "host_unit")
+    return Outcome(case, plan, gpu, phase, host, _measured_bytes(case), right, raw, host_measured)
 
 
 def _fmt_err(e: float | None) -> str:
@@ -143,6 +163,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "within_10pct": sum(e <= 0.10 for e in errs),
         "real_ooms": len(ooms),
         "real_ooms_predicted_raw_fit": sum(o.raw_fits for o in ooms),
+        "host_readings": [o.host_error for o in outcomes if o.host_error is not None],
     }
 
 
@@ -156,6 +177,11 @@ def markdown(outcomes: list[Outcome]) -> str:
             f"**{split}** ({s['cases']} cases): verdicts right {s['verdicts_right']}/{s['cases']}; "
             f"GPU peaks: median |error| {med}, {s['within_10pct']}/{s['gpu_peaks']} within 10 %; "
             f"real OOMs predicted to fit even without margin: {s['real_ooms_predicted_raw_fit']}/{s['real_ooms']}"
+            + (
+                "; host RAM readings: " + ", ".join(f"{e * 100:+.1f} %" for e in s["host_readings"])
+                if s["host_readings"]
+                else ""
+            )
         )
         lines.append("")
         lines.append("| case | kind | published | predicted (phase) | error | verdict |")
@@ -167,6 +193,11 @@ def markdown(outcomes: list[Outcome]) -> str:
             pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
             if o.case["kind"] == "host_oom":
                 pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
+            if o.host_error is not None:
+                pred += (
+                    f"; host {o.plan.phase('steady').host_bytes / GIB:.0f} GiB vs "
+                    f"{o.case['host_measured']} GB ({_fmt_err(o.host_error)})"
+                )
             moved = " (moved from held-out)" if o.case.get("moved_from_heldout") else ""
             lines.append(
                 f"| [{o.case['id']}]({o.case['source']}){moved} | {o.case['kind']} | {pub} | {pred} | "
@@ -196,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 "error": o.error,
                 "status": o.plan.status,
                 "verdict_right": o.verdict_right,
+                "host_error": o.host_error,
             }
             sys.stdout.write(json.dumps(row) + "\n")
     else:

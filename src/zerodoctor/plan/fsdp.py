@@ -101,10 +101,12 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
 
     Units are padded to a multiple of the shard count and split (`FlatParamHandle.shard`). Storage: fp32 for
     trainable units (accelerate's upcast under mixed precision; fp32 anyway in an fp32 run), the load dtype
-    for frozen ones. FSDP1 flattens a decoder layer with LoRA adapters into one FlatParameter that requires
-    grad, so accelerate upcasts the whole unit and its gradient covers the whole unit (autograd's backward of
-    the flat parameter's split views fills the frozen parts with zeros); FSDP2 keeps per-parameter storage
-    and gradients, so only the adapters are fp32 and have gradients."""
+    for frozen ones. FSDP1 with `use_orig_params=True` flattens a decoder layer and its LoRA adapters (one dtype:
+    `_flat_param.py` "Must flatten tensors with uniform dtype") into one FlatParameter that requires grad, so
+    accelerate upcasts the whole unit and its gradient covers the whole unit (checked on 2 gloo ranks: the
+    flat gradient has the shard's full size); with `use_orig_params=False` PEFT's wrap policy gives the
+    adapters units of their own. FSDP2 keeps per-parameter storage and gradients: only the adapters are fp32
+    and have gradients."""
     from zerodoctor.plan import phases as ph
 
     n = shard_count(inputs, f)
@@ -132,7 +134,9 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
             (head, 1, "mixed" if head_mixed else "frozen"),
             (embed, 1, "frozen"),
         ]
-    upcast_frozen = f.version == 1 and t.is_peft and t.method != "qlora"
+    # PEFT's own wrap policy (peft utils/other.py fsdp_auto_wrap_policy, what the PEFT docs use with
+    # use_orig_params=False) wraps the trainable leaves in units of their own: then nothing frozen is upcast.
+    upcast_frozen = f.version == 1 and t.is_peft and f.use_orig_params and t.method != "qlora"
     params = grads = 0
     pinned: list[tuple[int, int]] = []
     gblocks: list[tuple[int, int]] = []
@@ -144,14 +148,14 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         nbytes = math.ceil(shard * bpp)
         params += nbytes * count
         pinned.append((nbytes, count))
-        if kind == "train" or (kind == "mixed" and f.version == 1):
+        if kind == "train" or (kind == "mixed" and upcast_frozen):
             grads += shard * ms.FP32_BYTES * count
             gblocks.append((shard * ms.FP32_BYTES, count))
     if t.is_peft:
         extra = _ceil_div(trainable, n)  # adapters (and modules_to_save copies): fp32, own gradients
         if not upcast_frozen:
             params += extra * ms.FP32_BYTES
-        if f.version != 1:
+        if not upcast_frozen:
             grads += extra * ms.FP32_BYTES
     train_shard = _ceil_div(trainable, n)
     opt = math.ceil(train_shard * ms.optimizer_state_bytes_per_param(t.optimizer))
@@ -319,11 +323,12 @@ def plan_fsdp(
     # ---- gathered units during forward/backward --------------------------------------------------------
     cb = pb  # MixedPrecision.param_dtype = the compute dtype (accelerate set_mixed_precision)
     gathered, how = gathered_numel(inputs, f)
+    gbpp = frozen_bpp if t.method == "qlora" else float(cb)  # QLoRA units gather their packed 4-bit storage
     fwd: list[ph.Item] = [
         ph.Item(
             "FSDP gathered units (working set)",
-            gathered * cb + _ceil_div(layer, n) * cb + (_ceil_div(layer, n) * 4 if offload else 0),
-            f"{how}; in {cb}-byte param_dtype, plus the low-precision shard being all-gathered"
+            math.ceil((gathered + _ceil_div(layer, n)) * gbpp) + (_ceil_div(layer, n) * 4 if offload else 0),
+            f"{how}; at {gbpp:.2f} B per element (param_dtype), plus the low-precision shard being all-gathered"
             + (" and its fp32 copy from the host (CPU offload)" if offload else ""),
             f"{SRC_RUNTIME} _pre_forward_unshard / _post_forward_reshard / _prefetch_handle; "
             f"{SRC_FLAT} _use_low_precision_shard, _full_param_padded",
@@ -354,6 +359,8 @@ def plan_fsdp(
                 )
             )
 
+    if t.method == "qlora":
+        fwd.append(ph.dequantised_weight_item(inputs, t))
     act = ph.activations_for(inputs, t, zero)
     act_item = ph.activation_item(act, t)
 

@@ -508,24 +508,7 @@ def plan_strategy(
             )
         )
     if t.method == "qlora":
-        # bitsandbytes quantises every nn.Linear but the output layer (transformers' bnb integration skips
-        # `lm_head`, `_get_keys_to_not_convert`), so only a quantised Linear is ever dequantised; the output
-        # layer is already counted at full precision in the frozen weights.
-        qlin = max(
-            (lin for lin in spec.linear_modules() if not is_output_layer(lin.path)),
-            key=lambda lin: lin.in_features * lin.out_features,
-        )
-        fwd_extra.append(
-            Item(
-                "bnb dequantised weight"
-                if t.quant_method == "bnb"
-                else f"{t.quant_method} dequantised weight",
-                qlin.in_features * qlin.out_features * pb,
-                f"largest quantised Linear {qlin.path} ({qlin.in_features} x {qlin.out_features}) dequantised "
-                f"to {pb} B during forward/backward (lm_head stays unquantised)",
-                "bitsandbytes functional.dequantize_4bit in MatMul4Bit; transformers integrations/bitsandbytes.py",
-            )
-        )
+        fwd_extra.append(dequantised_weight_item(inputs, t))
     act_item = activation_item(act, t)
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
@@ -757,6 +740,25 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         # transformers' activation_checkpointing_enable makes the embedding output require grad, so checkpointed
         # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",
+    )
+
+
+def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
+    """QLoRA: the largest quantised Linear dequantised to the compute dtype during forward/backward."""
+    # bitsandbytes quantises every nn.Linear but the output layer (transformers' bnb integration skips
+    # `lm_head`, `_get_keys_to_not_convert`), so only a quantised Linear is ever dequantised; the output
+    # layer is already counted at full precision in the frozen weights.
+    pb = t.param_bytes
+    qlin = max(
+        (lin for lin in inputs.model.linear_modules() if not is_output_layer(lin.path)),
+        key=lambda lin: lin.in_features * lin.out_features,
+    )
+    return Item(
+        "bnb dequantised weight" if t.quant_method == "bnb" else f"{t.quant_method} dequantised weight",
+        qlin.in_features * qlin.out_features * pb,
+        f"largest quantised Linear {qlin.path} ({qlin.in_features} x {qlin.out_features}) dequantised "
+        f"to {pb} B during forward/backward (lm_head stays unquantised)",
+        "bitsandbytes functional.dequantize_4bit in MatMul4Bit; transformers integrations/bitsandbytes.py",
     )
 
 
