@@ -248,3 +248,33 @@ def test_a_bare_error_takes_the_phase_its_entry_is_raised_in(
     d = diagnose([str(log)])
     assert d.findings[0].id == entry
     assert d.findings[0].data["phase"] == phase
+
+
+def test_a_bare_deepspeed_assertion_line_is_a_library_assertion(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "AssertionError: no_sync context manager is incompatible with gradient partitioning logic of ZeRO stage 3\n"
+    )
+    d = diagnose([str(log)])
+    fclass = d.findings[0].data.get("failure_class") or {"id": d.findings[0].id}
+    assert fclass["id"] == "class:library-assertion"
+
+
+def test_a_bare_assertion_of_the_users_own_code_stays_a_crash(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("AssertionError: expected 3 labels, got 2\n")
+    d = diagnose([str(log)])
+    fclass = d.findings[0].data.get("failure_class") or {"id": d.findings[0].id}
+    assert fclass["id"] == "class:crash"
+
+
+def test_torchs_per_parameter_load_error_is_a_load_failure(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        'stderr: [rank0]:        While copying the parameter named "model.layers.28.self_attn.q_proj.weight", whose'
+        " dimensions in the model are torch.Size([576, 576]) and whose dimensions in the checkpoint are"
+        " torch.Size([576, 576]), an exception occurred : ('Cannot copy out of meta tensor; no data!',).\n"
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None
+    assert d.phase == "load"

@@ -63,6 +63,8 @@ _BUILD_HINTS = (
     "cpu_adam",
     "fused_adam",
 )
+# Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
+_ASSERT_OWNER = re.compile(r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed")
 _CONFIG_FILES = (
     "deepspeed/runtime/config",
     "deepspeed/runtime/zero/config",
@@ -415,6 +417,21 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
             data,
         )
+    if exc_type.endswith("AssertionError") and lib is None and not (tb and tb.frames):
+        owner = _ASSERT_OWNER.search(message)
+        if owner is not None:
+            # a pasted assertion line with no frame, whose message only DeepSpeed prints (ZeRO, partitions)
+            ver = known.get("deepspeed")
+            return FailureClass(
+                "library-assertion",
+                "Assertion failed inside deepspeed",
+                f"{where}: a DeepSpeed assertion failed: {clip(message, 200)}"
+                + f" ('{owner.group(0)}' is DeepSpeed's wording; no frame was printed); deepspeed {ver or 'version not printed'}.",
+                "which line raised it (no frame in the log) and what state led to it.",
+                "search the deepspeed tracker for the message at version "
+                f"{ver or '(run `zerodoctor env`)'}; check the release notes of the versions after it.",
+                {**data, "library": "deepspeed"},
+            )
     if exc_type.endswith("AssertionError") and lib is not None:
         lib_name = lib[0].split("/", 1)[0]
         ver = known.get(lib_name)

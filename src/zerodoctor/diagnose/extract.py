@@ -545,6 +545,8 @@ class Extractor:
             m = _VALIDATION.search(line.text)
             if m:
                 self._event("exception", line, hit, f"ValidationError: {m.group(0)}")
+        if "x:load-copy-error" in keys and not _EXC.match(line.text):
+            self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
         if "x:oom-cuda" in keys:
             oom = parse_oom(line)
             if oom is not None and len(self.facts.ooms) < MAX_EVENTS:

@@ -58,7 +58,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # dataset preparation: LLaMA-Factory/HF datasets map, TRL's dataset preparation, XTuner's processing
     "phase-data": r"Running tokenizer on dataset|Tokenizing (?:train|eval) dataset|Applying chat template to"
     r"|Converting format of dataset|Map \(num_proc=\d+\)|Packing (?:train|eval) dataset",
-    "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under",
+    "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
+    r"|While copying the parameter named ",
+    # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
+    "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
     # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
     "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
     r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint"
