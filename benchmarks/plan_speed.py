@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = ROOT / "src" / "zerodoctor" / "plan" / "catalog" / "llama-3.1-405b.json"
+CATALOG = ROOT / "src" / "zerodoctor" / "models" / "catalog" / "llama-3.1-405b.json"
 PLAN_ARGS = [
     "plan", "--model", "llama-3.1-405b", "--nodes", "4", "--gpus-per-node", "8",
     "--gpu-memory", "80", "--host-ram", "1024",

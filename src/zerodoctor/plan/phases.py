@@ -486,6 +486,21 @@ def plan_strategy(
                 "measured on the engine: benchmarks/plan_zero3_engine.py",
             )
         )
+        if zero.offload_param == "cpu":
+            # With offload_param the partitions live in the pinned host buffer; each fetch copies the partitions it
+            # gathers to the GPU first (one temporary per parameter, freed after the cat into the all-gather
+            # buffer). A fetch is one module's parameters, or one prefetch bucket.
+            staged = -(-max(p.largest_module_numel, zero.prefetch_bucket_size) // world)
+            fwd_extra.append(
+                Item(
+                    "offload_param: partitions staged on the GPU for an all-gather",
+                    math.ceil(staged * gathered_bpp),
+                    f"{staged:,} elements = max(largest module, stage3_prefetch_bucket_size) / {world} ranks, copied "
+                    "host-to-device before each all-gather",
+                    "deepspeed/runtime/zero/partition_parameters.py _all_gather_dtype "
+                    "(torch.cat([p.ds_tensor.to(device) ...], out=...))",
+                )
+            )
         if persistent:
             fwd_extra.append(
                 Item(
