@@ -163,3 +163,15 @@ def test_guard_folder_with_only_dumps_is_diagnosed_not_refused(tmp_path: Path, r
     (root / "train.log").unlink()
     code, out, err = run_cli("diagnose", str(root / "zerodoctor"), "--format", "json")
     assert code == 1 and json.loads(out)["findings"][0]["id"] == "guard.hang", err
+
+
+def test_hostile_guard_folder_neither_blocks_nor_explodes(tmp_path: Path) -> None:
+    from zerodoctor.diagnose.rundir import hang_findings
+
+    root = _guard_dir(tmp_path / "run", {0: WAITING}, world=2)
+    d = root / "zerodoctor"
+    os.mkfifo(d / "stacks-rank1.txt")  # a FIFO would block a reader
+    meta = {"kind": "meta", "t": 1.0, "rank": 1, "world_size": 10**12}
+    (d / "rank1.jsonl").write_text(json.dumps(meta) + "\n")
+    (f,) = hang_findings([str(root)])
+    assert f.data["ranks_waiting"] == [0] and f.data["world_size"] == 2

@@ -133,6 +133,7 @@ def error_file_source(path: str) -> Source | None:
 
 GUARD_DIR = "zerodoctor"
 MAX_STACK_FILE_BYTES = 8 << 20
+MAX_WORLD_SIZE = 1 << 17  # a larger world_size in a telemetry file is not a real run's: ignored
 _STACKS = re.compile(r"^stacks-rank(\d+)\.txt$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+")
@@ -212,7 +213,11 @@ def guard_dirs(paths: list[str]) -> list[Path]:
         if path == "-" or not _is_dir(p):
             continue
         for d in (p / GUARD_DIR, p):
-            if _is_dir(d) and any(_STACKS.match(c.name) for c in _children(d)) and d not in out:
+            if (
+                _is_dir(d)
+                and any(_STACKS.match(c.name) and c.is_file() for c in _children(d))
+                and d not in out
+            ):
                 out.append(d)
                 break
     return out
@@ -226,8 +231,11 @@ def _children(d: Path) -> list[Path]:
 
 
 def _read_text(p: Path, limit: int = MAX_STACK_FILE_BYTES) -> str:
-    """The file's text, its last `limit` bytes when larger (the last dump is what counts)."""
+    """The file's text, its last `limit` bytes when larger (the last dump is what counts); "" for anything
+    but a regular file (a FIFO would block)."""
     try:
+        if not stat.S_ISREG(p.stat().st_mode):
+            return ""
         with p.open("rb") as fh:
             size = fh.seek(0, 2)
             fh.seek(max(size - limit, 0))
@@ -304,8 +312,9 @@ def _world_size(d: Path) -> int | None:
                 meta = json.loads(first)
             except ValueError:
                 continue
-            if isinstance(meta, dict) and isinstance(meta.get("world_size"), int):
-                sizes.add(meta["world_size"])
+            size = meta.get("world_size") if isinstance(meta, dict) else None
+            if isinstance(size, int) and 0 < size <= MAX_WORLD_SIZE:
+                sizes.add(size)
     return max(sizes) if sizes else None
 
 
