@@ -19,6 +19,7 @@ Pure arithmetic: no torch, transformers or DeepSpeed import.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -236,6 +237,8 @@ class StrategyPlan:
         host, host_phase = self.host_peak()
         return {
             "name": self.name,
+            "strategy": "fsdp" if self.zero.fsdp is not None else "deepspeed",
+            **({"fsdp": dataclasses.asdict(self.zero.fsdp)} if self.zero.fsdp is not None else {}),
             "zero_stage": self.zero.stage,
             "offload_optimizer": self.zero.offload_optimizer,
             "offload_param": self.zero.offload_param,

@@ -1,0 +1,159 @@
+"""The FSDP strategy's items, each from torch / accelerate source (zerodoctor.plan.fsdp), and the CLI."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from zerodoctor.models.spec import resolve_model
+from zerodoctor.plan.fsdp import fsdp_states, gathered_numel, units
+from zerodoctor.plan.inputs import GIB, Cluster, FsdpSettings, PlanInputs, Training, fsdp_as_zero
+from zerodoctor.plan.phases import plan_strategy
+
+
+def _inputs(method: str = "full", gpus: int = 8, **kw: object) -> PlanInputs:
+    return PlanInputs(
+        model=resolve_model("llama-3.1-8b"),
+        cluster=Cluster(1, gpus, 80 * GIB, 1024 * GIB),
+        training=Training(method=method, seq_len=4096, **kw),  # type: ignore[arg-type]
+        framework="accelerate",
+    )
+
+
+def _names(phase) -> dict[str, int]:
+    return {i.name: i.bytes for i in phase.gpu}
+
+
+def test_full_shard_states_are_fp32_shards_of_padded_units():
+    inputs = _inputs()
+    p = inputs.model.params
+    layer, n_layers, head, embed = units(inputs, FsdpSettings())
+    assert (layer * n_layers + head + embed, embed) == (p.total, 0)  # FSDP1: embeddings are in the root
+    st = fsdp_states(inputs, FsdpSettings(), inputs.training)
+    shard = -(-layer // 8) * n_layers + -(-head // 8)
+    assert (st.params, st.grads, st.optimizer) == (4 * shard, 4 * shard, 8 * -(-p.total // 8))
+
+
+def test_fsdp1_root_stays_gathered_and_holds_the_output_gradient():
+    inputs = _inputs()
+    plan = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(backward_prefetch="backward_pre")))
+    steady = _names(plan.phase("steady"))
+    p = inputs.model.params
+    layer, _, head, _ = units(inputs, FsdpSettings())
+    assert gathered_numel(inputs, FsdpSettings(backward_prefetch="backward_pre"))[0] == head + 2 * layer
+    assert gathered_numel(inputs, FsdpSettings())[0] == head + layer
+    assert steady["root unit: output-layer gradient held through backward"] == p.lm_head * 2
+    assert "FSDP sharded parameters" in steady and "optimizer states" in steady
+    # FSDP2: tail unit instead of root, reduce-scattered right after its backward
+    v2 = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(version=2, backward_prefetch="backward_pre")))
+    assert "root unit: output-layer gradient held through backward" not in _names(v2.phase("steady"))
+    # shard_grad_op keeps every unit gathered after forward: the whole 16-bit model
+    sgo = FsdpSettings(sharding="shard_grad_op")
+    assert gathered_numel(inputs, sgo)[0] == p.total
+    assert fsdp_as_zero(sgo).stage == 2
+
+
+def test_cpu_offload_moves_states_to_pinned_host_blocks():
+    inputs = _inputs()
+    on = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(offload_params=True)))
+    off = plan_strategy(inputs, fsdp_as_zero(FsdpSettings()))
+    assert "FSDP sharded parameters" not in _names(on.phase("steady"))
+    assert on.gpu_peak()[0] < off.gpu_peak()[0]
+    host = {i.name: i.bytes for i in on.phase("steady").host}
+    st = fsdp_states(inputs, FsdpSettings(offload_params=True), inputs.training)
+    per_node = host["offloaded: FSDP sharded parameters"]
+    assert per_node >= st.params * 8  # pinned blocks round up to powers of two, per unit
+    assert host["offloaded: optimizer states"] == st.optimizer * 8
+    assert on.zero.offload_rank == 2 and on.zero.label == "FSDP1 full_shard + CPU offload"
+
+
+def test_save_full_state_dict_vs_sharded():
+    inputs = _inputs()
+    full = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(state_dict_type="full")))
+    sharded = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(state_dict_type="sharded")))
+    p = inputs.model.params
+    host_full = {i.name: i.bytes for i in full.phase("save").host}
+    # model then optimizer, one after the other: rank 0 holds the larger, the AdamW states (8 B x P)
+    assert host_full["rank 0: full optimizer state dict on the host"] == 8 * p.total
+    assert "FULL_STATE_DICT unshard (rank 0)" in _names(full.phase("save"))
+    # one node holds all 8 shards: as much as rank 0's full optimizer state dict
+    assert full.phase("save").host_bytes == sharded.phase("save").host_bytes
+    assert full.checkpoint.weights_bytes == 4 * p.total  # fp32 weights: accelerate upcast them
+    only = plan_strategy(
+        replace(inputs, training=replace(inputs.training, save_only_model=True)),
+        fsdp_as_zero(FsdpSettings(state_dict_type="full")),
+    )
+    assert "rank 0: full state dict on the host" in {i.name for i in only.phase("save").host}
+
+
+def test_lora_units_upcast_only_with_use_orig_params():
+    inputs = _inputs("lora")
+    mixed = fsdp_states(inputs, FsdpSettings(use_orig_params=True), inputs.training)
+    peft_wrap = fsdp_states(inputs, FsdpSettings(use_orig_params=False), inputs.training)
+    v2 = fsdp_states(inputs, FsdpSettings(version=2), inputs.training)
+    assert mixed.upcast_frozen and not peft_wrap.upcast_frozen and not v2.upcast_frozen
+    assert mixed.params > 1.8 * peft_wrap.params  # decoder layers in fp32 instead of bf16
+    assert mixed.grads > 100 * peft_wrap.grads  # whole-unit flat gradients vs adapter gradients
+    assert peft_wrap.optimizer == mixed.optimizer  # AdamW only sees the adapters either way
+
+
+def test_qlora_gathers_packed_units_and_dequantises():
+    inputs = _inputs("qlora", quant_storage="bfloat16")
+    plan = plan_strategy(inputs, fsdp_as_zero(FsdpSettings(use_orig_params=False)))
+    steady = _names(plan.phase("steady"))
+    assert "bnb dequantised weight" in steady
+    lora = plan_strategy(_inputs("lora"), fsdp_as_zero(FsdpSettings(use_orig_params=False)))
+    assert (
+        steady["FSDP gathered units (working set)"]
+        < _names(lora.phase("steady"))["FSDP gathered units (working set)"]
+    )
+
+
+FSDP_YAML = """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_offload_params: false
+  fsdp_sharding_strategy: FULL_SHARD
+  fsdp_state_dict_type: FULL_STATE_DICT
+mixed_precision: bf16
+num_processes: 8
+"""
+
+
+def test_cli_plans_an_accelerate_fsdp_config(tmp_path, run_cli):
+    cfg = tmp_path / "fsdp.yaml"
+    cfg.write_text(textwrap.dedent(FSDP_YAML))
+    args = [
+        str(cfg),
+        "--model",
+        "llama-3.1-70b",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "80",
+        "--host-ram",
+        "2048",
+    ]
+    code, out, _ = run_cli("plan", *args)
+    assert code == 1  # a full fine-tune of 70B on 8 GPUs does not fit without offload
+    assert "FSDP1 full_shard needs" in out and "fsdp_offload_params" in out
+    code, out, _ = run_cli("plan", *args, "--format", "json")
+    data = json.loads(out)
+    assert data["yours"]["name"] == "yours: FSDP1 full_shard [full]"
+    assert data["yours"]["strategy"] == "fsdp" and data["yours"]["fsdp"]["version"] == 1
+    names = {c["name"] for c in data["strategies"]}
+    assert any(n.startswith("FSDP1 full_shard + CPU offload") for n in names)
+    assert any(n.startswith("ZeRO-3") for n in names)
+
+
+def test_emit_refuses_an_fsdp_strategy(tmp_path):
+    from zerodoctor.errors import PlanError
+    from zerodoctor.plan.emit import ds_config
+
+    inputs = _inputs()
+    plan = plan_strategy(inputs, fsdp_as_zero(FsdpSettings()))
+    with pytest.raises(PlanError, match="FSDP strategy, not a DeepSpeed one"):
+        ds_config(inputs, plan)
