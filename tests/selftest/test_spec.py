@@ -4,6 +4,7 @@ batch for the selftest's ranks, and the CLI's input errors."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -112,12 +113,16 @@ def test_cpu_path_ranks_are_capped_by_cores():
 def test_cli_ranks_beyond_the_machine_exit_2_without_launching(tmp_path, capsys):
     from zerodoctor.selftest.run import local_devices
 
-    devices = local_devices()
-    too_many = devices.max_ranks + 1
-    assert main(["selftest", "--ranks", str(too_many), "--workdir", str(tmp_path / "run")]) == 2
+    too_many = str(local_devices().max_ranks + 1)
+    assert main(["selftest", "--ranks", too_many, "--workdir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert f"--ranks {too_many}:" in err and "or fewer" in err
     assert not (tmp_path / "run").exists()  # refused before anything was launched
+    # a setup directory is read as `check` reads it: its cluster.yaml and env.txt are skipped, not refused
+    example = Path(__file__).resolve().parents[2] / "examples" / "llava-zero3-offload"
+    assert (example / "cluster.yaml").exists()
+    assert main(["selftest", str(example), "--ranks", too_many, "--workdir", str(tmp_path / "run")]) == 2
+    assert f"--ranks {too_many}:" in capsys.readouterr().err
 
 
 def test_stale_jit_build_lock_is_found(tmp_path, monkeypatch):

@@ -59,7 +59,8 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
 
 
 def setup_files(items: list[str]) -> list[Path]:
-    """Files given, with a directory expanded to the config files directly inside it."""
+    """Files given, with a directory expanded to the config files directly inside it (for --kind, which reads
+    every file as that kind)."""
     out: list[Path] = []
     for item in items:
         path = Path(item)
@@ -82,11 +83,19 @@ def run(args: argparse.Namespace) -> int:
     from zerodoctor.selftest import default_spec, run_selftest, spec_from_setup
 
     if args.files:
-        from zerodoctor.setup.load import load_setup
+        from zerodoctor.setup.load import setup_from_documents
 
-        setup = load_setup(
-            setup_files(args.files),
-            kind=args.kind,
+        if args.kind:
+            from zerodoctor.setup.reader import read_document
+
+            docs = [read_document(p, args.kind) for p in setup_files(args.files)]
+        else:
+            from zerodoctor.setup.discover import discover
+
+            # as `check` finds a setup: a directory's configs, its cluster.yaml / env files / notes skipped
+            docs = list(discover(args.files).documents)
+        setup = setup_from_documents(
+            docs,
             framework=args.framework,
             world_size=args.world_size,
             num_nodes=args.nodes,
