@@ -76,10 +76,12 @@ def main_stack(text: str) -> list[Frame]:
 
 
 def waiting_in_collective(frames: Sequence[Frame]) -> bool:
-    """The innermost frames are a collective or a wait on one: the rank was waiting for its partners."""
+    """The innermost frames are a collective, or DeepSpeed waiting on a collective's handle: the rank was
+    waiting for its partners. (torch's JIT-build lock, `file_baton.wait`, is no collective.)"""
     inner = list(frames[:3])
-    return any(any(c in f.file.replace("\\", "/") for c in _COLLECTIVE_FILES) for f in inner) or bool(
-        inner and inner[0].func in _WAIT_FUNCS
+    files = [f.file.replace("\\", "/") for f in inner]
+    return any(any(c in path for c in _COLLECTIVE_FILES) for path in files) or bool(
+        inner and inner[0].func in _WAIT_FUNCS and "deepspeed/" in files[0]
     )
 
 
