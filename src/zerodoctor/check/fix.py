@@ -34,7 +34,7 @@ def _free(path: Path) -> Path:
 
 def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     """Write the copies; returns what was written and what was not fixed (for JSON and text output)."""
-    from zerodoctor.lint.fixer import _fix_json, _fix_yaml, plan_fixes
+    from zerodoctor.lint.fixer import fixed_texts, plan_fixes
 
     if directory.exists() and not directory.is_dir():
         raise SetupError(
@@ -43,20 +43,7 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     setup = report.run.files
     own = {d.path.resolve() for d in setup.documents}
     changes, skipped = plan_fixes(setup, list(report.findings))
-    by_file: dict[str, list[Any]] = {}
-    for c in changes:
-        by_file.setdefault(c.file, []).append(c)
-    plans: list[tuple[Path, str]] = []
-    for doc in setup.documents:
-        todo = by_file.get(doc.display)
-        if not todo:
-            continue
-        text = (
-            _fix_json(doc, todo)
-            if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{")
-            else _fix_yaml(doc, todo)
-        )
-        plans.append((directory / doc.path.name, text))
+    plans = [(directory / doc.path.name, text) for doc, text in fixed_texts(setup, changes)]
     result = report.plan
     rec = result.recommended if result is not None else None
     if result is not None and rec is not None and (result.yours is None or result.yours.status != "fits"):

@@ -191,25 +191,30 @@ def _fix_yaml(doc: ConfigDocument, changes: list[Change]) -> str:
     return buf.getvalue()
 
 
+def fixed_texts(setup: TrainingSetup, changes: list[Change]) -> list[tuple[ConfigDocument, str]]:
+    """Each document of the setup that the changes touch, with its corrected text (JSON keeps its indent,
+    YAML its comments, order and quoting); nothing is written."""
+    by_file: dict[str, list[Change]] = {}
+    for c in changes:
+        by_file.setdefault(c.file, []).append(c)
+    out: list[tuple[ConfigDocument, str]] = []
+    for doc in setup.documents:
+        todo = by_file.get(doc.display)
+        if not todo:
+            continue
+        is_json = doc.path.suffix == ".json" or doc.text.lstrip().startswith("{")
+        out.append((doc, _fix_json(doc, todo) if is_json else _fix_yaml(doc, todo)))
+    return out
+
+
 def write_fixes(
     setup: TrainingSetup, changes: list[Change], *, in_place: bool = False
 ) -> list[tuple[Path, Path | None]]:
     """Write each changed file; returns (written path, backup path or None). Never overwrites a user file
     without a backup, never overwrites an earlier copy (`zerodoctor.safeio`: exclusive creation, atomic
     replace after a backup)."""
-    by_file: dict[str, list[Change]] = {}
-    for c in changes:
-        by_file.setdefault(c.file, []).append(c)
     written: list[tuple[Path, Path | None]] = []
-    for doc in setup.documents:
-        todo = by_file.get(doc.display)
-        if not todo:
-            continue
-        text = (
-            _fix_json(doc, todo)
-            if doc.path.suffix == ".json" or doc.text.lstrip().startswith("{")
-            else _fix_yaml(doc, todo)
-        )
+    for doc, text in fixed_texts(setup, changes):
         if in_place:
             if read_text(doc.path) != doc.text:
                 raise InputError(
