@@ -680,6 +680,68 @@ def _norm(path: str, dim: int, *, count: int = 1, component: str = TEXT, bias: b
     return ModuleShape(path, NORM, dim * (2 if bias else 1), count, component)
 
 
+@dataclass(frozen=True)
+class _Dims:
+    """The standard decoder keys every Llama-style config has (hidden, layers, heads, kv heads, head_dim, ...)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    inter: int
+    vocab: int
+    kv: int
+    head_dim: int
+    tied: bool
+
+
+def _llama_dims(cfg: _Cfg, *, head_dim_default: int | None = None, tied_default: bool = False) -> _Dims:
+    hidden = cfg.int_("hidden_size")
+    heads = cfg.int_("num_attention_heads")
+    if head_dim_default is not None:
+        head_dim = cfg.int_("head_dim", head_dim_default)
+    else:
+        # transformers: `getattr(config, "head_dim", None) or hidden_size // num_attention_heads`
+        head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+    return _Dims(
+        hidden=hidden,
+        layers=cfg.int_("num_hidden_layers"),
+        heads=heads,
+        inter=cfg.int_("intermediate_size"),
+        vocab=cfg.int_("vocab_size"),
+        kv=cfg.int_("num_key_value_heads", heads) or heads,
+        head_dim=head_dim,
+        tied=cfg.bool_("tie_word_embeddings", tied_default),
+    )
+
+
+def _decoder_tail(d: _Dims, lp: str, prefix: str, norms: Sequence[str]) -> list[ModuleShape]:
+    """Per-layer norms, the final norm and the LM head (tied to `{prefix}embed_tokens` when tied)."""
+    return [
+        *(_norm(lp + n, d.hidden, count=d.layers) for n in norms),
+        _norm(f"{prefix}norm", d.hidden),
+        _lm_head(d.hidden, d.vocab, d.tied, prefix),
+    ]
+
+
+def _moe_shape(d: _Dims, dense: int, moe: int, experts: int, top_k: int, moe_inter: int) -> _Shape:
+    return _Shape(
+        d.layers,
+        dense,
+        moe,
+        d.hidden,
+        d.inter,
+        d.vocab,
+        d.heads,
+        d.kv,
+        d.head_dim,
+        d.tied,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_intermediate_size=moe_inter,
+        per_expert=3 * d.hidden * moe_inter,
+    )
+
+
 _QK_NORM = frozenset({"qwen3", "qwen3_moe", "gemma3_text"})
 """Per-head RMSNorms on q and k (`self_attn.q_norm`, `self_attn.k_norm`, head_dim each)."""
 _FOUR_NORMS = frozenset({"gemma2", "gemma3_text"})
@@ -701,18 +763,14 @@ def _dense_decoder(cfg: _Cfg, prefix: str = "model.") -> tuple[list[ModuleShape]
       as Llama, different module names (what LoRA targets see).
     """
     model_type = cfg.str_("model_type")
-    hidden = cfg.int_("hidden_size")
-    layers = cfg.int_("num_hidden_layers")
-    heads = cfg.int_("num_attention_heads")
-    inter = cfg.int_("intermediate_size")
-    vocab = cfg.int_("vocab_size")
-    kv = cfg.int_("num_key_value_heads", heads) or heads
-    if model_type in _HEAD_DIM_256:
-        head_dim = cfg.int_("head_dim", 256)
-    else:
-        # transformers: `getattr(config, "head_dim", None) or hidden_size // num_attention_heads`
-        head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
-    tied = cfg.bool_("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
+    d = _llama_dims(
+        cfg,
+        head_dim_default=256 if model_type in _HEAD_DIM_256 else None,
+        tied_default=model_type in _TIED_BY_DEFAULT,
+    )
+    hidden, layers, heads, inter, vocab, kv, head_dim = (
+        d.hidden, d.layers, d.heads, d.inter, d.vocab, d.kv, d.head_dim
+    )  # fmt: skip
 
     if model_type == "qwen2":
         qkv_bias, o_bias, mlp_bias = True, False, False
@@ -740,10 +798,8 @@ def _dense_decoder(cfg: _Cfg, prefix: str = "model.") -> tuple[list[ModuleShape]
     norms = ["input_layernorm", "post_attention_layernorm"]
     if model_type in _FOUR_NORMS:
         norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
-    mods += [_norm(lp + n, hidden, count=layers) for n in norms]
-    mods.append(_norm(f"{prefix}norm", hidden))
-    mods.append(_lm_head(hidden, vocab, tied, prefix))
-    shape = _Shape(layers, layers, 0, hidden, inter, vocab, heads, kv, head_dim, tied, prefix=prefix)
+    mods += _decoder_tail(d, lp, prefix, norms)
+    shape = _Shape(layers, layers, 0, hidden, inter, vocab, heads, kv, head_dim, d.tied, prefix=prefix)
     return mods, shape
 
 
@@ -753,20 +809,14 @@ def _qwen_moe(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     `moe_intermediate_size` and, for Qwen2-MoE, one shared SwiGLU expert of
     `shared_expert_intermediate_size` with a 1 x h `shared_expert_gate`; the other layers a dense MLP."""
     model_type = cfg.str_("model_type")
-    hidden = cfg.int_("hidden_size")
-    layers = cfg.int_("num_hidden_layers")
-    heads = cfg.int_("num_attention_heads")
-    inter = cfg.int_("intermediate_size")
-    vocab = cfg.int_("vocab_size")
-    kv = cfg.int_("num_key_value_heads", heads) or heads
-    head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+    d = _llama_dims(cfg)
+    hidden, layers, heads, vocab, kv, head_dim = d.hidden, d.layers, d.heads, d.vocab, d.kv, d.head_dim
     experts = cfg.int_("num_experts")
     top_k = cfg.int_("num_experts_per_tok")
     moe_inter = cfg.int_("moe_intermediate_size")
     step = cfg.int_("decoder_sparse_step", 1) or 1
     raw_only = cfg.data.get("mlp_only_layers") or []
     only = {int(i) for i in raw_only} if isinstance(raw_only, list) else set()
-    tied = cfg.bool_("tie_word_embeddings", False)
     moe_layers = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
     dense_layers = layers - moe_layers
     qwen2 = model_type == "qwen2_moe"
@@ -777,7 +827,7 @@ def _qwen_moe(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     if not qwen2:
         mods += [_norm(lp + f"self_attn.{n}", head_dim, count=layers) for n in ("q_norm", "k_norm")]
     if dense_layers:
-        mods += _mlp(lp + "mlp.", hidden, inter, False, dense_layers)
+        mods += _mlp(lp + "mlp.", hidden, d.inter, False, dense_layers)
     if moe_layers:
         mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * hidden, moe_layers))
         mods.append(_experts(lp + "mlp.experts", experts, hidden, moe_inter, moe_layers))
@@ -785,26 +835,8 @@ def _qwen_moe(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
             shared = cfg.int_("shared_expert_intermediate_size")
             mods += _mlp(lp + "mlp.shared_expert.", hidden, shared, False, moe_layers)
             mods.append(_linear(lp + "mlp.shared_expert_gate", hidden, 1, count=moe_layers))
-    mods += [_norm(lp + n, hidden, count=layers) for n in ("input_layernorm", "post_attention_layernorm")]
-    mods.append(_norm("model.norm", hidden))
-    mods.append(_lm_head(hidden, vocab, tied, "model."))
-    shape = _Shape(
-        layers,
-        dense_layers,
-        moe_layers,
-        hidden,
-        inter,
-        vocab,
-        heads,
-        kv,
-        head_dim,
-        tied,
-        num_experts=experts,
-        experts_per_token=top_k,
-        moe_intermediate_size=moe_inter,
-        per_expert=3 * hidden * moe_inter,
-    )
-    return mods, shape
+    mods += _decoder_tail(d, lp, "model.", ("input_layernorm", "post_attention_layernorm"))
+    return mods, _moe_shape(d, dense_layers, moe_layers, experts, top_k, moe_inter)
 
 
 def _attention_gqa(
@@ -847,41 +879,15 @@ def _experts(path: str, num: int, hidden: int, inter: int, count: int) -> Module
 
 def _mixtral(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
     """Mixtral: Mistral attention + per layer a router (E x h, no bias) and E SwiGLU experts."""
-    hidden = cfg.int_("hidden_size")
-    layers = cfg.int_("num_hidden_layers")
-    heads = cfg.int_("num_attention_heads")
-    inter = cfg.int_("intermediate_size")
-    vocab = cfg.int_("vocab_size")
-    kv = cfg.int_("num_key_value_heads", heads)
-    head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
+    d = _llama_dims(cfg)
     experts = cfg.int_("num_local_experts")
-    top_k = cfg.int_("num_experts_per_tok")
-    tied = cfg.bool_("tie_word_embeddings", False)
     lp = "model.layers.{i}."
-    mods = [ModuleShape("model.embed_tokens", EMBEDDING, vocab * hidden)]
-    mods += _attention_gqa(lp, hidden, heads, kv, head_dim, False, False, layers)
-    mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * hidden, layers))
-    mods.append(_experts(lp + "mlp.experts", experts, hidden, inter, layers))
-    mods += [_norm(lp + n, hidden, count=layers) for n in ("input_layernorm", "post_attention_layernorm")]
-    mods.append(_norm("model.norm", hidden))
-    mods.append(_lm_head(hidden, vocab, tied, "model."))
-    shape = _Shape(
-        layers,
-        0,
-        layers,
-        hidden,
-        inter,
-        vocab,
-        heads,
-        kv,
-        head_dim,
-        tied,
-        num_experts=experts,
-        experts_per_token=top_k,
-        moe_intermediate_size=inter,
-        per_expert=3 * hidden * inter,
-    )
-    return mods, shape
+    mods = [ModuleShape("model.embed_tokens", EMBEDDING, d.vocab * d.hidden)]
+    mods += _attention_gqa(lp, d.hidden, d.heads, d.kv, d.head_dim, False, False, d.layers)
+    mods.append(ModuleShape(lp + "mlp.gate", ROUTER, experts * d.hidden, d.layers))
+    mods.append(_experts(lp + "mlp.experts", experts, d.hidden, d.inter, d.layers))
+    mods += _decoder_tail(d, lp, "model.", ("input_layernorm", "post_attention_layernorm"))
+    return mods, _moe_shape(d, 0, d.layers, experts, cfg.int_("num_experts_per_tok"), d.inter)
 
 
 def _deepseek_v2(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:
