@@ -99,7 +99,7 @@ def test_frame_source_lines_place_a_failure_inside_the_training_loop(tmp_path: P
         "[rank1]:     model, self.optimizer, self.lr_scheduler = self.accelerator.prepare(\n"
     )
     d = diagnose([str(log)])
-    assert d.findings[0].id == "class:op-build-failure"
+    assert d.findings[0].data["failure_class"]["id"] == "class:op-build-failure"
     assert d.phase == "engine_init", d.findings[0].data
 
 
@@ -127,7 +127,7 @@ def test_an_ipython_traceback_cut_before_its_last_line(tmp_path: Path) -> None:
         "-> 1673             env=env)\n"
     )
     d = diagnose([str(log)])
-    assert d.findings[0].id == "class:op-build-failure"
+    assert d.findings[0].data["failure_class"]["id"] == "class:op-build-failure"
     assert d.phase == "engine_init"
 
 
@@ -278,3 +278,32 @@ def test_torchs_per_parameter_load_error_is_a_load_failure(tmp_path: Path) -> No
     d = diagnose([str(log)])
     assert d.first_failure is not None
     assert d.phase == "load"
+
+
+def test_a_cpp_abort_with_no_python_traceback_is_a_failure(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  CUDA error: an illegal memory access was encountered\n"
+        "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:44 (most recent call first):\n"
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and "c10::Error" in d.first_failure.detail
+    assert d.findings[0].data["failure_class"]["id"] == "class:crash"
+
+
+def test_a_paste_cut_after_a_raise_line_is_that_exception(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        '[rank6]:   File "/opt/conda/lib/python3.11/site-packages/transformers/trainer.py", line 2393, in '
+        "_inner_training_loop\n"
+        "[rank6]:     deepspeed_load_checkpoint(\n"
+        '[rank6]:   File "/opt/conda/lib/python3.11/site-packages/transformers/integrations/deepspeed.py", line 504,'
+        " in deepspeed_load_checkpoint\n"
+        '[rank6]:     raise ValueError(f"Can\'t find a valid checkpoint at {checkpoint_path}")\n'
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.rank == 6
+    assert d.phase == "resume"
+    # reading a checkpoint back is not a configuration refused
+    assert d.findings[0].data["failure_class"]["id"] == "class:crash"

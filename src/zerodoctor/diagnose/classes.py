@@ -396,7 +396,12 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "`zerodoctor env` lists the stack.",
             data,
         )
-    config_frame = tb is not None and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
+    # (reading a checkpoint back is no configuration refused, even inside the integration's files)
+    config_frame = (
+        tb is not None
+        and ev.phase != "resume"
+        and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
+    )
     if (
         (config_frame and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception")))
         or (_DS_VALIDATION.search(low) is not None or "deepspeedconfigerror" in low)

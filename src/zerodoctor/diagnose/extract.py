@@ -51,6 +51,9 @@ PHASES = (
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _CUT_FRAME = re.compile(r'(\S+\.py)", line (\d+), in (\S+)')  # a frame line cut before `File "`
 _ASSERT = re.compile(r"^\s*assert (.{1,300})$")
+_RAISE = re.compile(r"^\s*raise ([A-Za-z_][\w.]*(?:Error|Exception))\((.{0,300})$")
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,120})'")
+_WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
 # IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
 _IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
@@ -502,7 +505,8 @@ class Extractor:
         self._last_seq = 0
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
-        self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` source lines
+        self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
+        self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -545,6 +549,16 @@ class Extractor:
             m = _VALIDATION.search(line.text)
             if m:
                 self._event("exception", line, hit, f"ValidationError: {m.group(0)}")
+        if "x:cpp-terminate" in keys:
+            t = _TERMINATE.search(line.text)
+            if t:
+                self._cpp_type[line.source] = (t.group(1), line.lineno)
+        if "x:cpp-what" in keys and not _EXC.match(line.text):
+            w = _WHAT.search(line.text)
+            c = self._cpp_type.get(line.source)
+            # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
+            if w and c is not None and 0 <= line.lineno - c[1] <= 1:
+                self._event("exception", line, hit, f"{c[0]}: {w.group(1).strip()}"[:300])
         if "x:load-copy-error" in keys and not _EXC.match(line.text):
             self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
         if "x:oom-cuda" in keys:
@@ -567,7 +581,7 @@ class Extractor:
             if m:
                 self.facts.accumulation = log_int(m.group(1))
         for k in sorted(keys):
-            if k == "x:code-assert":
+            if k in ("x:code-assert", "x:code-raise"):
                 if len(self._asserts) < MAX_EVENTS:
                     self._asserts.append((line, hit))
             elif k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
@@ -762,8 +776,14 @@ class Extractor:
                     and 0 < line.lineno - tb.frames[-1].line.lineno <= 2
                 ):
                     m = _ASSERT.match(line.text)
-                    tb.exc_type, tb.exc_message, tb.end = "AssertionError", m.group(1) if m else "", line
-                    self._event("exception", line, hit, f"AssertionError: {tb.exc_message}"[:300], traceback=tb)
+                    r = _RAISE.match(line.text)
+                    if r:  # `raise ValueError(f"...")`: the exception the paste stops before
+                        tb.exc_type, tb.exc_message = r.group(1), r.group(2).strip().rstrip(")")
+                    else:
+                        tb.exc_type, tb.exc_message = "AssertionError", m.group(1) if m else ""
+                    tb.end = line
+                    detail = f"{tb.exc_type}: {tb.exc_message}" if tb.exc_message else tb.exc_type
+                    self._event("exception", line, hit, detail[:300], traceback=tb)
                     break
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)

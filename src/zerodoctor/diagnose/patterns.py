@@ -90,8 +90,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "code-train": r"\.backward\(|\.training_step\(|\.compute_loss\(",
     "code-eval": r"\.evaluate\(|\.evaluation_loop\(|\.prediction_step\(|\.predict\(",
     "code-step": r"optimizer\.step\(\)|engine\.step\(\)|model\.step\(\)",
-    # an assert statement as a frame's source line (a paste with no `AssertionError` line after it)
+    # an assert / raise statement as a frame's source line (a paste cut before its exception line)
     "code-assert": r"\s{2}assert \S",
+    "code-raise": r"\s{2}raise [A-Za-z_][A-Za-z0-9_.]*(Error|Exception)\(",
+    # a C++ exception that ended the process (no Python traceback): `terminate called after throwing an instance of
+    # 'c10::Error'` then `  what():  CUDA error: ...`
+    "cpp-terminate": r"terminate called after throwing an instance of '",
+    "cpp-what": r"what\(\):\s+\S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
