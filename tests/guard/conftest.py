@@ -14,6 +14,7 @@ import pytest
 
 JOB = Path(__file__).parent / "jobs" / "guard_job.py"
 MM_JOB = Path(__file__).parent / "jobs" / "mmengine_job.py"
+HANG_JOB = Path(__file__).parent / "jobs" / "hang_job.py"
 
 
 @dataclass

@@ -170,3 +170,42 @@ def test_diagnose_merges_the_real_stack_dumps_into_who_waits_and_who_never_arriv
     assert "rank 1 never arrived: it was in busy_elsewhere (guard_job.py:" in hang["message"]
     # both went on after the dump (rank 1 only slept), so it is a warning after rank 1's real exception
     assert hang["severity"] == "warning" and findings[0]["severity"] == "error"
+
+
+@pytest.mark.engine
+def test_real_hang_is_diagnosed_as_stuck_with_the_rank_that_never_arrived(tmp_path, capsys):
+    """A launch that never ends: rank 0 waits in a barrier rank 1 never joins. Both watchdogs dump; the launch is
+    killed (as a scheduler's time limit would); `diagnose` says rank 0 waits for rank 1 and that it was stuck."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from zerodoctor.cli.main import main
+
+    from .conftest import HANG_JOB, torchrun_cmd
+
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        torchrun_cmd([str(HANG_JOB), str(out)]),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    stacks = [out / "zerodoctor" / f"stacks-rank{r}.txt" for r in (0, 1)]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(p.exists() and p.stat().st_size for p in stacks):
+            time.sleep(0.5)
+        time.sleep(1.0)  # the dump is complete and nothing follows it
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert main(["diagnose", str(out), "--format", "json"]) == 1
+    (hang,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "guard.hang"]
+    assert hang["severity"] == "error" and hang["data"]["ranks_stuck"] == [0, 1]
+    assert hang["title"] == "rank(s) [0] wait in barrier for rank(s) [1]"
+    assert "rank 1 never arrived: it was in stuck_elsewhere (hang_job.py:" in hang["message"]
+    assert "the run was stuck there" in hang["message"]
