@@ -447,6 +447,13 @@ def plan_strategy(
             if comp.device != ms.HOST or (comp.lazy and not lazy) or (comp.transient and not transient):
                 continue
             per_rank, pin_note = _pinned_host(comp, zero, inputs.torch_version)
+            if comp.name == ms.FROZEN16 and comp.pinned and zero.stage == 3 and frozen_per_param_pinned:
+                # zero.Init pins each frozen parameter's partition on its own (they never move to a flat buffer)
+                per_rank = max(frozen_per_param_pinned, comp.bytes)
+                pin_note = (
+                    f"pinned per parameter: {comp.bytes / GIB:.1f} GiB requested -> {per_rank / GIB:.1f} GiB "
+                    "(one power-of-two block each)"
+                )
             detail = f"{n_local} ranks x {per_rank / GIB:.2f} GiB"
             if pin_note:
                 detail += f"; {pin_note}"
@@ -457,6 +464,31 @@ def plan_strategy(
 
     reserve_items = reserve_items_for(inputs)
     baseline = host_baseline(inputs)
+    # ZeRO-3 + offload_param to the CPU with pin_memory: zero.Init (or deepspeed.initialize's conversion) pins every
+    # parameter's partition on its own (partition_parameters.py _partition_param: get_accelerator().pin_memory);
+    # stage 3 then copies the trainable ones into one pinned flat buffer (stage3.py
+    # _create_param_groups_fp16_flat_cpu_memory + _move_to_flat_buffer) and drops the per-parameter blocks, which
+    # PyTorch's CachingHostAllocator keeps pinned and cached (DeepSpeed never empties the host cache).
+    init_pinned = zero.stage == 3 and zero.offload_param == "cpu" and zero.pin_memory
+    trainable_pp, frozen_pp = (
+        _per_param_pinned(inputs, t, world, pb, inputs.torch_version) if init_pinned else (0, 0)
+    )
+    frozen_per_param_pinned = frozen_pp
+    if trainable_pp:
+        init_host = [
+            Item(
+                "zero.Init per-parameter pinned partitions (cached)",
+                trainable_pp * n_local,
+                f"{n_local} ranks x {trainable_pp / GIB:.2f} GiB: one pinned power-of-two block per trainable "
+                "parameter's partition, freed into PyTorch's pinned-memory cache after the copy into stage 3's flat "
+                "buffer, never returned",
+                "deepspeed/runtime/zero/partition_parameters.py _partition_param (pin_memory per parameter); "
+                "stage3.py _move_to_flat_buffer; aten CachingHostAllocator (freed blocks stay cached)",
+            )
+        ]
+    else:
+        init_host = []
+    baseline_items = [baseline, *init_host]
 
     # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
     fwd_extra: list[Item] = []
@@ -562,7 +594,22 @@ def plan_strategy(
 
     # ---- load -------------------------------------------------------------------------------------------
     load_gpu = [*reserve_items, *gpu_states(lazy=False, transient=False)]
-    load_host = [baseline, *ref_host, *host_states(lazy=False, transient=False)]
+    load_host = [*baseline_items, *ref_host, *host_states(lazy=False, transient=False)]
+    if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and zero.pin_memory:
+        # initialize_optimizer_states builds the fp32 gradient partition as pageable zeros and pins a copy of it
+        # (get_accelerator().pin_memory returns a new pinned tensor): both exist once every other buffer does.
+        fp32_grad = next(
+            (cm.bytes for cm in components if cm.name == ms.FP32_GRAD and cm.device == ms.HOST), 0
+        )
+        if fp32_grad:
+            load_host.append(
+                Item(
+                    "pageable fp32 gradient partition being pinned",
+                    fp32_grad * n_local,
+                    f"{n_local} ranks x {fp32_grad / GIB:.2f} GiB: torch.zeros on the host, then its pinned copy",
+                    "deepspeed/runtime/zero/stage_1_and_2.py initialize_optimizer_states (torch.zeros + pin_memory)",
+                )
+            )
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
     if t.method == "qlora":
@@ -595,18 +642,44 @@ def plan_strategy(
         )
         load_note = "QLoRA: whole quantised model per GPU at load (no zero.Init)"
     elif zero.stage < 3 or not inputs.zero3_init:
-        # Every local rank materialises the whole 16-bit model on the host, then DeepSpeed's ZeRO-1/2 flattening
-        # copies the trainable part once more (docs/memory-model.md).
-        per_rank = p.total * pb + (trainable * pb if zero.stage < 3 else 0)
+        # Every local rank materialises the whole 16-bit model on the host (from_pretrained), and the engine moves
+        # it to the GPU. ZeRO-1/2 then flattens the trainable parameters (stage_1_and_2.py __init__, DeepSpeed
+        # 0.19.8 lines 449-524): on the GPU when its free memory holds the flat buffer -- the parameters and their
+        # flat copy coexist until the parameters are re-pointed into it -- else through the host (each parameter
+        # copied to `cpu_data`, flattened there, moved back). Versions up to 0.16.5 always went through the host.
+        flat = trainable * pb if zero.stage in (1, 2) else 0
+        used = sum(i.bytes for i in load_gpu)
+        on_gpu = (
+            bool(flat)
+            and not ms._is_old_layout(inputs.deepspeed_version)
+            and used + flat <= c.gpu_memory_bytes
+        )
+        per_rank = p.total * pb if not flat or on_gpu else max(p.total * pb, 2 * flat)
         load_host.append(
             Item(
                 "whole model loaded per rank",
                 per_rank * n_local,
-                f"{n_local} ranks x ({p.total * pb / GIB:.1f} GiB model"
-                + (f" + {trainable * pb / GIB:.1f} GiB flatten copy)" if zero.stage < 3 else ")"),
-                "deepspeed/runtime/zero/stage_1_and_2.py (flattening copy); transformers from_pretrained per rank",
+                f"{n_local} ranks x {per_rank / GIB:.1f} GiB: the 16-bit model"
+                + (
+                    "; its trainable part flattened through the host (cpu_data + flat buffer)"
+                    if flat and not on_gpu
+                    else ""
+                ),
+                "transformers from_pretrained per rank; deepspeed/runtime/zero/stage_1_and_2.py __init__ "
+                "(flatten_on_accelerator)",
             )
         )
+        if on_gpu:
+            load_gpu.append(
+                Item(
+                    "16-bit parameters + their flat copy while flattening",
+                    flat,
+                    f"{flat / GIB:.1f} GiB: the trainable parameters and bit16_groups_flat coexist on the GPU "
+                    "(flattened there because free memory holds the flat buffer)",
+                    "deepspeed/runtime/zero/stage_1_and_2.py __init__ (flatten_on_accelerator, "
+                    "flatten_dense_tensors_aligned, then _update_model_bit16_weights)",
+                )
+            )
         load_note = "every rank loads the whole model (no zero.Init sharding)"
         if zero.stage == 3:
             # The engine moves the module to the GPU before ZeRO-3 partitions it.
@@ -653,7 +726,7 @@ def plan_strategy(
     first = Phase(
         "first_step",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=True), *step_extra]),
-        tuple([baseline, *ref_host, *host_states(lazy=True, transient=True)]),
+        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
 
@@ -661,7 +734,7 @@ def plan_strategy(
     steady = Phase(
         "steady",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
-        tuple([baseline, *ref_host, *host_states(lazy=True, transient=False)]),
+        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
 
@@ -672,7 +745,7 @@ def plan_strategy(
     save = Phase(
         "save",
         tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
-        tuple([baseline, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
+        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
     return StrategyPlan(
@@ -800,6 +873,48 @@ def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
             sorted({lin.name for lin in inputs.model.linear_modules() if not is_output_layer(lin.path)})
         )
     return tuple(t.lora_targets)
+
+
+def _param_sizes(inputs: PlanInputs) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(elements, count) of every parameter tensor: (decoder-layer parameters, the rest); tied heads once."""
+    layers: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    for m in inputs.model.modules:
+        if m.tied_to is not None:
+            continue
+        target = layers if "{i}" in m.path else rest
+        if m.kind == LINEAR and m.in_features:
+            target.append((m.in_features * m.out_features, m.count))
+            if m.bias:
+                target.append((m.out_features, m.count))
+        elif m.numel:
+            target.append((m.numel, m.count))
+    return layers, rest
+
+
+def _per_param_pinned(
+    inputs: PlanInputs, t: Training, world: int, pb: int, torch_version: str | None
+) -> tuple[int, int]:
+    """Pinned bytes of one power-of-two block per parameter partition (ceil(numel / world) x pb): (trainable
+    parameters of the base model, frozen ones). Full fine-tuning: all trainable; LoRA/QLoRA: the base is frozen
+    (adapters, a few MB, are left out); freeze tuning: the last N layers train."""
+    layers, rest = _param_sizes(inputs)
+    n_layers = max(inputs.model.params.num_layers, 1)
+
+    def blocks(sizes: list[tuple[int, int]], per: float = 1.0) -> int:
+        return sum(
+            ms.pinned_bytes(-(-numel // world) * pb, torch_version) * round(count * per)
+            for numel, count in sizes
+        )
+
+    if t.method == "qlora":
+        return 0, 0  # packed 4-bit storage: not modelled per parameter
+    if t.method == "full":
+        return blocks(layers) + blocks(rest), 0
+    if t.method == "freeze":
+        k = min(max(t.freeze_trainable_layers, 0), n_layers) / n_layers
+        return blocks(layers, k), blocks(layers, 1 - k) + blocks(rest)
+    return 0, blocks(layers) + blocks(rest)
 
 
 def _persistent_params(inputs: PlanInputs, threshold: int) -> int:
