@@ -669,15 +669,39 @@ def plan_strategy(
                 "(flatten_on_accelerator)",
             )
         )
+        if flat:
+            # The fp32 master partition starts as a 16-bit clone of the rank's partition made on the GPU
+            # (`parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(device, fp32)`, line 560).
+            part16 = -(-trainable // world) * pb
+            load_gpu.append(
+                Item(
+                    "16-bit partition cloned for the fp32 master",
+                    part16,
+                    f"{part16 / GIB:.1f} GiB on the GPU while the fp32 master partition is made from it",
+                    "deepspeed/runtime/zero/stage_1_and_2.py __init__ (single_partition_of_fp32_groups: "
+                    "detach().clone().to(device, dtype))",
+                )
+            )
         if on_gpu:
+            # The original parameter tensors are freed once re-pointed into the flat buffer, but the caching
+            # allocator keeps their blocks reserved; the buffers DeepSpeed allocates later in __init__ (gradient
+            # staging, IPG bucket) are served from them.
+            later = sum(
+                cm.bytes
+                for cm in components
+                if cm.device == ms.GPU
+                and cm.name not in (ms.PARAM16, ms.FROZEN16)
+                and not (cm.lazy or cm.transient)
+            )
             load_gpu.append(
                 Item(
                     "16-bit parameters + their flat copy while flattening",
-                    flat,
-                    f"{flat / GIB:.1f} GiB: the trainable parameters and bit16_groups_flat coexist on the GPU "
-                    "(flattened there because free memory holds the flat buffer)",
+                    max(flat - later, 0),
+                    f"{flat / GIB:.1f} GiB of parameters coexist with bit16_groups_flat on the GPU (flattened there "
+                    f"because free memory holds the flat buffer); once freed their blocks stay reserved, "
+                    f"{later / GIB:.2f} GiB of them reused by the buffers allocated after",
                     "deepspeed/runtime/zero/stage_1_and_2.py __init__ (flatten_on_accelerator, "
-                    "flatten_dense_tensors_aligned, then _update_model_bit16_weights)",
+                    "flatten_dense_tensors_aligned, then _update_model_bit16_weights); c10 CUDACachingAllocator",
                 )
             )
         load_note = "every rank loads the whole model (no zero.Init sharding)"
