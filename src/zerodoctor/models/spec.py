@@ -696,6 +696,7 @@ class _Dims:
 
 def _llama_dims(cfg: _Cfg, *, head_dim_default: int | None = None, tied_default: bool = False) -> _Dims:
     hidden = cfg.int_("hidden_size")
+    layers = cfg.int_("num_hidden_layers")  # read in the published configs' order: the first missing key is named
     heads = cfg.int_("num_attention_heads")
     if head_dim_default is not None:
         head_dim = cfg.int_("head_dim", head_dim_default)
@@ -704,7 +705,7 @@ def _llama_dims(cfg: _Cfg, *, head_dim_default: int | None = None, tied_default:
         head_dim = cfg.int_("head_dim", hidden // heads) or hidden // heads
     return _Dims(
         hidden=hidden,
-        layers=cfg.int_("num_hidden_layers"),
+        layers=layers,
         heads=heads,
         inter=cfg.int_("intermediate_size"),
         vocab=cfg.int_("vocab_size"),
