@@ -307,3 +307,13 @@ def test_a_paste_cut_after_a_raise_line_is_that_exception(tmp_path: Path) -> Non
     assert d.phase == "resume"
     # reading a checkpoint back is not a configuration refused
     assert d.findings[0].data["failure_class"]["id"] == "class:crash"
+
+
+def test_a_bare_oserror_line_is_a_failure_but_not_inside_a_message(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("[Errno 2] No such file or directory: 'ckpt/global_step001/zero_pp_rank_0_mp_rank_03_optim_states.pt'\n")
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.detail.startswith("OSError")
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("[WARNING] could not read cache ([Errno 2] No such file or directory: 'x'), rebuilding\n")
+    assert diagnose([str(quiet)]).first_failure is None

@@ -52,6 +52,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _CUT_FRAME = re.compile(r'(\S+\.py)", line (\d+), in (\S+)')  # a frame line cut before `File "`
 _ASSERT = re.compile(r"^\s*assert (.{1,300})$")
 _RAISE = re.compile(r"^\s*raise ([A-Za-z_][\w.]*(?:Error|Exception))\((.{0,300})$")
+_BARE_OSERROR = re.compile(r"^\s*\[Errno \d+\] [A-Z][A-Za-z ,'-]{2,80}: .{1,300}$")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,120})'")
 _WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
@@ -559,6 +560,10 @@ class Extractor:
             # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
             if w and c is not None and 0 <= line.lineno - c[1] <= 1:
                 self._event("exception", line, hit, f"{c[0]}: {w.group(1).strip()}"[:300])
+        if "x:bare-oserror" in keys and not _EXC.match(line.text):
+            b = _BARE_OSERROR.match(line.text)
+            if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
+                self._event("exception", line, hit, f"OSError: {b.group(0).strip()}"[:300])
         if "x:load-copy-error" in keys and not _EXC.match(line.text):
             self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
         if "x:oom-cuda" in keys:

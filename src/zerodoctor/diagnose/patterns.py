@@ -95,6 +95,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "code-raise": r"\s{2}raise [A-Za-z_][A-Za-z0-9_.]*(Error|Exception)\(",
     # a C++ exception that ended the process (no Python traceback): `terminate called after throwing an instance of
     # 'c10::Error'` then `  what():  CUDA error: ...`
+    # an OSError printed as its str() alone (`[Errno 2] No such file or directory: 'x'`), as scripts log it
+    "bare-oserror": r"\[Errno \d+\] [A-Z][a-z]",
     "cpp-terminate": r"terminate called after throwing an instance of '",
     "cpp-what": r"what\(\):\s+\S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
