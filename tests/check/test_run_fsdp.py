@@ -83,6 +83,7 @@ def test_hf_fsdp_words_translate_like_transformers():
     assert hf_fsdp_options(None, None) is None
     assert hf_fsdp_options("", None) is None
     assert hf_fsdp_options([], None) is None
+    assert hf_fsdp_options(0, None) is None and hf_fsdp_options("false", None) is None
     opts = hf_fsdp_options("full_shard auto_wrap offload", {"fsdp_version": 1})
     assert opts == {"version": 1, "cpu_offload": True, "reshard_after_forward": "full_shard"}
     assert hf_fsdp_options(True, {"cpu_offload": False}) == {"cpu_offload": False}

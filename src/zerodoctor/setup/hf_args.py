@@ -203,7 +203,7 @@ def hf_fsdp_options(fsdp: Any, fsdp_config: Any) -> dict[str, Any] | None:
     `fsdp` is off (empty, false, a list without items). Keys lose their `fsdp_` prefix; the legacy words map to
     `cpu_offload` ("offload") and `reshard_after_forward` (a sharding strategy); "auto_wrap" is the default
     anyway. A `fsdp_config` given as a file path is not read (None values mean: HF's defaults)."""
-    if fsdp is None or fsdp is False:
+    if fsdp is None or fsdp is False or (isinstance(fsdp, int | float) and not fsdp):
         return None
     if isinstance(fsdp, str):
         if fsdp.strip().lower() in ("", "false", "0", "no"):
