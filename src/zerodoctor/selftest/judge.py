@@ -29,6 +29,7 @@ from zerodoctor.selftest.run import Launch, RankLog
 from zerodoctor.selftest.shrink import Adaptation
 from zerodoctor.selftest.spec import SAVE_PATHS, SelftestSpec
 from zerodoctor.selftest.stops import Stop, is_echo, stopped_ranks
+from zerodoctor.textutil import clip
 
 LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 2e-2}
 """Largest relative difference allowed between DeepSpeed's mean loss per step and the plain fp32
@@ -116,7 +117,7 @@ def _phase_results(
             )
         elif errors:
             rank, e = errors[0]
-            detail = f"{e.get('type')}: {str(e.get('message'))[:300]}"
+            detail = f"{e.get('type')}: {clip(str(e.get('message')), 300)}"
             if is_echo(e) and stop is not None and stop.rank is not None and stop.rank != rank:
                 detail += f" (after rank {stop.rank} {stop.how})"
             out.append(PhaseResult(name, FAILED, seconds, detail, rank))
@@ -450,10 +451,9 @@ def _first_error(ranks: list[RankLog], launch: Launch, stop: Stop | None) -> dic
         # a rank that vanished or hung comes first when the others' errors are what its disappearance caused
         # (a gloo "Connection reset by peer", an NCCL timeout)
         text = stop.describe()
-        if errs:
-            text += (
-                f"; rank {errs[0][0]} then failed: {errs[0][1].get('type')}: "
-                + str(errs[0][1].get("message"))[:200]
+        if errs and errs[0][0] not in stop.others:
+            text += f"; rank {errs[0][0]} then failed: {errs[0][1].get('type')}: " + clip(
+                str(errs[0][1].get("message")), 200
             )
         if not _hung(launch) and launch.returncode not in (0, None):
             text += f" (torchrun exit code {launch.returncode}; the log says how it ended)"
@@ -563,7 +563,7 @@ def _failed_finding(
         id="selftest-timeout" if first.get("type") in ("watchdog", "hang") else "selftest-failed",
         severity=Severity.ERROR,
         title=f"Selftest failed in phase '{title}' on {where}",
-        message=f"First error: {first.get('type')}: {str(first.get('message'))[:600]}.{others}{diag_text}",
+        message=f"First error: {first.get('type')}: {clip(str(first.get('message')), 900)}.{others}{diag_text}",
         fixes=fixes,
         evidence=(Evidence(file=str(launch.log_path), text=first.get("message")),),
         references=known[0].references if known else (),

@@ -22,6 +22,7 @@ from typing import Any
 
 from zerodoctor.selftest.result import PHASE_TITLES
 from zerodoctor.selftest.run import Launch, RankLog
+from zerodoctor.textutil import clip
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', re.M)
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+.*$", re.M)
@@ -223,7 +224,7 @@ def stopped_ranks(
         others[rl.rank] = f"was ended by {by}{_waiting_text(rl)}"
     for rl in logs:
         if rl.error is not None and is_echo(rl.error):
-            message = " ".join(str(rl.error.get("message") or "").split())[:160]
+            message = clip(" ".join(str(rl.error.get("message") or "").split()), 120)
             others[rl.rank] = f"then failed because its partner was gone ({rl.error.get('type')}: {message})"
     return Stop(first.rank, cur[0] if cur else None, how, others, tuple(evidence))
 
