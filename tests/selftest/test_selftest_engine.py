@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.cli.main import main
+from zerodoctor.findings import Severity
+from zerodoctor.lint.engine import lint_setup
 from zerodoctor.report.selftest import render_selftest_markdown, summary_text
 from zerodoctor.selftest import run_selftest, spec_from_setup
 from zerodoctor.selftest.spec import with_test_hooks
@@ -80,11 +82,11 @@ def zero3_offload(tmp_path_factory):
             ["selftest", str(tmp), "--world-size", "16", "--workdir", str(tmp / "run"), "--format", "json"]
         )
     doc = json.loads(out.getvalue())
-    return code, doc, time.time() - t0 - doc["selftest"]["jit_build_seconds"]
+    return code, doc, time.time() - t0 - doc["selftest"]["jit_build_seconds"], tmp
 
 
 def test_healthy_zero3_offload_setup_passes_every_check(zero3_offload):
-    code, doc, seconds = zero3_offload
+    code, doc, seconds, _ = zero3_offload
     st = doc["selftest"]
     assert seconds < 60  # under a minute with DeepSpeed's ops built
     assert code == 0, st
@@ -106,6 +108,15 @@ def test_zero3_offload_positive_checks_measure_partitions_and_placement(zero3_of
     clip = next(c for c in st["checks"] if c["name"] == "clipping")
     assert clip["values"]["grad_norm"] > clip["values"]["clip"] == 1.0
     assert "cpu_adam" in st["phases"][2]["detail"]
+
+
+def test_lint_verdict_on_the_setup_holds_on_the_engine(zero3_offload):
+    """lint finds nothing wrong with this ZeRO-3 offload setup, and the real engine runs it with every check
+    passing (was tests/engine's clean-run test: one launch now serves both)."""
+    code, _doc, _seconds, tmp = zero3_offload
+    findings = lint_setup(load_setup([tmp / "args.yaml"], world_size=16))
+    assert not [f for f in findings if f.severity >= Severity.WARNING], findings
+    assert code == 0
 
 
 def test_zero3_offload_reports_adaptations_and_what_the_cpu_path_cannot_show(zero3_offload):
