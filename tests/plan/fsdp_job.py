@@ -1,7 +1,7 @@
 """One rank of a real torch FSDP job on CPU (gloo), as accelerate sets it up: a tiny Llama built from a config,
 every decoder layer one unit, trainable parameters in fp32 (accelerate's upcast), bf16 MixedPrecision.
 Writes what the rank holds: sharded parameter, gradient and AdamW-state bytes, and the largest number of
-unsharded elements sampled at every module's forward and backward (FSDP1).
+unsharded elements sampled at every module's forward and backward (an all-gather in flight counts).
 
 Run by tests/plan/test_fsdp_engine.py: `torchrun --nproc_per_node 2 fsdp_job.py OUT V:OFFLOAD:PREFETCH ...`
 (one model per configuration, in one process group; FSDP1 CPU offload pins memory, which needs a GPU).
@@ -99,6 +99,27 @@ def run_one(version: int, offload: bool, prefetch: bool) -> dict[str, int]:
         fully_shard(model.model.embed_tokens, **kw)
         fully_shard([model.model.norm, model.lm_head], **{**kw, "reshard_after_forward": False})
         fully_shard(model, **kw)
+        from torch.distributed.fsdp._fully_shard._fsdp_param import ShardedState
+
+        groups = [
+            g
+            for m in model.modules()
+            if hasattr(m, "_get_fsdp_state") and (g := m._get_fsdp_state()._fsdp_param_group) is not None
+        ]
+
+        def sample(*_: object) -> None:
+            # a group counts from its all-gather (in flight, `_all_gather_result`) until it is resharded
+            n = sum(
+                sum(fp._orig_size.numel() for fp in g.fsdp_params)
+                for g in groups
+                if g._all_gather_result is not None
+                or any(fp.sharded_state == ShardedState.UNSHARDED for fp in g.fsdp_params)
+            )
+            live[0] = max(live[0], n)
+
+        for m in model.modules():
+            m.register_forward_hook(sample)
+            m.register_full_backward_hook(sample)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 16))
     loss = model(input_ids=ids, labels=ids).loss

@@ -165,25 +165,33 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
 
 def gathered_numel(inputs: PlanInputs, f: FsdpSettings) -> tuple[int, str]:
     """Elements unsharded at once at the peak of forward/backward, and how: the FSDP1 root (never freed after
-    forward) or the FSDP2 tail (reshard_after_forward=False) plus one layer unit, two with prefetch; the whole
-    model when units are not resharded after forward (shard_grad_op, no_shard). Measured on 2 gloo ranks by
-    tests/plan/test_fsdp_engine.py."""
+    forward) plus one layer unit, two with prefetch; FSDP2 the larger of its tail + one layer and two layers
+    (its tail is resharded at the start of backward); the whole model when units are not resharded after
+    forward (shard_grad_op, no_shard). Measured on 2 gloo ranks by tests/plan/test_fsdp_engine.py (in-flight
+    all-gathers included)."""
     p = inputs.model.params
-    layer, n_layers, head, _ = units(inputs, f)
-    prefetch = f.backward_prefetch != "none" or f.forward_prefetch or f.version == 2
+    layer, n_layers, head, embed = units(inputs, f)
+    prefetch = f.backward_prefetch != "none" or f.forward_prefetch
     if f.sharding in ("shard_grad_op", "hybrid_shard_zero2", "no_shard"):
         return (
             p.total,
             f"{f.sharding}: units stay gathered after forward, so the whole model is unsharded in backward",
         )
-    how = (
-        f"{'root' if f.version == 1 else 'tail [final norm, lm_head]'} unit {head:,} (kept gathered "
-        + (
-            "from forward through backward: not freed after forward as the root"
-            if f.version == 1
-            else "from its forward to its backward: reshard_after_forward=False"
+    if f.version == 2:
+        # FSDP2 (accelerate): the tail [final norm, lm_head] has reshard_after_forward=False and stays gathered from
+        # its forward until its own post-backward, the first of the backward pass, while the last layer is being
+        # prefetched; afterwards a layer's backward runs while the one before it is prefetched (implicit
+        # backward prefetch); the embedding is gathered again at the very end next to the first layer.
+        two = layer * min(2, n_layers)
+        peak = max(head + layer, two, embed + layer)
+        how = (
+            f"max(tail [final norm, lm_head] {head:,} + one layer unit, two layer units (current + prefetched), "
+            f"embedding {embed:,} + one layer unit) with layer units of {layer:,}"
         )
-        + f") + {'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
+        return peak, how
+    how = (
+        f"root unit {head:,} (kept gathered from forward through backward: not freed after forward as the root) + "
+        f"{'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
     )
     return head + layer * min(2 if prefetch else 1, n_layers), how
 
