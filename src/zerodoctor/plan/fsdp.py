@@ -43,7 +43,6 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zerodoctor.models.spec import LINEAR, TEXT
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.inputs import GIB, FsdpSettings, PlanInputs, Training, ZeroSettings
 
@@ -111,7 +110,7 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
 
     n = shard_count(inputs, f)
     pb = t.param_bytes
-    trainable, frozen = ph.trainable_frozen(inputs, t)
+    trainable, _ = ph.trainable_frozen(inputs, t)
     layer, n_layers, head, embed = units(inputs, f)
     frozen_bpp = ph.qlora_frozen_bytes(inputs, t)[1] if t.method == "qlora" else float(pb)
     # (numel, count, kind): kind "train" (all trainable), "frozen", "mixed" (LoRA adapters inside)
@@ -153,13 +152,11 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
             gblocks.append((shard * ms.FP32_BYTES, count))
     if t.is_peft:
         extra = _ceil_div(trainable, n)  # adapters (and modules_to_save copies): fp32, own gradients
-        if not upcast_frozen:
+        if not upcast_frozen:  # otherwise they are inside the upcast units, counted above
             params += extra * ms.FP32_BYTES
-        if not upcast_frozen:
             grads += extra * ms.FP32_BYTES
     train_shard = _ceil_div(trainable, n)
     opt = math.ceil(train_shard * ms.optimizer_state_bytes_per_param(t.optimizer))
-    del frozen
     return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks))
 
 
@@ -546,18 +543,3 @@ def plan_fsdp(
         margin=margin,
         label=label,
     )
-
-
-def layer_modules_numel(inputs: PlanInputs) -> list[int]:
-    """Parameter tensor sizes of one decoder layer (text component), in model order: what FSDP flattens."""
-    out: list[int] = []
-    for m in inputs.model.modules:
-        if "{i}" not in m.path or m.component != TEXT:
-            continue
-        if m.kind == LINEAR and m.in_features:
-            out.append(m.in_features * m.out_features)
-            if m.bias:
-                out.append(m.out_features)
-        elif m.numel:
-            out.append(m.numel)
-    return out
