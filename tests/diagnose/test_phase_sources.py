@@ -317,3 +317,29 @@ def test_a_bare_oserror_line_is_a_failure_but_not_inside_a_message(tmp_path: Pat
     quiet = tmp_path / "quiet.log"
     quiet.write_text("[WARNING] could not read cache ([Errno 2] No such file or directory: 'x'), rebuilding\n")
     assert diagnose([str(quiet)]).first_failure is None
+
+
+def test_a_launchers_exit_code_1_is_a_ranks_own_error_not_a_stop_from_outside(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[2024-03-20 20:31:29,269] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py',"
+        " '--local_rank=4'] exits with return code = 1\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash" and d.first_failure is not None and d.first_failure.rank == 4
+
+
+def test_hf_resume_line_is_a_resume_marker(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("[INFO|deepspeed.py:449] 2022-05-15 00:12:20,447 >> Attempting to resume from out/checkpoint-22\n" + KILL)
+    assert diagnose([str(log)]).phase == "resume"
+
+
+def test_deepspeeds_launcher_teardown_alone_is_a_rank_failure(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[2022-05-15 00:12:57,785] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97277\n"
+        "[2022-05-15 00:12:57,786] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97278\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash" and "not in these logs" in d.findings[0].title

@@ -63,6 +63,8 @@ _BUILD_HINTS = (
     "cpu_adam",
     "fused_adam",
 )
+# DeepSpeed's launcher killing the other ranks after one failed (the failed rank's code may be cut from a paste)
+_LAUNCHER_TEARDOWN = "sigkill_handler] Killing subprocess"
 # Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
 _ASSERT_OWNER = re.compile(r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed")
 _CONFIG_FILES = (
@@ -471,7 +473,8 @@ def classify(
     """The class of the run's first failure (None when the log shows no failure)."""
     if first is None:
         return None
-    if first.severity_class == 2 and first.exit_code not in (-9, 9, 137):
+    # a launcher's teardown or a stop from outside; exit code 1 is a rank's own error whose output is elsewhere
+    if first.severity_class == 2 and first.exit_code not in (-9, 9, 137, 1) and _LAUNCHER_TEARDOWN not in first.detail:
         return FailureClass(
             "terminated",
             "The run was stopped from outside",
@@ -514,10 +517,11 @@ def classify(
             first = replace(first, traceback=replace(tb, frames=frames))
         return _exception_class(first, versions)
     if first.kind == "exit":
+        code = "an exit code not in these logs" if first.exit_code is None else f"code {first.exit_code}"
         return FailureClass(
             "crash",
-            f"A rank exited with code {first.exit_code}",
-            f"{_where(first)} exited with code {first.exit_code} during {_phase(first)}; no traceback of its own "
+            f"A rank exited with {code}",
+            f"{_where(first)} exited with {code} during {_phase(first)}; no traceback of its own "
             "was found in these logs.",
             "why it exited: its own output (stderr of that rank) is not in these logs or printed nothing.",
             "give diagnose every rank's log (a run directory, or torchrun's --log-dir / error files).",

@@ -508,6 +508,7 @@ class Extractor:
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
+        self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -716,6 +717,8 @@ class Extractor:
                     rank=log_int(m.group(1)),
                     pid=log_int(m.group(2)),
                 )
+        if "x:launch-killing" in keys and self._teardown is None and "sigkill_handler] Killing subprocess" in text:
+            self._teardown = (line, hit)
         if "x:launch-shell-killed" in keys:
             self._event("exit", line, hit, text.strip()[-300:], exit_code=-9)
         if "x:launch-slurm" in keys:
@@ -790,6 +793,11 @@ class Extractor:
                     detail = f"{tb.exc_type}: {tb.exc_message}" if tb.exc_message else tb.exc_type
                     self._event("exception", line, hit, detail[:300], traceback=tb)
                     break
+        if self._teardown is not None and not self.facts.events:
+            # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
+            # that teardown (its exit code was cut from the paste or printed elsewhere)
+            line, hit = self._teardown
+            self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
         last = self.facts.last_progress

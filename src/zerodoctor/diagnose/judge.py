@@ -266,6 +266,16 @@ def judge(
             or any(
                 ln.source == first.line.source and ln.lineno == first.line.lineno for _s, ln, _g in c.evidence
             )
+            # a launcher's "exits with return code = 1" only reports a rank's own error: an entry whose failure
+            # message came before it in the same log explains it
+            or (
+                first.kind == "exit"
+                and first.exit_code == 1
+                and any(
+                    ln.source == first.line.source and ln.lineno < first.line.lineno and kind == "message"
+                    for kind, ln in _evidence_kinds(c)
+                )
+            )
         )
         for c in candidates
     )
@@ -320,6 +330,12 @@ def _version_only_candidates(
 
 
 MAX_VERSION_EVIDENCE = 5
+
+
+def _evidence_kinds(c: Candidate) -> list[tuple[str, LogLine]]:
+    """(signature kind, line) of a candidate's evidence."""
+    kinds = {sig.id: sig.kind for sig in c.entry.symptoms.signatures}
+    return [(kinds.get(sig_id, ""), ln) for _s, ln, sig_id in c.evidence]
 
 
 def _severity_rank(entry: Entry) -> int:

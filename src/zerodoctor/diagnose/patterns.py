@@ -65,7 +65,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
     "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
     r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint"
-    r"|Resume checkpoint from |Auto resumed from ",
+    r"|Resume checkpoint from |Auto resumed from |Attempting to resume from ",
     "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
     r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
     # deepspeed.initialize (any caller: HF Trainer, accelerate, LLaMA-Factory, TRL, XTuner): the engine's own
