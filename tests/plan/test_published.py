@@ -40,3 +40,13 @@ def test_no_real_gpu_oom_is_predicted_to_fit_without_margin_on_the_train_split()
 
 KNOWN_MISSES = {"dscoder78-33b-full-z3-8xa800"}
 """Real OOMs the planner still calls a fit without margin (reported in benchmarks/RESULTS.md, Issue 9)."""
+
+
+def test_fsdp_cases_are_planned_as_fsdp_and_host_readings_scored():
+    cases = [c for c in pp.load_cases() if c.get("fsdp")]
+    assert len(cases) >= 3
+    for c in cases:
+        out = pp.evaluate(c)
+        assert out.plan.zero.fsdp is not None and out.plan.name.startswith("FSDP1 full_shard")
+    with_host = [pp.evaluate(c) for c in pp.load_cases() if c.get("host_measured")]
+    assert with_host and all(o.host_error is not None for o in with_host)
