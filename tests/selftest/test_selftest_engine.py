@@ -253,6 +253,24 @@ def test_model_whose_build_fails_inside_zero_init(tmp_path):
     assert "z3-weight-must-be-2d" in {f.id for f in result.findings}
 
 
+def test_exception_in_the_clipping_step_is_that_ranks_failure(tmp_path):
+    """An exception in the hand-marked training phases (forward/backward, the clipping step) is the rank's own
+    error with its phase, not a silent death; the rank it left waiting is named as ended."""
+    config = {**BASE, "zero_optimization": {"stage": 2}}
+    spec = with_test_hooks(
+        _ds_only(tmp_path, config), model_factory=f"{HERE / 'bad_models.py'}:fails_in_clip_step"
+    )
+    result = run_selftest(spec, workdir=tmp_path / "run")
+    step = result.phase("clip-step")
+    assert step.status == "failed" and step.rank == 1, step
+    assert "RuntimeError: injected failure in the second backward on rank 1" in step.detail
+    assert result.phase("forward-backward").status == "passed"
+    failed = result.findings[0]
+    assert failed.title == "Selftest failed in phase 'first optimizer step, clipping forced' on rank 1"
+    assert result.first_error["type"] == "RuntimeError"
+    assert "Then: rank 0 " in failed.message
+
+
 @pytest.fixture(scope="module", params=["exit", "hang"])
 def rank1_fault(request, tmp_path_factory):
     """Rank 1 ends (exit code 17) or hangs between its forward and backward in the second optimizer step,
@@ -292,13 +310,14 @@ def test_the_rank_that_died_or_hung_is_named_and_the_others_as_ended(rank1_fault
     else:
         # rank 1's own stack is in the injected sleep, rank 0's in a collective waiting for it
         assert failed.id == "selftest-timeout"
-        assert "rank 1 stopped making progress in the forward of step 2" in step.detail
+        assert "rank 1 stopped making progress in step 2, micro batch 1, at the forward" in step.detail
         assert "in _fault" in step.detail
         assert (
             "rank 0 was ended by the watchdog (waiting in a collective at torch/distributed/" in step.detail
         )
         assert any(
-            e.startswith("progress marks: rank 0 in the backward") for e in result.first_error["evidence"]
+            e.startswith("progress marks: rank 0 in step 2, micro batch 1, at the backward")
+            for e in result.first_error["evidence"]
         )
         assert "rank 0 was ended by the watchdog" in failed.message
 

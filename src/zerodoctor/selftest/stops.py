@@ -121,7 +121,8 @@ def _position(rl: RankLog) -> str:
         cur = rl.current()
         return f"in {PHASE_TITLES.get(cur[0], cur[0])}" if cur else ""
     step, micro = int(mark.get("step", 0)) + 1, int(mark.get("micro", 0)) + 1
-    return f"in the {mark.get('at')} of step {step}, micro batch {micro}"
+    at = {"step": "optimizer step"}.get(str(mark.get("at")), str(mark.get("at")))
+    return f"in step {step}, micro batch {micro}, at the {at}"
 
 
 def _ended_by(rl: RankLog, launch: Launch) -> str | None:
@@ -153,15 +154,11 @@ def stopped_ranks(
     the others, described by how it ended."""
     silent = [rl for rl in logs if not rl.done and rl.error is None and rl.events]
     if first_rank is not None:
-        return Stop(
-            first_rank,
-            None,
-            "raised the first error",
-            {
-                rl.rank: f"was ended by {_ended_by(rl, launch) or 'its own end'}{_waiting_text(rl)}"
-                for rl in silent
-            },
-        )
+        others = {
+            rl.rank: f"was ended by {_ended_by(rl, launch) or 'its own end'}{_waiting_text(rl)}"
+            for rl in silent
+        }
+        return Stop(first_rank, None, "raised the first error", {**others, **_echoes(logs, first_rank)})
     if not silent:
         return None
     evidence: list[str] = []
@@ -222,11 +219,18 @@ def stopped_ranks(
             continue
         by = _ended_by(rl, launch) or "its own end"
         others[rl.rank] = f"was ended by {by}{_waiting_text(rl)}"
-    for rl in logs:
-        if rl.error is not None and is_echo(rl.error):
-            message = clip(" ".join(str(rl.error.get("message") or "").split()), 120)
-            others[rl.rank] = f"then failed because its partner was gone ({rl.error.get('type')}: {message})"
+    others.update(_echoes(logs, first.rank))
     return Stop(first.rank, cur[0] if cur else None, how, others, tuple(evidence))
+
+
+def _echoes(logs: Sequence[RankLog], first_rank: int | None) -> dict[int, str]:
+    """Ranks whose error only says that a partner went away (gloo's "Connection reset by peer", ...)."""
+    out = {}
+    for rl in logs:
+        if rl.rank != first_rank and rl.error is not None and is_echo(rl.error):
+            message = clip(" ".join(str(rl.error.get("message") or "").split()), 120)
+            out[rl.rank] = f"then failed because its partner was gone ({rl.error.get('type')}: {message})"
+    return out
 
 
 def _signal_name(code: int) -> str:

@@ -43,12 +43,28 @@ class Recorder:
         out_dir.mkdir(parents=True, exist_ok=True)
         self._f = (out_dir / f"rank{rank}.jsonl").open("a", encoding="utf-8")
         self.rank = rank
+        self.open: list[str] = []  # phases started and not yet ended or failed, innermost last
 
     def event(self, **values: Any) -> None:
         values["t"] = time.time()
         self._f.write(json.dumps(values, default=str) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
+        kind, phase = values.get("event"), values.get("phase")
+        if kind == "start":
+            self.open.append(str(phase))
+        elif kind in ("end", "error") and phase in self.open:
+            self.open.remove(str(phase))
+
+    def error(self, phase: str, exc: BaseException, seconds: float | None = None) -> None:
+        self.event(
+            event="error",
+            phase=phase,
+            type=type(exc).__name__,
+            message=str(exc)[:4000],
+            traceback=traceback.format_exc()[-8000:],
+            seconds=seconds,
+        )
 
     def mark(self, phase: str, step: int, micro: int, at: str) -> None:
         """This rank is about to run `at` (forward, backward, step) of a training step."""
@@ -64,14 +80,7 @@ class Recorder:
         try:
             yield
         except BaseException as exc:
-            self.event(
-                event="error",
-                phase=name,
-                type=type(exc).__name__,
-                message=str(exc)[:4000],
-                traceback=traceback.format_exc()[-8000:],
-                seconds=round(time.perf_counter() - t0, 3),
-            )
+            self.error(name, exc, round(time.perf_counter() - t0, 3))
             raise
         self.event(event="end", phase=name, seconds=round(time.perf_counter() - t0, 3))
 
@@ -462,7 +471,11 @@ def run(spec_path: Path, out_dir: Path) -> int:
         rec.event(event="done")
         _shutdown()
         return 0
-    except BaseException:  # the traceback is what diagnose reads; the phase is in the record already
+    except BaseException as exc:  # the traceback is what diagnose reads
+        if rec.open:
+            # the training phases (forward/backward, the clipping step) are marked by hand, not by rec.phase:
+            # their exception is recorded here, so it is the rank's own error, not a silent death
+            rec.error(rec.open[-1], exc)
         traceback.print_exc()
         sys.stderr.flush()
         return 1
