@@ -65,6 +65,7 @@ class ZeroDoctorCallback(TrainerCallback):
         )
         if opts.exception_hooks:
             install_hooks(mon)
+        self._saves = SaveGuard(mon)
         model = kw.get("model")
         optimizer = kw.get("optimizer")
         optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper -> DeepSpeed's
@@ -141,10 +142,7 @@ class ZeroDoctorCallback(TrainerCallback):
             self._restore_save_only_model = None
 
     def _before_save(self, args: Any, state: Any) -> None:
-        mon = self.monitor
-        assert mon is not None
-        if self._saves is None:
-            self._saves = SaveGuard(mon)
+        assert self._saves is not None
         skip = self._saves.before(
             state.global_step, optimizer_state_saved=not args.save_only_model, can_skip_optimizer=True
         )
