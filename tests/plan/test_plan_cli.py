@@ -139,7 +139,9 @@ def test_config_missing_a_field(run_cli, tmp_path):
     code, _, err = run_cli("plan", "--model", str(cfg), *CLUSTER)
     assert code == 2
     # the message names the first standard key the counter needs and the config lacks
-    assert any(k in err for k in ("num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads"))
+    assert any(
+        k in err for k in ("num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
+    )
 
 
 def test_cold_start_is_fast_and_imports_no_torch():
