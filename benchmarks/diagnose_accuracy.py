@@ -85,10 +85,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", default="tune", choices=["tune", "heldout", "dev", "all"])
     ap.add_argument("--quiet", action="store_true", help="do not list the misses")
+    ap.add_argument("--manifest", default="expected*.yaml", help="which manifests to score (a glob in the corpus)")
     args = ap.parse_args()
     cases = [
         case
-        for manifest in sorted(CORPUS.glob("expected*.yaml"))
+        for manifest in sorted(CORPUS.glob(args.manifest))
         for case in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []
     ]
     splits = ["dev", "tune", "heldout"] if args.split == "all" else [args.split]

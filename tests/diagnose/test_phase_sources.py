@@ -343,3 +343,17 @@ def test_deepspeeds_launcher_teardown_alone_is_a_rank_failure(tmp_path: Path) ->
     )
     d = diagnose([str(log)])
     assert d.findings[0].id == "class:crash" and "not in these logs" in d.findings[0].title
+
+
+def test_a_cuda_kernel_assertion_is_a_crash_printed_once(tmp_path: Path) -> None:
+    """Every GPU thread prints the assertion; the `CUDA error: device-side assert` line may be missing."""
+    line = (
+        "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [7,0,0], thread: [{t},0,0] "
+        'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n'
+    )
+    log = tmp_path / "run.log"
+    log.write_text("".join(line.format(t=t) for t in range(40)))
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash"
+    assert d.first_failure is not None and "device-side assertion in operator()" in d.first_failure.detail
+    assert d.first_failure.line.lineno == 1

@@ -53,6 +53,7 @@ _CUT_FRAME = re.compile(r'(\S+\.py)", line (\d+), in (\S+)')  # a frame line cut
 _ASSERT = re.compile(r"^\s*assert (.{1,300})$")
 _RAISE = re.compile(r"^\s*raise ([A-Za-z_][\w.]*(?:Error|Exception))\((.{0,300})$")
 _BARE_OSERROR = re.compile(r"^\s*\[Errno \d+\] [A-Z][A-Za-z ,'-]{2,80}: .{1,300}$")
+_KERNEL_ASSERT = re.compile(r"\.cuh?:\d+: ([^:\s][^\n]{0,100}?): block: \[[\d,]+\], thread: \[[\d,]+\] (Assertion `.{1,160}` failed)")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,120})'")
 _WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
@@ -507,6 +508,7 @@ class Extractor:
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
+        self._kernel_assert: set[str] = set()  # sources with a CUDA kernel assertion event already
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
 
@@ -565,6 +567,12 @@ class Extractor:
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
                 self._event("exception", line, hit, f"OSError: {b.group(0).strip()}"[:300])
+        if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
+            ka = _KERNEL_ASSERT.search(line.text)
+            if ka:  # one event per log: every GPU thread prints the same assertion
+                self._kernel_assert.add(line.source)
+                what = f"RuntimeError: CUDA device-side assertion in {ka.group(1)}: {ka.group(2)}"
+                self._event("exception", line, hit, what[:300])
         if "x:load-copy-error" in keys and not _EXC.match(line.text):
             self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
         if "x:oom-cuda" in keys:

@@ -61,6 +61,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
     r"|While copying the parameter named ",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
+    # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
+    "cuda-kernel-assert": r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",
     "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
     # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
     "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
