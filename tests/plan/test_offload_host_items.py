@@ -82,3 +82,13 @@ def test_offload_param_stages_partitions_for_the_all_gather():
     assert gpu["offload_param: partitions staged on the GPU for an all-gather"] == staged
     no_off = {i.name for i in plan_strategy(inputs, ZeroSettings(stage=3)).phase("steady").gpu}
     assert "offload_param: partitions staged on the GPU for an all-gather" not in no_off
+
+
+def test_zero3_reduce_scatter_copies_the_bucket():
+    inputs = _inputs()
+    for bucket in (500_000_000, 3072 * 3072):
+        z = ZeroSettings(stage=3, reduce_bucket_size=bucket)
+        gpu = {i.name: i.bytes for i in plan_strategy(inputs, z).phase("steady").gpu}
+        assert gpu["reduce-scatter: flattened copy of the IPG bucket"] == bucket * 2
+    z2 = {i.name for i in plan_strategy(inputs, ZeroSettings(stage=2)).phase("steady").gpu}
+    assert "reduce-scatter: flattened copy of the IPG bucket" not in z2

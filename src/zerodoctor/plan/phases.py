@@ -557,6 +557,21 @@ def plan_strategy(
                 "__add_grad_to_ipg_bucket; stage_1_and_2.py reduce_ready_partitions_and_remove_grads",
             )
         )
+    if zero.stage == 3 and trainable and zero.reduce_bucket_size > 0:
+        # ZeRO-3 reduces a full IPG bucket with reduce_scatter_coalesced, which concatenates the bucket's
+        # gradients, padded per rank, into a new flat tensor before the reduce-scatter (unless the bucket is a
+        # single tensor divisible by the world size).
+        bucket = min(zero.reduce_bucket_size, trainable)
+        fwd_extra.append(
+            Item(
+                "reduce-scatter: flattened copy of the IPG bucket",
+                bucket * pb,
+                f"{bucket:,} elements (reduce_bucket_size {zero.reduce_bucket_size:,}, at most the trainable "
+                f"parameters) in {pb} B",
+                "deepspeed/runtime/comm/coalesced_collectives.py reduce_scatter_coalesced (torch.cat of the padded "
+                "partitions); stage3.py __avg_scatter_grads",
+            )
+        )
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
     act_item = activation_item(act, t)
