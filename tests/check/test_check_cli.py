@@ -251,6 +251,27 @@ def test_fix_dir_writes_copies_and_the_recommended_config(run_cli, tmp_path):
     assert (out_dir / "ds_config.recommended.2.json").exists()
 
 
+def test_fix_dir_with_an_fsdp_recommendation_writes_no_deepspeed_config(run_cli, tmp_path):
+    # an accelerate FSDP run that does not fit without offload: the recommendation is FSDP + CPU offload,
+    # which belongs in the accelerate config; --fix says so instead of failing on a DeepSpeed JSON it cannot make
+    setup = tmp_path / "setup"
+    setup.mkdir()
+    (setup / "fsdp.yaml").write_text(
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: false\n  fsdp_sharding_strategy: FULL_SHARD\n"
+        "mixed_precision: bf16\nnum_machines: 1\nnum_processes: 8\n"
+    )
+    (setup / "cluster.yaml").write_text(
+        "nodes: 1\ngpus_per_node: 8\ngpu_memory_gib: 80\nhost_ram_gib: 2048\n"
+    )
+    out_dir = tmp_path / "fixed"
+    code, out, err = run_cli(
+        "check", str(setup), "--model", "llama-3.1-70b", "--env", "none", "--fix", str(out_dir)
+    )
+    assert code == 1, err
+    assert "no DeepSpeed config written" in out and "FSDP1 full_shard + CPU offload" in out
+    assert not (out_dir / "ds_config.recommended.json").exists()
+
+
 def test_fix_dir_never_writes_over_the_setup(run_cli, tmp_path):
     setup = tmp_path / "setup"
     shutil.copytree(EXAMPLES / "minicpmv-zero3", setup)

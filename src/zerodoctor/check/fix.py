@@ -44,14 +44,21 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     own = {d.path.resolve() for d in setup.documents}
     changes, skipped = plan_fixes(setup, list(report.findings))
     plans = [(directory / doc.path.name, text) for doc, text in fixed_texts(setup, changes)]
+    not_fixed = [f"{s.rule}: {s.reason}" for s in skipped]
     result = report.plan
     rec = result.recommended if result is not None else None
     if result is not None and rec is not None and (result.yours is None or result.yours.status != "fits"):
-        from zerodoctor.plan.emit import ds_config
+        if rec.zero.fsdp is not None:
+            # an FSDP recommendation lives in the accelerate config, which has no DeepSpeed JSON to write
+            not_fixed.append(
+                f"plan: the recommended strategy is {rec.name}; set it in your accelerate config "
+                "(distributed_type: FSDP, fsdp_config) - no DeepSpeed config written"
+            )
+        else:
+            from zerodoctor.plan.emit import ds_config
 
-        plans.append(
-            (directory / RECOMMENDED_NAME, json.dumps(ds_config(result.inputs, rec), indent=2) + "\n")
-        )
+            text = json.dumps(ds_config(result.inputs, rec), indent=2) + "\n"
+            plans.append((directory / RECOMMENDED_NAME, text))
     written: list[str] = []
     if plans:
         directory.mkdir(parents=True, exist_ok=True)
@@ -68,5 +75,5 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     return {
         "written": written,
         "changes": [c.describe() for c in changes],
-        "not_fixed": [f"{s.rule}: {s.reason}" for s in skipped],
+        "not_fixed": not_fixed,
     }
