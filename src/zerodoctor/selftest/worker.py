@@ -136,8 +136,8 @@ def _build(spec: dict[str, Any]) -> Any:
     config = AutoConfig.for_model(model_type, **cfg_dict)
     cls: Any = AutoModelForCausalLM
     if spec["builder"] != "causal-lm":
-        # transformers >= 4.46 only: imported where a vision model needs it, so a causal LM still builds on the
-        # older transformers that a DeepSpeed 0.14 stack pairs with
+        # added to transformers in 2024 (huggingface/transformers#32472): imported only where a vision model
+        # needs it, so a causal LM still builds on the older transformers a DeepSpeed 0.14 stack pairs with
         from transformers import AutoModelForImageTextToText
 
         cls = AutoModelForImageTextToText
