@@ -15,16 +15,19 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "guard",
         help="run a training command with the runtime guard on every rank (no code changes)",
         description="Run CMD (torchrun, deepspeed, accelerate launch, llamafactory-cli, python ...) with the "
-        "guard active in every Python process: each HF Trainer gets ZeroDoctorCallback and each plain "
-        "deepspeed.initialize engine is watched. Per-rank telemetry, findings, error files and stack dumps go to "
-        "RUN_DIR/zerodoctor/ (default: the Trainer's output_dir, else the working directory); render them "
+        "guard active in every Python process: each HF Trainer gets ZeroDoctorCallback, each mmengine Runner / "
+        "FlexibleRunner (XTuner) gets ZeroDoctorHook, and each plain deepspeed.initialize engine is watched. "
+        "Per-rank telemetry, findings, error files and stack dumps go to RUN_DIR/zerodoctor/ (default: the "
+        "Trainer's output_dir or the mmengine runner's work_dir, else the working directory); render them "
         "with `zerodoctor report RUN_DIR`. Options can also be given as ZERODOCTOR_GUARD_* variables. "
         "Exit code: the command's.",
         epilog="example: zerodoctor guard --run-dir out -- torchrun --nproc_per_node 8 train.py --deepspeed ds.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--run-dir", metavar="DIR", help="where the guard writes (default: the Trainer's output_dir)"
+        "--run-dir",
+        metavar="DIR",
+        help="where the guard writes (default: the Trainer's output_dir or the mmengine runner's work_dir)",
     )
     p.add_argument("--every", type=int, metavar="N", help="sample every N optimizer steps (default 1)")
     p.add_argument(

@@ -309,28 +309,24 @@ def _read_errors(d: Path) -> list[dict[str, Any]]:
     return out
 
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
 def _read_stacks(d: Path, ranks: list[int]) -> list[dict[str, Any]]:
-    """Which ranks' watchdogs fired and where each one's main thread stood in its last dump (innermost first)."""
-    out = []
-    for rank in ranks:
-        p = d / f"stacks-rank{rank}.txt"
-        text = p.read_text(errors="replace") if p.exists() else ""
-        if not text.strip():
-            continue
-        block = text.split("Timeout (")[-1]
-        threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", block)
-        # the main thread is the one whose outermost frame is the script's <module>
-        main = next((t for t in threads if " in <module>" in t), threads[-1])
-        frames = [
-            f"{m['func']} ({Path(m['file']).name}:{m['line']})"
-            for m in (_FRAME.match(line) for line in main.splitlines())
-            if m
-        ]
-        out.append({"rank": rank, "file": p.name, "dumps": text.count("Timeout ("), "top_frames": frames[:6]})
-    return out
+    """Which ranks' watchdogs fired and where each one's main thread stood in its last dump (innermost first):
+    the same reading `zerodoctor diagnose RUN_DIR` merges (`diagnose.rundir.read_rank_stacks`)."""
+    from zerodoctor.diagnose.rundir import read_rank_stacks
+
+    wanted = set(ranks)
+    return [
+        {
+            "rank": s.rank,
+            "file": Path(s.path).name,
+            "dumps": s.dumps,
+            "top_frames": [f"{f.func} ({Path(f.file).name}:{f.line})" for f in s.frames[:6]],
+        }
+        for s in read_rank_stacks(d)
+        if s.rank in wanted
+    ]
 
 
 def _nodes(ranks: list[RankData]) -> list[NodeData]:
