@@ -158,11 +158,12 @@ STACK_WAIT_S = 3.0
 def _ask_for_stacks(logs: list[RankLog], out: Path) -> None:
     """SIGUSR1 to every rank still running; wait until each has written its stacks (or STACK_WAIT_S)."""
     asked = []
+    sigusr1 = getattr(signal, "SIGUSR1", None)
     for rl in logs:
-        if rl.pid is None or rl.done or rl.error is not None:
+        if sigusr1 is None or rl.pid is None or rl.done or rl.error is not None:
             continue
         try:
-            os.kill(rl.pid, signal.SIGUSR1)
+            os.kill(rl.pid, sigusr1)
             asked.append(out / f"rank{rl.rank}.stack")
         except (ProcessLookupError, PermissionError):
             continue

@@ -92,12 +92,15 @@ def _stacks_on_signal(out_dir: Path, rank: int) -> None:
     """Dump every thread's Python stack on SIGUSR1 (asked by the watchdog; the rank runs on) and on SIGTERM
     (then the rank ends as it would have). faulthandler's handler runs in C, so a rank blocked inside a
     gloo/NCCL collective still answers."""
-    for signum, suffix, chain in ((signal.SIGUSR1, "stack", False), (signal.SIGTERM, "term", True)):
+    for name, suffix, chain in (("SIGUSR1", "stack", False), ("SIGTERM", "term", True)):
+        signum = getattr(signal, name, None)
+        if signum is None:  # no SIGUSR1 on Windows: the phase log still tells
+            continue
         try:
             f = (out_dir / f"rank{rank}.{suffix}").open("w", encoding="utf-8")
             faulthandler.register(signum, file=f, all_threads=True, chain=chain)
             _STACK_FILES.append(f)
-        except (OSError, AttributeError, ValueError):  # no SIGUSR1 (Windows): the phase log still tells
+        except (OSError, AttributeError, ValueError):  # faulthandler cannot register it here
             continue
 
 
