@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zerodoctor.diagnose import rundir
+from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
 from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine, Source, iter_pieces, open_source, parse_line
 from zerodoctor.diagnose.rundir import error_file_source
@@ -441,7 +442,10 @@ def iter_hits(
     """Open every path first (so bad input fails before any work), then scan them one after another,
     yielding hits in order; `stats` is filled in as it goes."""
     stats = stats if stats is not None else ScanStats()
-    sources = [error_file_source(p) or open_source(p) for p in rundir.expand(list(paths))]
+    sources = [
+        guard_error_source(p) or error_file_source(p) or open_source(p)
+        for p in without_guard_duplicates(rundir.expand(list(paths)))
+    ]
     eng = engine()
     stats.engine = eng.name
     state = ScanState(eng)
