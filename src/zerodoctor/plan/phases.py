@@ -37,10 +37,13 @@ PHASE_TITLES = {
     "save": "checkpoint save",
 }
 
-CUDA_CONTEXT_BYTES = int(1.0 * GIB)
+CUDA_CONTEXT_BYTES = int(1.3 * GIB)
 """Per process, outside PyTorch's allocator: the CUDA context, loaded kernels (torch, cuBLAS, flash-attn)
-and cuBLAS workspaces. What `nvidia-smi` shows for a process that allocated nothing (docs/memory-model.md;
-gpu_poor budgets 650 MB for "cuda + other overhead" on one GPU). Not calibrated on a GPU here."""
+and cuBLAS workspaces (docs/memory-model.md; gpu_poor budgets 650 MB for "cuda + other overhead" on one GPU).
+Measured on an H100 (torch 2.11 + CUDA 13, DeepSpeed 0.19.8, one rank; benchmarks/plan_gpu.py, device total -
+free - reserved at each phase's end): 0.98 GiB right after CUDA and NCCL init, before any tensor, then
+1.16-1.76 GiB (median 1.30) once training has run: CUDA loads kernel images lazily (CUDA_MODULE_LOADING=LAZY,
+the default since CUDA 11.7) and cuBLAS/cuBLASLt create their handles and workspaces at the first matmuls."""
 
 NCCL_BUFFER_BYTES = int(0.5 * GIB)
 """Per process when the world has more than one rank: NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB per
@@ -58,7 +61,7 @@ EXPANDABLE_SLACK_BYTES = int(0.5 * GIB)
 """The allocator slack with expandable segments: block rounding only."""
 
 FRAMEWORK_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_SLACK_BYTES
-"""The three per-GPU items above for a multi-rank run (3 GiB): between gpu_poor's 650 MB single-GPU constant
+"""The three per-GPU items above for a multi-rank run (3.3 GiB): between gpu_poor's 650 MB single-GPU constant
 and the ~5 GiB per GPU EleutherAI's calculator cannot explain on Megatron-DeepSpeed (docs/memory-model.md)."""
 
 PER_RANK_HOST_BASELINE_BYTES = int(2.0 * GIB)
