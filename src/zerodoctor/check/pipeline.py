@@ -294,10 +294,11 @@ SELFTEST_CHECK_PHASES = {"saved-weights": "checkpoint_save", "reload": "checkpoi
 
 
 def _selftest(run: RunDescription, timeout_s: float) -> Any:
-    """The deepest tier: the run's own ZeRO config on a shrunken model of its family, 2 local ranks."""
+    """The deepest tier: the run's own ZeRO config on a shrunken model of its family, on the selftest's default
+    ranks for this machine (2, or 1 where torch sees a single GPU: nccl cannot put two ranks on one GPU)."""
     from zerodoctor.selftest import run_selftest, spec_from_run
 
-    return run_selftest(spec_from_run(run), ranks=2, timeout_s=timeout_s)
+    return run_selftest(spec_from_run(run), timeout_s=timeout_s)
 
 
 def _with_selftest_phase(f: Finding) -> Finding:
