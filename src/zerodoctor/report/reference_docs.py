@@ -94,7 +94,16 @@ PAGES = {"rules.md": rules_markdown, "known-failures.md": known_failures_markdow
 
 
 def main(argv: list[str] | None = None) -> int:
-    docs = Path(argv[0]) if argv else Path(__file__).resolve().parents[3] / "docs"
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m zerodoctor.report.reference_docs",
+        description="Regenerate docs/rules.md and docs/known-failures.md from the lint rules and the knowledge base.",
+    )
+    ap.add_argument("docs", nargs="?", type=Path, default=Path(__file__).resolve().parents[3] / "docs")
+    docs = ap.parse_args(argv).docs
+    if not docs.is_dir():
+        ap.error(f"{docs}: not a directory")
     for name, make in PAGES.items():
         (docs / name).write_text(make(), encoding="utf-8")
         sys.stdout.write(f"wrote {docs / name}\n")
