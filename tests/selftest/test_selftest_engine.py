@@ -306,7 +306,11 @@ def test_the_rank_that_died_or_hung_is_named_and_the_others_as_ended(rank1_fault
         assert "rank 1 ended without a Python exception (exit code 17)" in step.detail
         # rank 0 is either stopped by torchrun's SIGTERM or first sees gloo's "Connection reset by peer"
         assert "rank 0 was ended by torchrun" in step.detail or "rank 0 then failed because" in step.detail
-        assert "torchrun's first observed failure: rank 1" in result.first_error["evidence"]
+        # torchrun names rank 1 as its first observed failure, unless rank 0's own "peer gone" error reached
+        # torchrun first (a race on a busy machine): then rank 1 is still the one named, by its silent exit
+        assert "torchrun's first observed failure: rank 1" in result.first_error["evidence"] or (
+            "rank 0 then failed because" in step.detail
+        ), (step.detail, result.first_error["evidence"])
     else:
         # rank 1's own stack is in the injected sleep, rank 0's in a collective waiting for it
         assert failed.id == "selftest-timeout"
