@@ -14,6 +14,12 @@ EXAMPLES = ROOT / "examples"
 LF_OFFLOAD = EXAMPLES / "llamafactory-deepseek-coder-v2-z3-offload"
 
 
+DEEPSEEK_236B_48_GPUS = (
+    *("--model", "deepseek-ai/DeepSeek-Coder-V2-Instruct", "--nodes", "6", "--gpus-per-node", "8"),
+    *("--gpu-memory", "79.32", "--host-ram", "1024", "--framework", "deepspeed"),
+)
+
+
 def _json(run_cli, *args):
     code, out, err = run_cli("check", *args, "--format", "json")
     assert out, err
@@ -99,43 +105,12 @@ def test_emitted_config_and_lint_agree_on_the_save_gather(run_cli, tmp_path):
     """plan --emit-ds-config turns the 16-bit gather off when it does not fit node 0; check on that config with
     the same cluster must not tell the user to turn it back on."""
     emitted = tmp_path / "ds.json"
-    code, _, err = run_cli(
-        "plan",
-        "--model",
-        "deepseek-ai/DeepSeek-Coder-V2-Instruct",
-        "--nodes",
-        "6",
-        "--gpus-per-node",
-        "8",
-        "--gpu-memory",
-        "79.32",
-        "--host-ram",
-        "1024",
-        "--framework",
-        "deepspeed",
-        "--emit-ds-config",
-        str(emitted),
-    )
+    code, _, err = run_cli("plan", *DEEPSEEK_236B_48_GPUS, "--emit-ds-config", str(emitted))
     assert code in (0, 1), err
     cfg = json.loads(emitted.read_text())
     if cfg["zero_optimization"].get("stage3_gather_16bit_weights_on_model_save") is not False:
         pytest.skip("the recommended strategy keeps the gather on")
-    _, doc = _json(
-        run_cli,
-        str(emitted),
-        "--model",
-        "deepseek-ai/DeepSeek-Coder-V2-Instruct",
-        "--nodes",
-        "6",
-        "--gpus-per-node",
-        "8",
-        "--gpu-memory",
-        "79.32",
-        "--host-ram",
-        "1024",
-        "--framework",
-        "deepspeed",
-    )
+    _, doc = _json(run_cli, str(emitted), *DEEPSEEK_236B_48_GPUS)
     ds007 = [f for f in doc["findings"] if f["id"] == "DS007"]
     assert ds007 and ds007[0]["severity"] == "info" and "Keep it so" in ds007[0]["message"]
     assert not any("Gather the 16-bit weights" in x for f in ds007 for x in f["fixes"])
