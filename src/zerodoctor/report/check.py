@@ -10,7 +10,14 @@ from rich.text import Text
 
 from zerodoctor.check.registry import PHASE_TITLES, PHASES
 from zerodoctor.findings import Finding, Severity
-from zerodoctor.report.render import envelope, summary, text_console
+from zerodoctor.report.render import (
+    SEVERITY_STYLE,
+    append_evidence,
+    append_fixes,
+    envelope,
+    summary,
+    text_console,
+)
 
 if TYPE_CHECKING:
     from zerodoctor.check.pipeline import CheckReport
@@ -76,31 +83,16 @@ def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -
     return buf.getvalue()
 
 
-_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
-
-
 def _finding(f: Finding) -> Text:
     """What went wrong first, then where, then what to do: severity, id and title; the message; every
     location; the ranked fixes; the sources."""
     t = Text("  ")
-    t.append(f"{f.severity.label.upper()}", style=_STYLE[f.severity])
+    t.append(f"{f.severity.label.upper()}", style=SEVERITY_STYLE[f.severity])
     t.append(f" {f.id}", style="bold")
     t.append(f"  {f.title}\n")
     t.append(f"    {f.message}\n")
-    for ev in f.evidence:
-        loc = ev.location()
-        if not loc and not ev.text:
-            continue
-        t.append(f"    at {loc}" if loc else "    ", style="dim")
-        if ev.text and ev.text != loc:
-            t.append(f": {ev.text}" if loc else ev.text, style="dim")
-        t.append("\n")
-    for i, fix in enumerate(f.fixes, 1):
-        t.append(f"    fix {i}: ", style="green")
-        t.append(fix.text)
-        if fix.command:
-            t.append(f"  $ {fix.command}", style="green")
-        t.append("\n")
+    append_evidence(t, f.evidence, "    ", skip_empty=True)
+    append_fixes(t, f.fixes, "    ", patches=False)
     if f.data.get("also_found_by"):
         t.append(f"    also found by: {', '.join(f.data['also_found_by'])}\n", style="dim")
     if f.references:

@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.text import Text
 
 from zerodoctor import __version__
-from zerodoctor.findings import Finding, Severity
+from zerodoctor.findings import Evidence, Finding, Fix, Severity
 
 JSON_SCHEMA_VERSION = 1
-_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
 
 
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
@@ -47,32 +47,44 @@ def finding_text(f: Finding) -> Text:
     where = f.evidence[0].location() if f.evidence else ""
     if where:
         t.append(f"{where}: ", style="bold")
-    t.append(f"{f.severity.label} ", style=_STYLE[f.severity])
+    t.append(f"{f.severity.label} ", style=SEVERITY_STYLE[f.severity])
     t.append(f"{f.id}", style="bold")
     if f.name and f.name != f.id:
         t.append(f" [{f.name}]", style="dim")
     t.append(f" {f.title}\n")
     t.append(f"  {f.message}\n")
-    for ev in f.evidence[1:] if where else f.evidence:
+    append_evidence(t, f.evidence[1:] if where else f.evidence, "  ")
+    append_fixes(t, f.fixes, "  ", patches=True)
+    if f.references:
+        t.append("  see: " + ", ".join(f.references) + "\n", style="dim")
+    return t
+
+
+def append_evidence(t: Text, evidence: Sequence[Evidence], indent: str, *, skip_empty: bool = False) -> None:
+    """One dim line per piece of evidence: "at LOCATION: text" (`skip_empty`: leave out entries with neither)."""
+    for ev in evidence:
         loc = ev.location()
-        t.append(f"  at {loc}" if loc else "  ", style="dim")
+        if skip_empty and not loc and not ev.text:
+            continue
+        t.append(f"{indent}at {loc}" if loc else indent, style="dim")
         if ev.text and ev.text != loc:
             t.append(f": {ev.text}" if loc else ev.text, style="dim")
         t.append("\n")
-    for i, fix in enumerate(f.fixes, 1):
-        t.append(f"  fix {i}: ", style="green")
+
+
+def append_fixes(t: Text, fixes: Sequence[Fix], indent: str, *, patches: bool) -> None:
+    """The ranked fixes, "fix N: text  $ command" (`patches`: also the keys and values a fix would write)."""
+    for i, fix in enumerate(fixes, 1):
+        t.append(f"{indent}fix {i}: ", style="green")
         t.append(fix.text)
         if fix.command:
             t.append(f"  $ {fix.command}", style="green")
-        if fix.patch:
+        if patches and fix.patch:
             t.append(
                 "  (" + ", ".join(f"{k} = {json.dumps(v, default=str)}" for k, v in fix.patch.items()) + ")",
                 style="dim",
             )
         t.append("\n")
-    if f.references:
-        t.append("  see: " + ", ".join(f.references) + "\n", style="dim")
-    return t
 
 
 def text_console(buf: io.StringIO, *, width: int = 100, color: bool = False) -> Console:
