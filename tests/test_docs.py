@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.report.reference_docs import PAGES
+from zerodoctor.report.reference_docs import PAGES, main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = re.compile(r"(?<![-\w])(memory\.md|failures\.md)|seed case|seed article|\.\./shared|knowledge/")
@@ -19,6 +19,16 @@ def test_generated_page_is_current(name):
     assert page.exists() and page.read_text() == PAGES[name](), (
         f"docs/{name} is stale: run `python -m zerodoctor.report.reference_docs`"
     )
+
+
+def test_generator_writes_the_pages_into_a_given_folder_and_refuses_a_missing_one(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == set(PAGES)
+    assert (tmp_path / "rules.md").read_text() == PAGES["rules.md"]()
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "missing")])
+    assert exc.value.code == 2
+    assert "missing: not a directory" in capsys.readouterr().err
 
 
 def test_user_facing_text_cites_docs_and_upstream_not_the_teams_notes():
