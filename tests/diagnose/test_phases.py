@@ -45,3 +45,66 @@ def test_phase_of_a_sigkill_from_the_markers_before_it(tmp_path: Path, before: s
     assert d.findings[0].severity.name == "ERROR" and d.first_failure is not None
     assert d.first_failure.exit_code == -9
     assert d.phase == phase, d.findings[0].data
+
+
+# A paste with no marker and a traceback cut before its frames: the frames' source lines and the failure's own
+# message still say the phase (each reason in zerodoctor.diagnose.extract._MESSAGE_PHASE / patterns.py).
+_RICH_TO = (
+    "│ ❱  905 │   │   │   return t.to(device, dtype if t.is_floating_point() or t.i │\n"
+    "│    906 │   │                                                                 │\n"
+    "│    907 │   │   return self._apply(convert)                                   │\n"
+    "╰──────────────────────────────────────────────────────────────────────────────╯\n"
+)
+_OOM = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB (GPU 2; 79.17 GiB total capacity; "
+    "76.68 GiB already allocated; 381.31 MiB free; 77.24 GiB reserved in total by PyTorch)\n"
+)
+_INDEX_ASSERT = (
+    "RuntimeError: CUDA device-side assertion in indexSelectLargeIndex: Assertion `srcIndex < srcSelectDimSize` "
+    "failed.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "phase"),
+    [
+        # Module.to() moving a loaded model onto the GPU (rich traceback, no frame header pasted)
+        (_RICH_TO + _OOM, "load"),
+        # torch.nn.functional.softmax inside a model's forward, lines prefixed by pdsh's host name
+        ("gpu-q-13:     ret = input.softmax(dim, dtype=dtype)\ngpu-q-13: " + _OOM, "training_step"),
+        # the same forward while HF Trainer evaluates
+        (
+            "***** Running Evaluation *****\n  Num examples = 1000\n    ret = input.softmax(dim, dtype=dtype)\n" + _OOM,
+            "evaluation",
+        ),
+        # a token id past the embedding: CUDA's index kernel assertion in Embedding.forward
+        (_INDEX_ASSERT, "training_step"),
+        # DeepSpeed >= 0.16 refusing no_sync under ZeRO-3: raised when the loop accumulates gradients
+        (
+            "AssertionError: no_sync context manager is incompatible with gradient partitioning logic of ZeRO stage 3\n",
+            "training_step",
+        ),
+        ("[rank2]: NotImplementedError: Cannot copy out of meta tensor; no data!\n", "load"),
+        # a JIT op build failing: deepspeed.initialize builds the optimizer's op
+        (
+            "FAILED: multi_tensor_adam.cuda.o \nninja: build stopped: subcommand failed.\n"
+            "RuntimeError: Error building extension 'fused_adam'\n",
+            "engine_init",
+        ),
+    ],
+)
+def test_phase_from_frame_source_lines_and_failure_messages(tmp_path: Path, text: str, phase: str) -> None:
+    log = tmp_path / "paste.log"
+    log.write_text(text, encoding="utf-8")
+    d = diagnose([str(log)])
+    assert d.findings, text
+    assert d.phase == phase, (d.phase, d.findings[0].id, d.findings[0].data)
+
+
+def test_a_forward_line_outside_a_traceback_does_not_place_a_later_failure(tmp_path: Path) -> None:
+    """Hints are read only around the failure: a forward source line printed long before does not count."""
+    log = tmp_path / "run.log"
+    filler = "".join(f"[INFO] step {i} done\n" for i in range(30))
+    log.write_text("    ret = input.softmax(dim, dtype=dtype)\n" + filler + KILL, encoding="utf-8")
+    d = diagnose([str(log)])
+    assert d.phase == "unknown", d.findings[0].data

@@ -108,6 +108,21 @@ _CODE_PHASE = {
     "train": "training_step",
     "eval": "evaluation",
     "save": "checkpoint_save",
+    "forward": "forward",  # a forward pass: evaluation's or training's, decided from the markers (see phase_of)
+    "load": "load",
+}
+# Failure messages raised in one phase only (patterns.py "msg-*"), read like a frame's source line when neither
+# the frames nor the markers place the failure. Why each names its phase:
+_MESSAGE_PHASE = {
+    # ZeRO-3's forward hooks assert that a submodule's parameters were gathered (partitioned_param_coordinator.py
+    # fetch_sub_module); CUDA's index kernel asserts on a token id past the embedding (Embedding.forward): both
+    # are raised inside a model's forward
+    "forward": "forward",
+    # DeepSpeedEngine.no_sync() (runtime/engine.py, DeepSpeed >= 0.16.0) refuses ZeRO-2/3, and older engines have no
+    # no_sync at all: the training loop enters it for gradient accumulation (accelerate's accumulate, HF Trainer)
+    "train": "training_step",
+    # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device
+    "load": "load",
 }
 # The runtime guard's phases (zerodoctor.guard.monitor) -> diagnose's.
 _GUARD = re.compile(r"zerodoctor guard \[rank (\d+), step (\S+), (\w+)\]")
@@ -600,6 +615,8 @@ class Extractor:
                     self._asserts.append((line, hit))
             elif k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_CODE_PHASE[k[len("x:code-") :]], line))
+            elif k.startswith("x:msg-") and len(self.facts.code_hints) < MAX_EVENTS:
+                self.facts.code_hints.append((_MESSAGE_PHASE[k[len("x:msg-") :]], line))
             if k.startswith("x:phase-"):
                 self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
                 if len(self.facts.markers) > 4 * MAX_EVENTS:
@@ -865,6 +882,10 @@ class Extractor:
             phase = self._code_phase(ev.line.source, lo, ev.line.lineno) or phase
         if phase == "optimizer":
             phase = self._optimizer_phase(ev, False)
+        if phase == "forward":
+            # a forward pass runs in training and in evaluation: evaluation's own markers say which
+            at = self.phase_at(ev.line, ev.seq, ev.progress)
+            phase = at if at == "evaluation" else "training_step"
         return phase if phase != "unknown" else self.phase_at(ev.line, ev.seq, ev.progress)
 
     def same_exception(self, tb: Traceback) -> list[Traceback]:

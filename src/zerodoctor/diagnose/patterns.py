@@ -74,7 +74,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # start lines, the optimizer it builds, the ops it JIT-builds for it
     "phase-engine": r"DeepSpeed Final Optimizer|Time to load \w+ op|DeepSpeed LR Scheduler = |DeepSpeed info: version="
     r"|Creating (?:\S+ )?ZeRO stage \d optimizer|DeepSpeed Basic Optimizer = |Using client Optimizer as basic optimizer"
-    r"|Building extension module \w+",
+    r"|Building extension module \w+|Error building extension '|ninja: build stopped: subcommand failed",
     # the training loop starts: HF Trainer (LLaMA-Factory, TRL), mmengine (XTuner)
     "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
@@ -102,6 +102,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "cpp-terminate": r"terminate called after throwing an instance of '",
     "cpp-what": r"what\(\):\s+\S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
+    # a model's forward as its frames' source lines show it (torch.nn.functional and the HF decoder layers): a
+    # forward pass, of training unless evaluation is running (see extract.phase_of)
+    "code-forward": r"= input\.softmax\(dim|return torch\.embedding\(|F\.scaled_dot_product_attention\("
+    r"|= self\.self_attn\(|= self\.mlp\(|= self\.lm_head\(|= self\.embed_tokens\(",
+    # torch.nn.Module.to()/.cuda()/.half() (Module._apply(convert)): the whole model placed or cast at load
+    "code-load": r"return self\._apply\(convert\)|return t\.to\(device, dtype if t\.is_floating_point",
+    # failure messages that are only raised in one phase (the reasons: extract._MESSAGE_PHASE_REASONS)
+    "msg-forward": r"ds_status == ZeroParamStatus\.AVAILABLE|indexSelect(?:Large|Small)Index"
+    r"|srcIndex < srcSelectDimSize",
+    "msg-train": r"no_sync context manager is incompatible|object has no attribute 'no_sync'",
+    "msg-load": r"Cannot copy out of meta tensor",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
     # coloured lines are re-scanned after the colour codes are removed
