@@ -106,3 +106,22 @@ def test_warnings_that_matter_are_listed_in_the_timeline(run_cli):
     assert all(":" in w["location"] for w in warnings)
     code, text, _ = run_cli("diagnose", str(log))
     assert "warning at " in text and "Saving the full checkpoint instead" in text
+
+
+def test_diagnose_imports_only_its_own_command(tmp_path: Path) -> None:
+    """Cold start: `zerodoctor diagnose` does not import the other commands' machinery (selftest's launcher, the
+    planner, the environment probes), which would cost it its 0.5 s start-up target."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "run.log"
+    log.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", encoding="utf-8")
+    code = (
+        "import sys; from zerodoctor.cli.main import main; rc = main(['diagnose', sys.argv[1]]);"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('zerodoctor.selftest', 'zerodoctor.plan',"
+        " 'zerodoctor.env.probes', 'zerodoctor.check', 'zerodoctor.guard')));"
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    assert "HEAVY []" in out.stdout, out.stdout[-500:]
