@@ -1,0 +1,290 @@
+"""The caching-allocator simulator against the rules of c10/cuda/CUDACachingAllocator.cpp, one rule per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from zerodoctor.plan.allocator import (
+    Alloc,
+    Allocator,
+    AllocatorConfig,
+    EmptyCache,
+    Free,
+    Mark,
+    SimulatedOOM,
+    allocation_size,
+    replay,
+    round_size,
+)
+
+MIB = 1 << 20
+
+FRAGMENTING = [
+    Alloc("x", 80 * MIB),
+    Free("x"),
+    Alloc("y", 30 * MIB),
+    Alloc("z", 30 * MIB),
+    Free("y"),  # 50 MiB free inside the 80 MiB segment, but in two pieces around z
+    Alloc("w", 45 * MIB),
+]
+
+
+# ---- round_size / get_allocation_size -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "rounded"),
+    [(1, 512), (511, 512), (512, 512), (513, 1024), (MIB, MIB), (MIB + 1, MIB + 512)],
+)
+def test_round_size_to_min_block(size: int, rounded: int) -> None:
+    assert round_size(size) == rounded
+
+
+def test_round_size_power2_divisions() -> None:
+    # roundup_power2_next_division: 1.2e6 lies between 2^20 and 2^21; 4 divisions of 2^20 are 256 KiB apart
+    assert round_size(1_200_000, 4) == MIB + 256 * 1024
+    assert round_size(1 << 21, 4) == 1 << 21  # powers of two are kept
+    assert round_size(1500, 4) == 1536  # at most 4 x 512: plain 512 rounding
+
+
+@pytest.mark.parametrize(
+    ("size", "segment"),
+    [
+        (512, 2 * MIB),  # small pool: kSmallBuffer
+        (MIB, 2 * MIB),
+        (MIB + 512, 20 * MIB),  # 1 MiB < size < kMinLargeAlloc: kLargeBuffer
+        (10 * MIB - 512, 20 * MIB),
+        (10 * MIB, 10 * MIB),  # from kMinLargeAlloc on: rounded to kRoundLarge
+        (11 * MIB + 512, 12 * MIB),
+    ],
+)
+def test_allocation_size(size: int, segment: int) -> None:
+    assert allocation_size(size) == segment
+
+
+# ---- pools, packing, splitting -------------------------------------------------------------------------------
+
+
+def test_small_requests_pack_into_2mib_segments() -> None:
+    a = Allocator()
+    for i in range(5):
+        a.malloc(i, 512 * 1024)
+    assert (a.reserved, a.segments, a.allocated) == (4 * MIB, 2, 5 * 512 * 1024)
+
+
+def test_small_and_large_pools_do_not_share_blocks() -> None:
+    a = Allocator()
+    a.malloc("s", 512 * 1024)
+    a.free("s")  # a 2 MiB small-pool segment is cached
+    a.malloc("l", MIB + 512)  # a large request cannot use it
+    assert (a.reserved, a.segments) == (22 * MIB, 2)
+
+
+def test_mid_size_requests_share_a_20mib_segment() -> None:
+    a = Allocator()
+    a.malloc(1, 3 * MIB)
+    a.malloc(2, 3 * MIB)  # from the remainder of the 20 MiB block
+    assert (a.reserved, a.segments, a.allocated) == (20 * MIB, 1, 6 * MIB)
+
+
+def test_large_block_not_split_when_remainder_is_at_most_1mib() -> None:
+    a = Allocator()
+    a.malloc(1, 12 * MIB)
+    a.free(1)
+    a.malloc(2, 11 * MIB)  # remainder exactly kSmallSize: not > 1 MiB, the whole block is handed out
+    assert a.live_bytes(2) == 12 * MIB
+    assert a.allocated == 12 * MIB
+    a.free(2)
+    a.malloc(3, 11 * MIB - 512)  # remainder > 1 MiB: split
+    assert a.live_bytes(3) == 11 * MIB - 512
+
+
+def test_small_block_split_down_to_512_bytes() -> None:
+    a = Allocator()
+    a.malloc(1, MIB - 512)  # small pool: a 2 MiB segment, remainder 1 MiB + 512 B (>= 512: split)
+    a.malloc(2, MIB)  # from the remainder, leaving exactly 512 B (>= kMinBlockSize: split again)
+    assert a.live_bytes(2) == MIB
+    a.malloc(3, 512)  # the last 512 B are a block of their own
+    assert (a.segments, a.reserved, a.allocated) == (1, 2 * MIB, 2 * MIB)
+
+
+def test_best_fit_takes_the_smallest_block_that_fits() -> None:
+    a = Allocator()
+    a.malloc("big", 100 * MIB)
+    a.malloc("mid", 50 * MIB)
+    a.free("big")
+    a.free("mid")
+    a.malloc("x", 40 * MIB)  # the 50 MiB block, split
+    assert a.reserved == 150 * MIB
+    a.malloc("y", 90 * MIB)  # the 100 MiB block is still whole
+    assert a.reserved == 150 * MIB and a.segments == 2
+
+
+def test_blocks_of_different_streams_are_not_shared() -> None:
+    a = Allocator()
+    a.malloc(1, 30 * MIB, stream=0)
+    a.free(1)
+    a.malloc(2, 30 * MIB, stream=1)
+    assert a.segments == 2
+
+
+# ---- merging, empty_cache ---------------------------------------------------------------------------------------
+
+
+def test_freed_neighbours_merge_within_a_segment() -> None:
+    a = Allocator()
+    a.malloc("seg", 90 * MIB)
+    a.free("seg")
+    for i in range(3):
+        a.malloc(i, 30 * MIB)  # three blocks split from the one segment
+    assert a.segments == 1
+    a.free(1)
+    a.empty_cache()  # the segment is split and in use: nothing goes back
+    assert a.reserved == 90 * MIB
+    a.free(0)
+    a.free(2)  # merges [0][1][2] back into one block of the whole segment
+    a.malloc("whole", 90 * MIB)
+    assert a.segments == 1
+    a.free("whole")
+    a.empty_cache()
+    assert (a.reserved, a.segments) == (0, 0)
+
+
+def test_free_blocks_of_adjacent_segments_never_merge() -> None:
+    a = Allocator()
+    a.malloc(1, 40 * MIB)
+    a.malloc(2, 40 * MIB)
+    a.free(1)
+    a.free(2)
+    a.malloc(3, 60 * MIB)  # 80 MiB free in two segments, no block of 60
+    assert (a.reserved, a.segments) == (140 * MIB, 3)
+
+
+def test_fragmentation_gap_a_loss_like_pattern() -> None:
+    # A 2 GiB tensor freed, then a smaller one split from it, then 2 GiB again: a second 2 GiB segment.
+    r = replay(
+        [
+            Alloc("logits", 2048 * MIB),
+            Free("logits"),
+            Alloc("act", 100 * MIB),
+            Alloc("logits2", 2048 * MIB),
+            Mark("step"),
+        ]
+    )
+    assert r.allocated_peak == 2148 * MIB
+    assert r.reserved_peak == 4096 * MIB
+    assert r.phase("step").gap == 1948 * MIB
+
+
+# ---- max_split_size ------------------------------------------------------------------------------------------------
+
+
+def test_max_split_size_oversize_blocks_are_not_split_nor_given_to_small_requests() -> None:
+    a = Allocator(AllocatorConfig(max_split_size=200 * MIB))
+    a.malloc("big", 400 * MIB)
+    a.free("big")
+    a.malloc("small", 50 * MIB)  # < max_split: may not take the oversize block
+    assert a.segments == 2
+    a.malloc("over", 390 * MIB)  # oversize request: takes the 400 MiB block whole (within kLargeBuffer)
+    assert a.live_bytes("over") == 400 * MIB and a.segments == 2
+
+
+def test_max_split_size_oversize_request_does_not_take_a_much_larger_block() -> None:
+    a = Allocator(AllocatorConfig(max_split_size=200 * MIB))
+    a.malloc("big", 400 * MIB)
+    a.free("big")
+    a.malloc("over", 300 * MIB)  # 400 >= 300 + 20 MiB: a new segment
+    assert a.segments == 2
+
+
+def test_max_split_size_releases_oversize_cached_blocks_before_the_full_retry() -> None:
+    a = Allocator(AllocatorConfig(max_split_size=200 * MIB, capacity=1000 * MIB))
+    a.malloc("over", 600 * MIB)
+    a.free("over")
+    a.malloc("keep", 300 * MIB)  # oversize request, 600 >= 300 + 20: new segment; 900 reserved
+    a.malloc("need", 250 * MIB)  # no room: the cached 600 MiB oversize block is released first
+    assert a.alloc_retries == 0 and a.reserved == 550 * MIB
+
+
+# ---- OOM and the retry -------------------------------------------------------------------------------------------------
+
+
+def test_cached_whole_segments_are_released_and_the_allocation_retried() -> None:
+    r = replay(
+        [Alloc(1, 60 * MIB), Free(1), Alloc(2, 80 * MIB)],
+        AllocatorConfig(capacity=100 * MIB),
+    )
+    assert r.oom is None and r.alloc_retries == 1 and r.reserved_peak == 80 * MIB
+
+
+def test_oom_when_split_segments_hold_the_memory() -> None:
+    events = FRAGMENTING
+    r = replay(events, AllocatorConfig(capacity=100 * MIB))
+    assert r.oom is not None and r.oom.id == "w" and r.oom.event_index == 5
+    assert r.oom.allocated == 30 * MIB and r.oom.reserved == 80 * MIB
+    assert r.alloc_retries == 1
+    with pytest.raises(SimulatedOOM):
+        a = Allocator(AllocatorConfig(capacity=100 * MIB))
+        for ev in events:
+            a.malloc(ev.id, ev.nbytes) if isinstance(ev, Alloc) else a.free(ev.id)
+
+
+# ---- expandable segments -------------------------------------------------------------------------------------------------
+
+
+def test_expandable_segments_map_20mib_pages_and_split_finely() -> None:
+    a = Allocator(AllocatorConfig(expandable_segments=True))
+    for i in range(3):
+        a.malloc(i, 12 * MIB)
+    assert a.reserved == 40 * MIB  # 36 MiB in one segment, whole 20 MiB pages
+    assert a.segments == 1
+    a.malloc("s", 4096)  # the small pool has its own segment of 2 MiB pages
+    assert a.reserved == 42 * MIB and a.segments == 2
+
+
+def test_expandable_segments_avoid_the_fragmentation_oom() -> None:
+    events = FRAGMENTING
+    r = replay(events, AllocatorConfig(expandable_segments=True, capacity=100 * MIB))
+    # the retry unmaps the free pages ([0, 20) and [60, 80) MiB) and maps w's pages after z
+    assert r.oom is None and r.alloc_retries == 1
+
+
+def test_expandable_empty_cache_unmaps_only_whole_free_pages() -> None:
+    a = Allocator(AllocatorConfig(expandable_segments=True))
+    a.malloc(1, 30 * MIB)
+    a.malloc(2, 30 * MIB)  # pages [0, 60) MiB
+    a.free(1)  # free [0, 30): page [0, 20) is whole
+    a.empty_cache()
+    assert a.reserved == 40 * MIB
+    a.free(2)
+    a.empty_cache()
+    assert (a.reserved, a.segments) == (0, 0)
+
+
+def test_expandable_freed_space_is_reused_in_place() -> None:
+    r = replay(
+        [Alloc("logits", 2048 * MIB), Free("logits"), Alloc("act", 100 * MIB), Alloc("logits2", 2048 * MIB)],
+        AllocatorConfig(expandable_segments=True),
+    )
+    assert r.reserved_peak == 2160 * MIB  # 2148 MiB in 20 MiB pages, no second 2 GiB segment
+
+
+# ---- phases ----------------------------------------------------------------------------------------------------------------
+
+
+def test_marks_report_each_phase_and_empty_the_cache() -> None:
+    r = replay(
+        [
+            Alloc("state", 100 * MIB),
+            Alloc("tmp", 300 * MIB),
+            Free("tmp"),
+            Mark("load", empty_cache=True),
+            Alloc("act", 50 * MIB),
+            Mark("step"),
+            EmptyCache(),
+        ]
+    )
+    load, step = r.phases
+    assert (load.allocated_peak, load.reserved_peak) == (400 * MIB, 400 * MIB)
+    assert (step.allocated_peak, step.reserved_peak) == (150 * MIB, 150 * MIB)
+    assert r.segments == 2
