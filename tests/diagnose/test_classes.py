@@ -43,10 +43,25 @@ def test_class_named_with_the_logs_values(log: str, class_id: str, must_say: lis
     assert top.fixes
 
 
-def test_kb_verdict_carries_the_class_too() -> None:
+@pytest.mark.parametrize(
+    ("save_line", "top_id"),
+    [
+        # plain training: no entry explains the timeout, the class names it
+        ("", "class:collective-timeout"),
+        # rank 0 still saving when the others' gather timed out: the KB entry, with the class beside it
+        (
+            "[INFO|trainer.py:3719] 2024-05-20 03:10:44,018 >> Saving model checkpoint to out/checkpoint-400\n",
+            "nccl-timeout-save-eval",
+        ),
+    ],
+)
+def test_kb_verdict_carries_the_class_too(tmp_path: Path, save_line: str, top_id: str) -> None:
     """A watchdog timeout the KB knows is still classified: which collective, which ranks, how long."""
-    top = diagnose([str(LOGS / "watchdog.log")]).findings[0]
-    assert top.id == "nccl-timeout-save-eval"
+    lines = (LOGS / "watchdog.log").read_text().splitlines(keepends=True)
+    log = tmp_path / "watchdog.log"
+    log.write_text("".join(lines[:2]) + save_line + "".join(lines[2:]))
+    top = diagnose([str(log)]).findings[0]
+    assert top.id == top_id
     fc = top.data["failure_class"]
     assert fc["id"] == "class:collective-timeout"
     assert fc["collective"] == "_ALLGATHER_BASE" and fc["timeout_ms"] == 1800000

@@ -2,7 +2,9 @@
 
 An entry is a candidate when its symptoms match (require_any / require_all / exclude over the signatures
 seen anywhere in the logs, the same reading as `kb.matcher`) and none of its conditions is false for the
-versions (printed by the log, then `--env`) and setup facts (`--config`). Its score adds:
+versions (printed by the log, then `--env`) and setup facts (`--config`); an entry about a failure during a save
+or an evaluation that needs a line of it is dropped when the log places the failure in another phase. Its score
+adds:
   * the weights of the signatures that hit (message, frame, launcher, warning, context, version lines);
   * +1 per condition known to be true;
   * +1.5 when the phase of its failure fits the entry's phase, -1.5 when it clearly does not;
@@ -56,6 +58,20 @@ _ENTRY_PHASE: dict[str, str] = {
     "init": "engine_init",
     "resume": "resume",
 }
+# An entry about a failure *during* a save or an evaluation whose symptoms require a `context` line of it (a
+# watchdog timeout while rank 0 saves): the line must still be in progress at the failure, so a phase the log
+# places elsewhere (training resumed after the save) rules it out; an unplaced failure keeps it.
+_IN_PROGRESS_PHASES = frozenset({"checkpoint_save", "eval"})
+_IN_PROGRESS_FIT = frozenset({"checkpoint_save", "evaluation", "unknown"})
+
+
+def _needs_phase_in_progress(entry: Entry) -> bool:
+    kinds = {s.id: s.kind for s in entry.symptoms.signatures}
+    return entry.phase in _IN_PROGRESS_PHASES and any(
+        kinds.get(sid) == "context" for sid in entry.symptoms.require_all
+    )
+
+
 # Signature kinds that are not a failure on their own: a message a healthy run also prints.
 _NOT_FAILURE_KINDS = frozenset({"warning", "context", "version"})
 
@@ -204,6 +220,9 @@ def judge(
                 break
         phase_event = anchor or first
         detected = phase_event.phase if phase_event is not None else facts.end_phase
+        if _needs_phase_in_progress(entry) and detected not in _IN_PROGRESS_FIT:
+            # its context line (a save, an evaluation) was over before the failure: training had resumed
+            continue
         fit = _PHASE_FIT.get(entry.phase)
         if "first-step" in entry.id:  # first-step entries are about the lazy creation of optimizer state
             fit = frozenset({"first_optimizer_step"})

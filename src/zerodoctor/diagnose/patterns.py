@@ -80,7 +80,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
     "phase-save": r"Saving model checkpoint to|Checkpoint global_step\d+ is (ready now|about to be saved)"
     r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
-    r"|\[Torch\] Saving \S+global_step|Saving model weights to ",
+    r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
+    r"|Saving checkpoint\. This may take some time",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
     "phase-save-done": r"zero checkpoint saved",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
