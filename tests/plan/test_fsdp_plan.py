@@ -157,3 +157,26 @@ def test_emit_refuses_an_fsdp_strategy(tmp_path):
     plan = plan_strategy(inputs, fsdp_as_zero(FsdpSettings()))
     with pytest.raises(PlanError, match="FSDP strategy, not a DeepSpeed one"):
         ds_config(inputs, plan)
+
+
+def test_fsdp1_offload_pins_a_gradient_for_frozen_units_and_holds_three_copies_at_lazy_init():
+    """torch _flat_param.py init_flat_param_attributes: every FlatParameter with offload_params gets a pinned copy
+    of its shard AND a pinned `_cpu_grad` of the same size, frozen (QLoRA base) units included; the pageable shard
+    from wrap time stays the FlatParameter's data until the unit's first forward."""
+    inputs = replace(_inputs("qlora", gpus=2), model=resolve_model("llama-2-70b"))
+    t = replace(inputs.training, quant_storage="bfloat16", lora_rank=8)
+    f1 = FsdpSettings(offload_params=True, use_orig_params=False, cpu_ram_efficient_loading=True)
+    plan = plan_strategy(inputs, fsdp_as_zero(f1), t)
+    steady = {i.name: i.bytes for i in plan.phase("steady").host}
+    assert steady["offloaded: FSDP sharded gradients"] == steady["offloaded: FSDP sharded parameters"]
+    st = fsdp_states(inputs, f1, t)
+    assert st.grads < st.params / 50  # the trainable (adapter) gradients alone are tiny
+    load = {i.name: i.bytes for i in plan.phase("load").host}
+    assert load["FSDP lazy init: pageable shards (until each unit's first forward)"] == st.params * 2
+    assert plan.phase("load").host_bytes > plan.phase("steady").host_bytes
+    save = {i.name for i in plan.phase("save").host}
+    assert "offloaded: FSDP sharded gradients" in save  # an attribute of the FlatParameter: never freed
+    # FSDP2 moves only the reduce-scattered gradients of trainable parameters to the host
+    f2 = replace(f1, version=2)
+    v2 = {i.name: i.bytes for i in plan_strategy(inputs, fsdp_as_zero(f2), t).phase("steady").host}
+    assert v2["offloaded: FSDP sharded gradients"] < v2["offloaded: FSDP sharded parameters"] / 50

@@ -51,6 +51,11 @@ if TYPE_CHECKING:
 
 SRC_FLAT = "torch/distributed/fsdp/_flat_param.py"
 SRC_RUNTIME = "torch/distributed/fsdp/_runtime_utils.py"
+SRC_CPU_GRAD = (
+    "torch/distributed/fsdp/_flat_param.py FlatParamHandle.init_flat_param_attributes: "
+    "_local_shard.pin_memory() and _cpu_grad = zeros_like(_local_shard).pin_memory() for every FlatParameter "
+    "when offload_params (torch 2.2 through 2.13)"
+)
 SRC_UPCAST = (
     "accelerate/accelerator.py prepare_model (FSDP1) / utils/fsdp_utils.py fsdp2_prepare_model (FSDP2): "
     "upcast of trainable low-precision parameters to fp32"
@@ -214,6 +219,8 @@ def plan_fsdp(
     train_shard, upcast_frozen = st.trainable_shard, st.upcast_frozen
     offload = f.offload_params
     dev = ms.HOST if offload else ms.GPU
+    # FSDP1 + CPU offload: a pinned _cpu_grad for every FlatParameter, frozen ones included (SRC_CPU_GRAD)
+    host_grad_bytes = param_shard_bytes if offload and f.version == 1 else grad_shard_bytes
     upcast_note = "fp32 (accelerate upcasts trainable parameters under mixed precision)" if pb < 4 else "fp32"
     components = [
         ms.Component(
@@ -225,7 +232,7 @@ def plan_fsdp(
         ),
         ms.Component(
             "fsdp sharded gradients",
-            grad_shard_bytes,
+            host_grad_bytes,
             dev,
             pinned=offload,
             source=f"{SRC_RUNTIME} _post_backward_hook -> _reduce_grad (_cast_grad_to_param_dtype)"
@@ -239,11 +246,20 @@ def plan_fsdp(
             source="torch/optim/adamw.py _init_group (exp_avg, exp_avg_sq like the fp32 shard, first step)",
         ),
     ]
-    # Pinned host blocks: one per unit's shard (FSDP1 FlatParameter; FSDP2 pins per parameter: per unit here).
-    pinned_params = max(
-        sum(ms.pinned_bytes(b, inputs.torch_version) * k for b, k in st.pinned_blocks), st.params
-    )
-    pinned_grads = max(sum(ms.pinned_bytes(b, inputs.torch_version) * k for b, k in st.grad_blocks), st.grads)
+    # Pinned host blocks: one per unit's shard (FSDP1 FlatParameter; FSDP2 pins per parameter: per unit here);
+    # PEFT's adapter units (use_orig_params=False) are small and counted as requested.
+    tv = inputs.torch_version
+    adapter_params = st.params - sum(b * k for b, k in st.pinned_blocks)
+    pinned_params = sum(ms.pinned_bytes(b, tv) * k for b, k in st.pinned_blocks) + adapter_params
+    if f.version == 1:
+        # FSDP1 pre-allocates a pinned `_cpu_grad` shaped like the `_local_shard` of EVERY FlatParameter, frozen
+        # ones included (QLoRA's 4-bit base, LoRA's frozen layers): init_flat_param_attributes does not look at
+        # requires_grad. FSDP2 moves only the reduce-scattered gradients of parameters that train.
+        cpu_grad_bytes, pinned_grads = st.params, pinned_params
+    else:
+        cpu_grad_bytes = st.grads
+        adapter_grads = st.grads - sum(b * k for b, k in st.grad_blocks)
+        pinned_grads = sum(ms.pinned_bytes(b, tv) * k for b, k in st.grad_blocks) + adapter_grads
 
     reserve = ph.reserve_items_for(inputs)
     baseline = ph.host_baseline(inputs)
@@ -310,8 +326,14 @@ def plan_fsdp(
                 ph.Item(
                     "offloaded: FSDP sharded gradients",
                     pinned_grads * n_local,
-                    f"{n_local} ranks x {grad_shard_bytes / GIB:.2f} GiB pinned (_cpu_grad)",
-                    components[1].source,
+                    (
+                        f"{n_local} ranks x {cpu_grad_bytes / GIB:.2f} GiB: a pinned _cpu_grad like every unit's "
+                        f"parameter shard, frozen units included ({pinned_grads / GIB:.2f} GiB with power-of-two "
+                        "blocks)"
+                        if f.version == 1
+                        else f"{n_local} ranks x {grad_shard_bytes / GIB:.2f} GiB of trainable gradients on the host"
+                    ),
+                    SRC_CPU_GRAD if f.version == 1 else components[1].source,
                 )
             )
         if lazy:
@@ -375,7 +397,8 @@ def plan_fsdp(
     )
     load_gpu = [*reserve]
     load_host = [baseline]
-    if offload:
+    lazy_init = offload and f.version == 1
+    if offload and not lazy_init:  # FSDP2 pins each parameter's shard in fully_shard itself
         load_host.append(
             ph.Item(
                 "offloaded: FSDP sharded parameters",
@@ -384,7 +407,7 @@ def plan_fsdp(
                 components[0].source,
             )
         )
-    else:
+    elif not offload:
         load_gpu.append(
             ph.Item(
                 "FSDP sharded parameters",
@@ -408,21 +431,63 @@ def plan_fsdp(
             )
         )
     loaders = 1 if f.cpu_ram_efficient_loading else n_local
-    load_host.append(
-        ph.Item(
-            "whole model loaded per rank" if loaders > 1 else "whole model loaded once per node",
-            whole_model_bytes_load * loaders,
-            f"{loaders} x {whole_model_bytes_load / GIB:.1f} GiB"
-            + (
-                ": cpu_ram_efficient_loading, only local rank 0 reads the weights, the others build on meta"
-                if loaders == 1
-                else ": every rank runs from_pretrained on the host before FSDP shards it"
-            ),
-            "transformers modeling_utils (is_fsdp_enabled and not is_local_dist_rank_0 -> meta); "
-            "accelerate FullyShardedDataParallelPlugin.cpu_ram_efficient_loading",
-        )
+    whole_loaded = ph.Item(
+        "whole model loaded per rank" if loaders > 1 else "whole model loaded once per node",
+        whole_model_bytes_load * loaders,
+        f"{loaders} x {whole_model_bytes_load / GIB:.1f} GiB"
+        + (
+            ": cpu_ram_efficient_loading, only local rank 0 reads the weights, the others build on meta"
+            if loaders == 1
+            else ": every rank runs from_pretrained on the host before FSDP shards it"
+        ),
+        "transformers modeling_utils (is_fsdp_enabled and not is_local_dist_rank_0 -> meta); "
+        "accelerate FullyShardedDataParallelPlugin.cpu_ram_efficient_loading",
     )
-    load = ph.Phase("load", tuple(load_gpu), tuple(load_host), "model loaded and sharded")
+    load_note = "model loaded and sharded"
+    if lazy_init:
+        # FSDP1 + CPU offload, two moments: (1) wrapping: the loaded model moves to the GPU unit by unit, is
+        # flattened, sharded and its shard copied back to the host (_init_param_handle_from_params:
+        # flat_param_to(cpu), pageable), so the loaded copy shrinks while the shards grow; (2) lazy init at the
+        # first forward: init_flat_param_attributes pins a COPY of every unit's shard and a zeroed pinned
+        # _cpu_grad, while the pageable shard stays the FlatParameter's data until that unit's first
+        # pre_unshard moves it to the GPU (flat_param_to(device)) -- all three exist at once.
+        lazy = [
+            ph.Item(
+                "FSDP lazy init: pageable shards (until each unit's first forward)",
+                param_shard_bytes * n_local,
+                f"{n_local} ranks x {param_shard_bytes / GIB:.2f} GiB: the shard FSDP copied to the host at wrap "
+                "time, still the FlatParameter's data beside its pinned copy",
+                "torch/distributed/fsdp/_init_utils.py _init_param_handle_from_params (flat_param_to(cpu)); "
+                "_flat_param.py pre_unshard (flat_param_to(self.device)) frees it at the unit's first forward",
+            ),
+            ph.Item(
+                "offloaded: FSDP sharded parameters",
+                pinned_params * n_local,
+                f"{n_local} ranks x {param_shard_bytes / GIB:.2f} GiB pinned per unit "
+                f"({pinned_params / GIB:.2f} GiB with power-of-two blocks)",
+                components[0].source + "; " + SRC_CPU_GRAD,
+            ),
+            ph.Item(
+                "offloaded: FSDP sharded gradients",
+                pinned_grads * n_local,
+                f"{n_local} ranks x {cpu_grad_bytes / GIB:.2f} GiB: pinned _cpu_grad of every unit, frozen ones "
+                f"included ({pinned_grads / GIB:.2f} GiB with power-of-two blocks)",
+                SRC_CPU_GRAD,
+            ),
+        ]
+        lazy_bytes = sum(i.bytes for i in lazy)
+        if lazy_bytes >= whole_loaded.bytes:
+            load_host += lazy
+            load_note = (
+                f"host peak at FSDP's lazy init (first forward); the loaded model before wrapping held "
+                f"{whole_loaded.bytes / GIB:.1f} GiB"
+            )
+        else:
+            load_host.append(whole_loaded)
+            load_note = f"host peak while the model is wrapped; FSDP's lazy init: {lazy_bytes / GIB:.1f} GiB"
+    else:
+        load_host.append(whole_loaded)
+    load = ph.Phase("load", tuple(load_gpu), tuple(load_host), load_note)
 
     # ---- first optimizer step ---------------------------------------------------------------------------
     step_extra: list[ph.Item] = []
@@ -527,7 +592,8 @@ def plan_fsdp(
     save = ph.Phase(
         "save",
         tuple([*reserve, *gpu_states(lazy=True, grads=False), *save_gpu]),
-        tuple([baseline, *host_states(lazy=True, grads=False), *save_host]),
+        # FSDP1's pinned _cpu_grad is an attribute of the FlatParameter: it outlives zero_grad and the save.
+        tuple([baseline, *host_states(lazy=True, grads=lazy_init), *save_host]),
         "node 0 (rank 0 gathers)" if f.state_dict_type == "full" else "",
     )
     return ph.StrategyPlan(
