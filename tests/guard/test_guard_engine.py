@@ -82,7 +82,13 @@ def test_step_count_and_prediction_recorded(run):
     pred = run.kinds(0, "prediction")[0]
     assert pred["available"] and set(pred["phases"]) >= {"first_step", "steady", "save"}
     assert pred["phases"]["steady"]["gpu_bytes"] is None  # no GPU: nothing to compare on the GPU side
-    assert {g["phase"] for g in run.kinds(0, "gap")} == {"first_step", "steady"}
+    gaps = run.kinds(0, "gap")
+    assert [g["phase"] for g in gaps if g["phase"] != "save"] == ["load", "first_step", "steady"]
+    assert [g["step"] for g in gaps if g["phase"] == "save"] == [4, 8]  # every save against the save phase
+    for g in gaps:  # on CPU: this rank's RSS against its share of the per-node host prediction
+        assert g["predicted_gpu"] is None and "measured_gpu" not in g
+        assert g["predicted_host_rank_share"] == g["predicted_host_node"] // 2
+        assert g["measured_rss_peak"] >= g["measured_rss"] > 0
 
 
 def test_hf_live_config_lint_knows_the_trainer(hf_run):
@@ -104,6 +110,10 @@ def test_injected_exception_is_diagnosed_and_reraised(run):
         "RuntimeError: Expected all tensors" in run.output
     )
     assert not (run.out / "zerodoctor" / "error-rank0.json").exists()
+    # the collective flight recorder (gloo records too on this torch) dumped next to the error file
+    assert err["flight_recorder"] == "flight-recorder-rank1.json"
+    trace = json.loads((run.out / "zerodoctor" / "flight-recorder-rank1.json").read_text())
+    assert trace["entries"] and all(e["profiling_name"].startswith("gloo:") for e in trace["entries"])
 
 
 def test_hf_oom_is_diagnosed_as_cuda_oom(hf_run):

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     cmd = list(args.launch)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    if not cmd:
+    if not cmd or not cmd[0].strip():
         raise UsageError(
             "no command to run", hint="put the launch command after --, e.g. zerodoctor guard -- torchrun ..."
         )
@@ -116,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
         return subprocess.call(cmd, env=env)
     except FileNotFoundError:
         raise UsageError(f"{cmd[0]}: command not found", hint="check the launch command after --") from None
+    except OSError as exc:  # not executable, a directory, an exec format error
+        raise UsageError(
+            f"{cmd[0]}: cannot run: {exc.strerror}", hint="check the launch command after --"
+        ) from None
     except KeyboardInterrupt:
         sys.stderr.write("zerodoctor guard: interrupted\n")
         return 130

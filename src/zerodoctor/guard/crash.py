@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,8 @@ def record_exception(
         stem = f"error-rank{rank}" if where == "main thread" else f"error-rank{rank}-{_slug(where)}"
         log_path = monitor.dir / f"{stem}.log"
         log_path.write_text("".join(f"[rank{rank}]: {line}\n" for line in text.splitlines()))
+        if where == "main thread":
+            result["flight_recorder"] = dump_flight_recorder(monitor.dir / f"flight-recorder-rank{rank}.json")
         if monitor.options.diagnose_on_error:
             result["diagnosis"] = _diagnose(log_path)
         (monitor.dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -76,6 +79,36 @@ def record_exception(
         if where == "main thread":
             monitor.close()
     return result
+
+
+FLIGHT_RECORDER_TIMEOUT_S = 10.0
+
+
+def dump_flight_recorder(path: Path) -> str | None:
+    """Write PyTorch's collective flight recorder (the last collectives of every process group of this rank:
+    which ran, which are still pending) to `path`; the file's name, or None when there is no process group or
+    no recorder. Runs in a helper thread with a timeout, so a recorder stuck behind a wedged communicator
+    cannot hold up the exception it documents."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    from zerodoctor.guard.probes import flight_recorder
+
+    fn, _state = flight_recorder()
+    if fn is None:
+        return None
+    box: list[bytes] = []
+    t = threading.Thread(target=lambda: box.append(fn()), name="zerodoctor-flight-recorder", daemon=True)
+    t.start()
+    t.join(FLIGHT_RECORDER_TIMEOUT_S)
+    if not box:
+        return None
+    data = box[0]
+    path.write_bytes(data if isinstance(data, bytes) else str(data).encode())
+    return path.name
 
 
 def _slug(text: str) -> str:

@@ -27,7 +27,14 @@ from typing import IO, Any
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.guard.options import GuardOptions
-from zerodoctor.guard.probes import HostProbe, NotAvailable, gpu_availability, gpu_sample, host_limit
+from zerodoctor.guard.probes import (
+    HostProbe,
+    NotAvailable,
+    flight_recorder,
+    gpu_availability,
+    gpu_sample,
+    host_limit,
+)
 
 log = logging.getLogger("zerodoctor.guard")
 
@@ -89,6 +96,7 @@ class Monitor:
         self._trend_warned = False
         self.last_sample: dict[str, Any] = {}
         self.prediction: dict[str, Any] | None = None
+        self._gap_warned: set[tuple[str, str]] = set()
         self._save: dict[str, Any] | None = None
         self.save_peaks: list[dict[str, Any]] = []
         self.closed = False
@@ -104,6 +112,7 @@ class Monitor:
                 argv=sys.argv[:20],
                 versions=_versions(),
                 not_available=[na.to_dict() for na in self._unavailable()],
+                flight_recorder=flight_recorder()[1],
                 options={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.options).items()},
             )
 
@@ -292,6 +301,7 @@ class Monitor:
                     out[f"{key}_delta"] = after[key] - before[key]
             self.save_peaks.append({"step": step, **out})
             self.event("save_end", **out)
+            self.compare_prediction("save", after)
             self._save = None
             self.phase = "train"
             self._last_step_t = time.perf_counter()
@@ -330,13 +340,19 @@ class Monitor:
         growth = pts[-1][2] - pts[0][2]
         if slope_t <= 0 or growth < self.options.trend_min_growth_bytes:
             return
-        eta = (limit - used) / slope_t
+        over = used >= limit
+        eta = 0.0 if over else (limit - used) / slope_t
         if eta > self.options.trend_horizon_s:
             return
         slope_s = _slope([p[1] for p in pts], [p[2] for p in pts])
-        steps_left = int((limit - used) / slope_s) if slope_s > 0 else None
+        steps_left = 0 if over else int((limit - used) / slope_s) if slope_s > 0 else None
         self._trend_warned = True
         at = f", around step {self.step + steps_left}" if steps_left is not None else ""
+        where = (
+            f"at {used / GIB:.2f} GiB it is already over the {limit / GIB:.2f} GiB limit"
+            if over
+            else f"at {used / GIB:.2f} of {limit / GIB:.2f} GiB it reaches the limit in about {eta / 60:.0f} min{at}"
+        )
         self.add_finding(
             Finding(
                 id="guard.host-ram-trend",
@@ -345,8 +361,7 @@ class Monitor:
                 message=(
                     f"{what} grew {growth / MIB:.0f} MiB over steps {pts[0][1]}-{pts[-1][1]} "
                     f"({slope_t * 60 / MIB:.0f} MiB/min, {slope_s / MIB:.1f} MiB/step) outside first-step, "
-                    f"evaluation and save spikes; at {used / GIB:.2f} of {limit / GIB:.2f} GiB it reaches the "
-                    f"limit in about {eta / 60:.0f} min{at}, and the kernel then kills the job (exitcode -9)"
+                    f"evaluation and save spikes; {where}, and the kernel then kills the job (exitcode -9)"
                 ),
                 fixes=(
                     Fix(
@@ -376,47 +391,82 @@ class Monitor:
     # ---- prediction ----------------------------------------------------------------------------------------
 
     def set_prediction(self, prediction: dict[str, Any]) -> None:
+        """Record the planner's prediction and hold the load phase against the train-begin sample (taken after
+        the model was loaded and the engine built: its peak counters and RSS high-water mark are the load's)."""
         self.prediction = prediction
         self.write("prediction", **prediction)
+        if self.last_sample:
+            self.compare_prediction("load", self.last_sample)
 
     def compare_prediction(self, phase: str, s: dict[str, Any]) -> None:
-        """Record measured vs predicted for a phase; warn when the measurement exceeds the prediction."""
+        """Record measured vs predicted for a phase; warn when a measurement exceeds the prediction.
+
+        GPU: this rank's reserved peak against the planner's per-GPU figure. Host: this rank's RSS high-water
+        mark against its share of the planner's per-node figure (per node / ranks per node); the node or
+        cgroup figure is recorded too, but not judged: it also holds other processes and the page cache, and
+        summing the ranks of a node would take a collective."""
         pred = self.prediction
         if not pred or not pred.get("available") or phase not in pred.get("phases", {}):
             return
         p = pred["phases"][phase]
+        per_node = p.get("host_bytes_per_node")
+        ranks_here = max(int(pred.get("ranks_per_node") or 1), 1)
         gap: dict[str, Any] = {
             "phase": phase,
             "predicted_gpu": p.get("gpu_bytes"),
-            "predicted_host_node": p.get("host_bytes_per_node"),
+            "predicted_host_node": per_node,
+            "predicted_host_rank_share": per_node // ranks_here if per_node is not None else None,
         }
-        if "gpu_allocated_peak" in s:
+        if "gpu_reserved_peak" in s:
             gap["measured_gpu"] = s["gpu_reserved_peak"]
-        used, _limit, what = host_limit(s)
-        gap["measured_host_node"] = used
-        gap["host_measure"] = what
+        if "rss" in s:
+            gap["measured_rss"] = s["rss"]
+            gap["measured_rss_peak"] = s.get("rss_hwm", s["rss"])
+        if "node_used" in s:
+            used, _limit, what = host_limit(s)
+            gap["measured_host_node"] = used
+            gap["host_measure"] = what
         self.write("gap", step=self.step, **gap)
+        where = f"the {phase.replace('_', ' ')} phase"
         pg, mg = gap.get("predicted_gpu"), gap.get("measured_gpu")
-        if pg and mg and mg > pg * 1.10 + 256 * MIB:
-            self.add_finding(
-                Finding(
-                    id="guard.gpu-above-prediction",
-                    severity=Severity.WARNING,
-                    title=f"GPU memory in the {phase.replace('_', ' ')} is above the plan",
-                    message=(
-                        f"rank {self.rank} reserved {mg / GIB:.2f} GiB at its peak in the "
-                        f"{phase.replace('_', ' ')} phase; zerodoctor plan predicted {pg / GIB:.2f} GiB "
-                        f"per GPU for this model, config and world size"
-                    ),
-                    fixes=(
-                        Fix(
-                            "compare with `zerodoctor plan` for this setup; activation memory (seq length,"
-                            " micro batch, gradient checkpointing) is the usual difference"
-                        ),
-                    ),
-                    data=gap,
-                )
+        if pg and mg and _above(mg, pg):
+            self._above_plan(
+                "gpu",
+                gap,
+                f"rank {self.rank} reserved {mg / GIB:.2f} GiB at its peak up to {where}; zerodoctor plan "
+                f"predicted {pg / GIB:.2f} GiB per GPU for this model, config and world size",
+                "compare with `zerodoctor plan` for this setup; activation memory (seq length, micro batch, "
+                "gradient checkpointing) is the usual difference",
             )
+        ph, mh = gap.get("predicted_host_rank_share"), gap.get("measured_rss_peak")
+        if ph and mh and per_node and _above(mh, ph):
+            self._above_plan(
+                "host",
+                gap,
+                f"rank {self.rank}'s RSS reached {mh / GIB:.2f} GiB up to {where}; zerodoctor plan predicted "
+                f"{per_node / GIB:.2f} GiB per node for {ranks_here} rank(s) per node, {ph / GIB:.2f} GiB per rank",
+                "compare with `zerodoctor plan` for this setup: the model loaded whole per rank (no zero.Init), "
+                "dataloader workers and pinned offload buffers are the usual difference; if the gap keeps "
+                "growing, see the host-RAM trend and the job's memory limit",
+            )
+
+    def _above_plan(self, side: str, gap: dict[str, Any], message: str, fix: str) -> None:
+        """One `guard.{side}-above-prediction` warning per side and phase (every save is compared)."""
+        phase = str(gap["phase"])
+        if (side, phase) in self._gap_warned:
+            return
+        self._gap_warned.add((side, phase))
+        what = "GPU" if side == "gpu" else "host"
+        self.add_finding(
+            Finding(
+                id=f"guard.{side}-above-prediction",
+                severity=Severity.WARNING,
+                title=f"{what} memory in the {phase.replace('_', ' ')} is above the plan",
+                message=message,
+                fixes=(Fix(fix),),
+                data=gap,
+            )
+        )
 
     # ---- hang watchdog -------------------------------------------------------------------------------------
 
@@ -436,6 +486,11 @@ class Monitor:
         if self._stacks is None:
             self._stacks = open(self.dir / f"stacks-rank{self.rank}.txt", "a", encoding="utf-8")  # noqa: SIM115
         faulthandler.dump_traceback_later(timeout_s, repeat=False, file=self._stacks, exit=False)
+
+
+def _above(measured: int, predicted: int) -> bool:
+    """Above the plan: more than 10 % and 256 MiB over the prediction (noise and allocator rounding below)."""
+    return measured > predicted * 1.10 + 256 * MIB
 
 
 def _slope(xs: list[float] | list[int], ys: list[int]) -> float:

@@ -68,6 +68,7 @@ def predict_for_run(
         "available": True,
         "strategy": sp.name,
         "gpu_is_real": gpu_memory_bytes is not None,
+        "ranks_per_node": min(max(gpus_per_node, 1), world_size),
         "phases": {
             p.name: {
                 "gpu_bytes": p.gpu_bytes if gpu_memory_bytes is not None else None,

@@ -104,6 +104,31 @@ def gpu_identity() -> dict[str, Any]:
     return out
 
 
+_FR_DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+"""PyTorch's collective flight recorder, newest name first (torch >= 2.8 records gloo too; older: NCCL only)."""
+
+
+def flight_recorder() -> tuple[Any, dict[str, Any]]:
+    """(the recorder's JSON dump function or None, a record of its state for `meta`). Never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None, {"available": False, "reason": "torch is not imported in this process"}
+    try:
+        c10d = torch._C._distributed_c10d
+    except Exception:  # noqa: BLE001 - a torch built without distributed
+        c10d = None
+    fn = next((getattr(c10d, n) for n in _FR_DUMPS if hasattr(c10d, n)), None)
+    if fn is None:
+        version = getattr(torch, "__version__", "?")
+        return None, {"available": False, "reason": f"torch {version} has no collective flight recorder"}
+    env = os.environ
+    return fn, {
+        "available": True,
+        "buffer_size": env.get("TORCH_FR_BUFFER_SIZE", env.get("TORCH_NCCL_TRACE_BUFFER_SIZE")),
+        "dump_on_timeout": env.get("TORCH_FR_DUMP_TEMP_FILE", env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+    }
+
+
 def oom_summary() -> dict[str, Any]:
     """A cheap allocator summary for a CUDA OOM: counters and the largest gap (reserved - allocated)."""
     cuda = _torch_cuda()
@@ -232,9 +257,11 @@ class HostProbe:
         import psutil
 
         vm = psutil.virtual_memory()
+        rss = self.rss()
         out: dict[str, Any] = {
-            "rss": self.rss(),
-            "rss_hwm": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "rss": rss,
+            # the kernel updates maxrss lazily: it can trail the RSS just read from statm
+            "rss_hwm": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rss),
             "node_used": int(vm.total - vm.available),
             "node_total": int(vm.total),
         }

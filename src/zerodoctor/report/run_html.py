@@ -137,8 +137,10 @@ def render_run_html(report: RunReport, charts: Sequence[Chart], findings: Sequen
                         "step",
                         "phase",
                         "predicted GPU",
-                        "measured GPU",
-                        "predicted host",
+                        "measured GPU (reserved peak)",
+                        "predicted host / node",
+                        "predicted host / rank",
+                        "measured RSS peak (rank)",
                         "measured host",
                     ],
                     [
@@ -149,6 +151,8 @@ def render_run_html(report: RunReport, charts: Sequence[Chart], findings: Sequen
                             _gib(g.get("predicted_gpu")),
                             _gib(g.get("measured_gpu")),
                             _gib(g.get("predicted_host_node")),
+                            _gib(g.get("predicted_host_rank_share")),
+                            _gib(g.get("measured_rss_peak")),
                             f"{_gib(g.get('measured_host_node'))} ({g.get('host_measure')})",
                         )
                         for g in report.gaps

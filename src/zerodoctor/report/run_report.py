@@ -309,8 +309,6 @@ def _read_errors(d: Path) -> list[dict[str, Any]]:
     return out
 
 
-
-
 def _read_stacks(d: Path, ranks: list[int]) -> list[dict[str, Any]]:
     """Which ranks' watchdogs fired and where each one's main thread stood in its last dump (innermost first):
     the same reading `zerodoctor diagnose RUN_DIR` merges (`diagnose.rundir.read_rank_stacks`)."""

@@ -2,15 +2,17 @@
 
 Run under torchrun: python -m torch.distributed.run --nproc_per_node 2 guard_job.py MODE OUT [flags]
 MODE hf: HF Trainer (callback unless --no-callback, for `zerodoctor guard --`); MODE ds: plain
-deepspeed.initialize loop with zerodoctor.guard.watch.
+deepspeed.initialize loop with zerodoctor.guard.watch (unless --no-watch, for `zerodoctor guard --`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from zerodoctor.engine.tiny_job import TINY_LLAMA, exit_without_teardown
 
@@ -145,7 +147,9 @@ def run_ds(a: argparse.Namespace, out: Path) -> None:
     cfg = {**DS, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
     engine, _opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     data = Ids(128, rank)
-    guard = zerodoctor.guard.watch(engine, run_dir=out, samples=len(data), max_steps=a.steps)
+    guard: Any = contextlib.nullcontext()  # --no-watch: `zerodoctor guard --` watches the engine
+    if not a.no_watch:
+        guard = zerodoctor.guard.watch(engine, run_dir=out, samples=len(data), max_steps=a.steps)
     with guard:
         for step in range(a.steps):
             ids = data.ids[2 * step : 2 * step + 2].to(engine.device)
@@ -165,7 +169,8 @@ def run_ds(a: argparse.Namespace, out: Path) -> None:
             torch.distributed.barrier()
         if a.raise_on_rank is not None and rank == a.raise_on_rank:
             raise RuntimeError(INJECTED)
-    guard.close()
+    if not a.no_watch:
+        guard.close()
 
 
 def main() -> None:
@@ -178,6 +183,7 @@ def main() -> None:
     p.add_argument("--wrong-device", action="store_true")
     p.add_argument("--raise-on-rank", type=int)
     p.add_argument("--no-callback", action="store_true")
+    p.add_argument("--no-watch", action="store_true")
     p.add_argument("--hang-seconds", type=float, default=0)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
