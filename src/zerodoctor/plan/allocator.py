@@ -40,8 +40,12 @@ private pools, `garbage_collection_threshold`, memory fractions. Pure Python, no
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from zerodoctor.plan.inputs import PlanInputs, Training, ZeroSettings
 
 # c10/cuda/CUDACachingAllocator.cpp, namespace constants
 K_MIN_BLOCK_SIZE = 512
@@ -629,3 +633,519 @@ class Trace:
 
     def mark(self, name: str, *, empty_cache: bool = False) -> None:
         self.events.append(Mark(name, empty_cache))
+
+
+# ==============================================================================================================
+# A training run's allocation sequence, derived from the planner's items
+# ==============================================================================================================
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one rank allocates on its GPU, in elements and bytes, for `training_events`.
+
+    Shapes: T = micro_batch x seq tokens, hidden h, intermediate i, q/kv projection widths, vocab V, `d` bytes
+    of the model dtype. `layer_linears`: each decoder-layer Linear's parameter count (weight + bias) in forward
+    order (q, k, v, o, gate, up, down); `layer_small`: the layer's other parameters (norms, biases' share).
+    `stage` and the offload flags select DeepSpeed's code path; `keep_layers` is how many decoder layers' gathered
+    parameters ZeRO-3 keeps for reuse at the end of the forward pass (the planner's working set / one layer);
+    `resident` are the GPU model states in creation order (name, bytes), `sub_groups` the trainable partition's
+    ZeRO-3 sub-groups (or the ZeRO-1/2 partition) in elements; `optimizer_state_bytes` per trainable element
+    (8 for Adam), allocated lazily at the first step on the GPU when the optimizer is not offloaded.
+    """
+
+    tokens: int
+    batch: int
+    seq: int
+    hidden: int
+    inter: int
+    q_dim: int
+    kv_dim: int
+    heads: int
+    vocab: int
+    layers: int
+    d: int
+    loss_fp32: bool
+    checkpointing: bool
+    layer_linears: tuple[int, ...]
+    embed_numel: int
+    head_numel: int
+    stage: int
+    world: int
+    offload_param: bool
+    offload_optimizer: bool
+    full_grads: bool
+    keep_layers: int
+    reduce_bucket: int
+    load: tuple[tuple[str, int], ...]
+    sub_groups: tuple[int, ...]
+    param_numels: tuple[int, ...]
+    optimizer_state_bytes: int
+    adamw_temporary: bool
+
+
+class _Builder:
+    """Emits events with named live tensors; `a` allocates, `f` frees (unknown names are ignored)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.live: dict[str, int] = {}
+        self._n = 0
+
+    def a(self, name: str, nbytes: int, stream: int = 0) -> None:
+        if nbytes <= 0:
+            return
+        if name in self.live:
+            self.f(name)
+        self._n += 1
+        self.live[name] = self._n
+        self.events.append(Alloc(self._n, int(nbytes), stream))
+
+    def f(self, *names: str) -> None:
+        for name in names:
+            i = self.live.pop(name, None)
+            if i is not None:
+                self.events.append(Free(i))
+
+    def mark(self, name: str, *, empty_cache: bool) -> None:
+        self.events.append(Mark(name, empty_cache))
+
+
+def _rmsnorm_forward(b: _Builder, s: StepShape, p: str, *, grad: bool) -> None:
+    """`LlamaRMSNorm.forward`: x.to(fp32), pow(2).mean, rsqrt, x * rsqrt, .to(bf16), weight * x. With grad the
+    fp32 copy, rsqrt, bf16 normalised tensor and the output are kept (plan/activations.py); the input stays
+    the caller's."""
+    th = s.tokens * s.hidden
+    b.a(f"{p}x32", 4 * th)
+    b.a(f"{p}pow", 4 * th)
+    b.a(f"{p}var", 4 * s.tokens)
+    b.f(f"{p}pow")
+    b.a(f"{p}rs", 4 * s.tokens)
+    b.f(f"{p}var")
+    b.a(f"{p}xm", 4 * th)
+    b.a(f"{p}xb", s.d * th)
+    b.f(f"{p}xm")
+    b.a(f"{p}out", s.d * th)
+    if not grad:
+        b.f(f"{p}x32", f"{p}rs", f"{p}xb")
+
+
+def _rmsnorm_backward(b: _Builder, s: StepShape, p: str, gout: str, gin: str) -> None:
+    """Gradient of the norm: fp32 temporaries of the input's size, then the 16-bit input gradient."""
+    th = s.tokens * s.hidden
+    b.a(f"{p}g32", 4 * th)
+    b.f(f"{p}out", gout, f"{p}xb")
+    b.a(f"{p}g32b", 4 * th)
+    b.f(f"{p}rs")
+    b.a(gin, s.d * th)
+    b.f(f"{p}g32", f"{p}g32b", f"{p}x32")
+
+
+MAIN_STREAM, ALLGATHER_STREAM, REDUCE_STREAM = 0, 1, 2
+"""The CUDA streams DeepSpeed ZeRO-3 allocates on: the default stream, the parameter coordinator's
+`__allgather_stream` (partitioned_param_coordinator.py `__all_gather_params`) and stage 3's
+`reduce_and_partition_stream` (stage3.py `__reduce_and_partition_ipg_grads`). The allocator never hands a
+block cached on one stream to a request on another (`get_free_block`)."""
+
+
+def _gather(b: _Builder, s: StepShape, name: str, numel: int) -> None:
+    """ZeRO-3 fetch of one module's parameters on the all-gather stream. With more than one rank:
+    `all_gather_coalesced` gathers into one flat buffer (with offload_param the host partitions are first
+    copied to the GPU, `torch.cat([p.ds_tensor.to(device) ...])`, and freed after the gather). With one rank
+    there is no gather (`_no_gather_coalesced` -> `NoGatherHandle`): the parameter is `ds_tensor.to(device)`,
+    a copy only when the partition lives on the host (offload_param)."""
+    if s.stage != 3 or name in b.live or numel <= 0:
+        return
+    if s.world == 1:
+        if s.offload_param:
+            b.a(name, numel * s.d, ALLGATHER_STREAM)
+        return
+    if s.offload_param:
+        b.a(f"stage:{name}", -(-numel // s.world) * s.d, ALLGATHER_STREAM)
+    b.a(name, numel * s.d, ALLGATHER_STREAM)
+    b.f(f"stage:{name}")
+
+
+def _weight_grad(b: _Builder, s: StepShape, numel: int, st: dict[str, list[int]]) -> None:
+    """A parameter's full-size gradient: written by autograd, copied into the IPG bucket's buffer by
+    DeepSpeed's hook and freed (stage3.py `reduce_ready_partitions_and_remove_grads` ->
+    `__add_grad_to_ipg_bucket`; stage_1_and_2.py likewise). ZeRO-3 reduces the bucket first when this
+    gradient would overflow it."""
+    if not s.full_grads or numel <= 0:
+        return
+    b.a("wgrad", numel * s.d)
+    if s.stage == 3 and sum(st["bucket"]) + numel > s.reduce_bucket:
+        _flush(b, s, st)
+    b.f("wgrad")
+    st["bucket"].append(numel)
+
+
+def _flush(b: _Builder, s: StepShape, st: dict[str, list[int]]) -> None:
+    """ZeRO-3 `__reduce_and_partition_ipg_grads`, on the reduce stream: `reduce_scatter_coalesced` concatenates
+    the bucket's gradients (padded per rank) into a new flat tensor unless the bucket is one tensor divisible
+    by the world size (comm/coalesced_collectives.py); `partition_grads` with offload_optimizer copies each
+    gradient partition back to the GPU (`grad_buffer.to(device)`) and casts it to fp32 before the host copy
+    (`_offload_grad_partition_at_boundary`)."""
+    grads = st["bucket"]
+    if s.stage != 3 or not grads:
+        grads.clear()
+        return
+    parts = [-(-n // s.world) for n in grads]
+    if len(grads) > 1 or grads[0] % s.world:
+        b.a("rs_flat", sum(parts) * s.world * s.d, REDUCE_STREAM)
+    if s.offload_optimizer:
+        for n in dict.fromkeys(parts):  # alloc/free pairs: distinct sizes suffice (see _optimizer_step)
+            b.a("gpart16", n * s.d, REDUCE_STREAM)
+            b.a("gpart32", n * 4, REDUCE_STREAM)
+            b.f("gpart16", "gpart32")
+    b.f("rs_flat")
+    grads.clear()
+
+
+def _layer_forward(b: _Builder, s: StepShape, i: int, *, grad: bool) -> None:
+    """One Llama-style decoder layer (transformers 5.23 `LlamaDecoderLayer`, sdpa) from its input `h{i}` to
+    `h{i+1}`; with grad the tensors plan/activations.py lists as saved stay alive under `L{i}:` names."""
+    p = f"L{i}:"
+    t, d = s.tokens, s.d
+    _rmsnorm_forward(b, s, p + "n1", grad=grad)
+    q, k, v, o, gate, up, down = (s.layer_linears + (0,) * 7)[:7]
+    for name, width, numel in (("q", s.q_dim, q), ("k", s.kv_dim, k), ("v", s.kv_dim, v)):
+        _gather(b, s, f"W{i}{name}", numel)
+        b.a(p + name, d * t * width)
+    if not grad:
+        b.f(p + "n1out")
+    for name, width in (("q", s.q_dim), ("k", s.kv_dim)):  # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin
+        b.a(p + name + "c", d * t * width)
+        b.a(p + name + "neg", d * t * width // 2)
+        b.a(p + name + "rh", d * t * width)
+        b.f(p + name + "neg")
+        b.a(p + name + "s", d * t * width)
+        b.f(p + name + "rh")
+        b.a(p + name + "e", d * t * width)
+        b.f(p + name + "c", p + name + "s", p + name)
+    b.a(p + "att", d * t * s.q_dim)
+    b.a(p + "lse", 4 * s.batch * s.heads * s.seq)
+    if not grad:
+        b.f(p + "qe", p + "ke", p + "v", p + "lse")
+    _gather(b, s, f"W{i}o", o)
+    b.a(p + "op", d * t * s.hidden)
+    if not grad:
+        b.f(p + "att")
+    b.a(f"h{i}r", d * t * s.hidden)  # residual + attention output
+    b.f(p + "op")
+    if not s.checkpointing:
+        b.f(f"h{i}")  # the add keeps nothing; a checkpointed layer keeps its input until its backward
+    _rmsnorm_forward(b, s, p + "n2", grad=grad)
+    _gather(b, s, f"W{i}gate", gate)
+    b.a(p + "gate", d * t * s.inter)
+    _gather(b, s, f"W{i}up", up)
+    b.a(p + "up", d * t * s.inter)
+    b.a(p + "silu", d * t * s.inter)
+    b.a(p + "prod", d * t * s.inter)
+    if not grad:
+        b.f(p + "gate", p + "up", p + "silu", p + "n2out")
+    _gather(b, s, f"W{i}down", down)
+    b.a(p + "down", d * t * s.hidden)
+    if not grad:
+        b.f(p + "prod")
+    b.a(f"h{i + 1}", d * t * s.hidden)
+    b.f(p + "down", f"h{i}r")
+    if not grad:
+        b.f(p + "n2x32", p + "n2rs", p + "n2xb")
+
+
+def _release_layer(b: _Builder, i: int) -> None:
+    b.f(*(f"W{i}{n}" for n in ("q", "k", "v", "o", "gate", "up", "down")))
+
+
+def _layer_backward(b: _Builder, s: StepShape, i: int, st: dict[str, list[int]]) -> None:
+    """Gradients of one decoder layer, from `g{i+1}` to `g{i}`, freeing its saved tensors as autograd does."""
+    p = f"L{i}:"
+    t, d = s.tokens, s.d
+    q, k, v, o, gate, up, down = (s.layer_linears + (0,) * 7)[:7]
+    b.f(f"h{i + 1}")  # a recomputed output nobody keeps
+    b.a(p + "gprod", d * t * s.inter)  # down_proj backward
+    _weight_grad(b, s, down, st)
+    b.f(p + "prod")
+    b.a(p + "gsilu", d * t * s.inter)
+    b.a(p + "gup", d * t * s.inter)
+    b.f(p + "gprod", p + "silu")
+    b.a(p + "ggate", d * t * s.inter)
+    b.f(p + "gsilu", p + "gate")
+    b.a(p + "gn2a", d * t * s.hidden)
+    _weight_grad(b, s, up, st)
+    b.f(p + "gup", p + "up")
+    b.a(p + "gn2b", d * t * s.hidden)
+    _weight_grad(b, s, gate, st)
+    b.f(p + "ggate")
+    b.a(p + "gn2", d * t * s.hidden)
+    b.f(p + "gn2a", p + "gn2b")
+    _rmsnorm_backward(b, s, p + "n2", p + "gn2", p + "gh1n")
+    b.a(p + "gh1", d * t * s.hidden)  # residual: incoming grad + norm grad
+    b.f(p + "gh1n", f"g{i + 1}")
+    b.a(p + "gatt", d * t * s.q_dim)  # o_proj backward
+    _weight_grad(b, s, o, st)
+    b.f(p + "att")
+    b.a(p + "gq", d * t * s.q_dim)  # sdpa backward
+    b.a(p + "gk", d * t * s.kv_dim)
+    b.a(p + "gv", d * t * s.kv_dim)
+    b.f(p + "gatt", p + "lse", p + "qe", p + "ke", p + "v")
+    for name, width in (("q", s.q_dim), ("k", s.kv_dim)):  # rotary backward
+        b.a(p + "g" + name + "r", d * t * width)
+        b.a(p + "g" + name + "t", d * t * width)
+        b.f(p + "g" + name + "t", p + "g" + name)
+    b.a(p + "gn1", d * t * s.hidden)
+    for name, numel in (("qr", q), ("kr", k), ("v", v)):
+        b.a(p + "gn1p", d * t * s.hidden)
+        _weight_grad(b, s, numel, st)
+        b.f(p + "gn1p", p + "g" + name)
+    _rmsnorm_backward(b, s, p + "n1", p + "gn1", p + "gh0n")
+    b.a(f"g{i}", d * t * s.hidden)
+    b.f(p + "gh0n", p + "gh1")
+
+
+def _kept_per_layer(s: StepShape) -> int:
+    """Bytes one decoder layer leaves alive from its forward to its backward (its input when checkpointed,
+    else its saved tensors), measured on a scratch builder."""
+    if s.checkpointing:
+        return s.d * s.tokens * s.hidden
+    scratch = _Builder()
+    scratch.a("h0", s.d * s.tokens * s.hidden)
+    _layer_forward(scratch, dataclasses.replace(s, stage=0), 0, grad=True)
+    sizes = {ev.id: ev.nbytes for ev in scratch.events if isinstance(ev, Alloc)}
+    return sum(sizes[i] for name, i in scratch.live.items() if name != "h1")
+
+
+def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
+    """Embedding, the decoder layers (checkpointed or not), final norm, lm_head, transformers'
+    `ForCausalLMLoss` and the backward pass, with ZeRO-3 fetches and releases and the gradient hooks.
+    Only `simulated_layers` decoder layers are replayed op by op; what the others keep alive between their
+    forward and backward is one block allocated before the first layer (every layer repeats the same
+    pattern, so the cache looks the same after a few of them)."""
+    t, d, tv = s.tokens, s.d, s.tokens * s.vocab
+    st: dict[str, list[int]] = {"bucket": []}
+    layers = max(min(simulated_layers, s.layers), 1)
+    keep = min(s.keep_layers, layers)
+    b.a("ids", 8 * t)
+    _gather(b, s, "Wembed", s.embed_numel)
+    b.a("h0", d * t * s.hidden)
+    b.f("Wembed")
+    b.a("other_layers", (s.layers - layers) * _kept_per_layer(s))
+    for i in range(layers):
+        _layer_forward(b, s, i, grad=not s.checkpointing)
+        if i < layers - keep:
+            _release_layer(b, i)
+    _rmsnorm_forward(b, s, "F:n", grad=True)
+    b.f(f"h{layers}")
+    head = "Wembed" if not s.head_numel else "Whead"
+    _gather(b, s, head, s.head_numel or s.embed_numel)
+    b.a("logits", d * tv)
+    if s.loss_fp32:  # ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax + nll_loss
+        b.a("logits32", 4 * tv)
+    lb = 4 if s.loss_fp32 else d
+    b.a("logp", lb * tv)
+    b.f("logits32")
+    b.f("logits")  # the model output is dropped once `.loss` is taken (HF Trainer.compute_loss, plan_gpu)
+    # backward
+    b.a("gnll", lb * tv)  # nll_loss backward: zeros + scatter
+    b.a("glogsm", lb * tv)  # _log_softmax_backward_data
+    b.f("gnll", "logp")
+    if s.loss_fp32:
+        b.a("glogits", d * tv)  # ToCopyBackward to the model dtype
+        b.f("glogsm")
+    else:
+        b.live["glogits"] = b.live.pop("glogsm")
+    b.a("gF", d * t * s.hidden)  # lm_head backward: input gradient, then the weight's
+    _weight_grad(b, s, s.head_numel or s.embed_numel, st)
+    b.f("glogits", head)
+    _rmsnorm_backward(b, s, "F:n", "gF", f"g{layers}")
+    b.f("F:nout")
+    for i in reversed(range(layers)):
+        if s.checkpointing:  # non-reentrant checkpoint: recompute the layer with grad from its kept input
+            _layer_forward(b, s, i, grad=True)
+        _layer_backward(b, s, i, st)
+        _release_layer(b, i)
+        b.f(f"h{i}")
+    if s.full_grads:  # embedding backward: a dense V x h gradient
+        _gather(b, s, "Wembed", s.embed_numel)
+        _weight_grad(b, s, s.embed_numel, st)
+        b.f("Wembed")
+    b.f("g0", "ids", "other_layers")
+    _flush(b, s, st)
+
+
+def _optimizer_step(b: _Builder, s: StepShape, *, first: bool) -> None:
+    """DeepSpeed's step on the GPU. ZeRO-3 without optimizer offload, per sub-group (stage3.py `step`):
+    `_prepare_fp32_grad_for_sub_group` flattens the sub-group's 16-bit gradients and casts the copy to fp32,
+    the optimizer updates the fp32 master (its Adam state created lazily at the first step), the fp32 gradient
+    is released. ZeRO-1/2: the same for the rank's whole partition. With optimizer offload the step runs on
+    the host."""
+    if s.offload_optimizer:
+        return
+    if s.stage == 3:
+        # _get_norm_groups -> get_grad_norm_direct: each gradient partition cast to get_norm_dtype() (fp64 where
+        # the device has it, DeepSpeed 0.19: runtime/zero/utils.py) for its norm, one at a time
+        # An allocation freed before the next one leaves the cache as it found it (the block splits, then merges
+        # back), and a size that fitted once keeps fitting (cached blocks only grow within the step): one
+        # alloc/free per distinct size, in order of first appearance, is the same replay.
+        for n in dict.fromkeys(-(-n // s.world) for n in s.param_numels):
+            b.a("norm64", n * 8)
+            b.f("norm64")
+    for g, n in enumerate(s.sub_groups):
+        b.a(f"flat{g}", n * s.d)
+        b.a(f"g32_{g}", n * 4)
+        b.f(f"flat{g}")
+        if first and s.optimizer_state_bytes:
+            for k in range(max(s.optimizer_state_bytes // 4, 1)):
+                b.a(f"opt{g}_{k}", n * s.optimizer_state_bytes // max(s.optimizer_state_bytes // 4, 1))
+        if s.adamw_temporary:
+            b.a("adamw_tmp", n * 4)
+            b.f("adamw_tmp")
+        b.f(f"g32_{g}")
+
+
+def training_events(s: StepShape, *, steps: int = 3, simulated_layers: int | None = None) -> list[Event]:
+    """The allocation sequence of `deepspeed.initialize` + `steps` training steps + a save, with phase marks
+    as `benchmarks/plan_gpu.py` measures them: `load`, `first_forward_backward`, `first_step`, `steady`
+    (steps 2..N), `save`; the cache is emptied and the peaks reset at each mark."""
+    b = _Builder()
+    for name, nbytes in s.load:
+        if nbytes < 0:
+            b.f(name)
+        else:
+            b.a(name, nbytes)
+    b.mark("load", empty_cache=True)
+    for step in range(steps):
+        _forward_backward(b, s, s.layers if simulated_layers is None else simulated_layers)
+        if step == 0:
+            b.mark("first_forward_backward", empty_cache=True)
+        _optimizer_step(b, s, first=step == 0)
+        if step == 0:
+            b.mark("first_step", empty_cache=True)
+    b.mark("steady", empty_cache=True)
+    b.mark("save", empty_cache=False)
+    return b.events
+
+
+_LAYER_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def step_shape(
+    inputs: PlanInputs, zero: ZeroSettings, training: Training, *, torch_adamw: bool = True
+) -> StepShape:
+    """The `StepShape` of one rank for a planned strategy, from the planner's own quantities: the model's
+    shapes and parameter tensors (`models.spec`), the model-state components (`plan/model_states.py`), the
+    ZeRO-3 working set (`phases.zero3_working_set_numel`), the recipe's micro-batch and sequence length.
+    `torch_adamw`: the optimizer is `torch.optim.AdamW` (what HF Trainer hands DeepSpeed; one fp32 temporary
+    per updated tensor) rather than DeepSpeed's FusedAdam (a DeepSpeed `optimizer` block)."""
+    from zerodoctor.plan import model_states as ms
+    from zerodoctor.plan import phases
+
+    spec = inputs.model
+    p = spec.params
+    t = training
+    world = inputs.cluster.world_size
+    seq = -(-min(t.seq_len, t.longest_sample_tokens or t.seq_len) // max(t.sequence_parallel, 1))
+    batch = t.micro_batch * (2 if t.paired_inputs else 1)
+    d = t.param_bytes
+    by_name = {
+        lin.name: lin.in_features * lin.out_features + (lin.out_features if lin.bias else 0)
+        for lin in spec.linear_modules(components=("text",))
+        if "{i}" in lin.path
+    }
+    linears = tuple(by_name.get(n, 0) for n in _LAYER_ORDER)
+    trainable, frozen = phases.trainable_frozen(inputs, t)
+    layers_sizes, rest_sizes = phases._param_sizes(inputs)
+    # model order: the embedding, each decoder layer's tensors, then the rest (final norm, untied head)
+    n_layers = max(p.num_layers, 1)
+    per_layer = [n for n, c in layers_sizes for _ in range(max(c // n_layers, 1))]
+    rest = [n for n, c in rest_sizes for _ in range(c)]
+    per_param = rest[:1] + per_layer * n_layers + rest[1:]
+    part = -(-trainable // world)
+    if zero.stage == 3:
+        sub_groups = tuple(ms._stage3_sub_groups([n for n in per_param], world, max(zero.sub_group_size, 1)))
+        if t.method != "full":
+            sub_groups = (part,)
+    else:
+        sub_groups = (part,)
+    keep = 0
+    layer_numel = max(sum(linears), 1)
+    if zero.stage == 3:
+        live = phases.zero3_working_set_numel(
+            partitioned=p.total,
+            largest_module=p.largest_module_numel,
+            max_live=zero.max_live_parameters,
+            max_reuse=zero.max_reuse_distance,
+            prefetch_bucket=zero.prefetch_bucket_size,
+            gradient_checkpointing=t.gradient_checkpointing,
+        )
+        keep = min(live // layer_numel, p.num_layers)
+    components = ms.model_state_components(
+        trainable=trainable,
+        frozen=frozen,
+        stage=zero.stage,
+        world_size=world,
+        offload_optimizer=zero.offload_optimizer,
+        offload_param=zero.offload_param if zero.stage == 3 else "none",
+        param_bytes=d,
+        optimizer=t.optimizer,
+        pin_memory=zero.pin_memory,
+        sub_group_size=max(zero.sub_group_size, 1),
+        reduce_bucket_size=zero.reduce_bucket_size,
+        overlap_comm=zero.overlap,
+        gradient_accumulation_steps=t.grad_accum,
+        deepspeed_version=inputs.deepspeed_version,
+    )
+    load: list[tuple[str, int]] = []
+    on_gpu_params = zero.stage < 3 or zero.offload_param == "none"
+    # zero.Init partitions each parameter as it is created (its ds_tensor, 1/world of it); without zero.Init
+    # (ZeRO-1/2) `module.to(device)` moves every whole parameter to the GPU one tensor at a time.
+    if on_gpu_params:
+        div = world if zero.stage == 3 else 1
+        load += [(f"p{k}", -(-n // div) * d) for k, n in enumerate(per_param)]
+    for c in components:
+        if c.device != ms.GPU or c.lazy or c.transient:
+            continue
+        if c.name in (ms.PARAM16, ms.FROZEN16):
+            # the engine's flat 16-bit buffer(s); the per-parameter tensors are copied in and freed
+            # (stage3.py _create_fp16_partitions_with_defragmentation; stage_1_and_2.py flatten)
+            load.append(("flat16" if c.name == ms.PARAM16 else "frozen16", c.bytes))
+            if c.name == ms.PARAM16 or not trainable:
+                load += [(f"p{k}", -1) for k in range(len(per_param))]
+        elif c.name == ms.FP32_MASTER:
+            # fp32 master per sub-group, made from a 16-bit clone (.clone().float())
+            for g, n in enumerate(sub_groups):
+                load += [(f"clone{g}", n * d), (f"master{g}", n * 4), (f"clone{g}", -1)]
+        else:
+            load.append((c.name, c.bytes))
+    opt_bytes = round(ms.optimizer_state_bytes_per_param(t.optimizer))
+    return StepShape(
+        tokens=batch * seq,
+        batch=batch,
+        seq=seq,
+        hidden=p.hidden_size,
+        inter=p.intermediate_size,
+        q_dim=p.num_heads * p.head_dim,
+        kv_dim=p.kv_heads * p.head_dim,
+        heads=p.num_heads,
+        vocab=p.vocab_size,
+        layers=p.num_layers,
+        d=d,
+        loss_fp32=not (spec.loss_in_model_dtype and zero.stage >= 1),
+        checkpointing=t.gradient_checkpointing,
+        layer_linears=linears,
+        embed_numel=p.embedding,
+        head_numel=0 if p.tied_embeddings else p.lm_head,
+        stage=zero.stage,
+        world=world,
+        offload_param=zero.stage == 3 and zero.offload_param != "none",
+        offload_optimizer=zero.offload_optimizer != "none",
+        full_grads=t.method == "full",
+        keep_layers=keep,
+        reduce_bucket=zero.reduce_bucket_size,
+        load=tuple(load),
+        sub_groups=sub_groups,
+        param_numels=tuple(per_param) if t.method == "full" else (),
+        optimizer_state_bytes=opt_bytes,
+        adamw_temporary=torch_adamw and t.optimizer == "adamw",
+    )
