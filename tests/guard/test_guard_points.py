@@ -70,6 +70,9 @@ def _fake_torch_with_cuda() -> types.ModuleType:
         mem_get_info=lambda *a, **k: (40 * GIB, 80 * GIB),
         host_memory_stats=lambda: {"allocated_bytes.current": 3 * GIB},
         current_device=lambda: 0,
+        get_device_properties=lambda i: types.SimpleNamespace(
+            name="NVIDIA H100 80GB HBM3", uuid="GPU-5e1f", total_memory=80 * GIB
+        ),
         synchronize=_forbid("torch.cuda.synchronize"),
         reset_peak_memory_stats=_forbid("torch.cuda.reset_peak_memory_stats"),
         reset_max_memory_allocated=_forbid("torch.cuda.reset_max_memory_allocated"),
@@ -112,6 +115,49 @@ def test_hot_path_reads_counters_only_no_sync_gc_peak_reset_or_collective(tmp_pa
     assert s["optimizer_step"] == 5 and s["epoch"] == 0.5
     logged = headline(mon)  # what the Trainer's / mmengine's log receives
     assert logged["gpu_peak_allocated_gib"] == 33.0 and logged["gpu_alloc_retries"] == 2
+
+
+def test_identity_and_oom_summary_read_the_device_without_touching_it(tmp_path, monkeypatch):
+    from zerodoctor.guard.devices import rank_identity
+    from zerodoctor.guard.probes import oom_summary
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch_with_cuda())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    ident = rank_identity(local_rank=0)  # what the one gather at train begin carries
+    assert ident["device"] == "cuda:0" and ident["gpu_uuid"] == "GPU-5e1f" and ident["gpu_total"] == 80 * GIB
+    assert ident["visible_devices"] == "0,1,2,3" and ident["local_rank"] == 0 and ident["host"]
+    summary = oom_summary()  # written into error-rank{R}.json on a CUDA OOM
+    assert summary["fragmentation"] == 6 * GIB and summary["gpu_alloc_retries"] == 2
+
+
+def test_placement_is_judged_against_the_offload_settings():
+    """Where the optimizer states and parameters are, against offload_optimizer / offload_param: the same
+    CPU tensors are right with offload to cpu and wrong when the config keeps them on the GPU."""
+    import torch
+
+    from zerodoctor.guard import check_tensors_device
+    from zerodoctor.guard.devices import placement
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    model.register_buffer("table", torch.zeros(3))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()  # Adam's exp_avg / exp_avg_sq exist now, on the CPU
+    offload = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    on_gpu = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none"}}}
+    assert check_tensors_device(model, optimizer=opt, config=offload, device="cpu") == []
+    (f,) = check_tensors_device(model, optimizer=opt, config=on_gpu, device="cuda:0")
+    assert f.id == "guard.tensor-wrong-device" and f.severity.label == "error"
+    assert f.data["counts"] == {"parameter": 4, "buffer": 1, "optimizer state": 8}
+    assert "offload_param.device=none, offload_optimizer.device=none" in f.message
+    assert "0.weight is on cpu, expected cuda:0" in f.message and "(and 8 more)" in f.message
+    # a ZeRO-3 partition is judged by its ds_tensor (offload_param), not by the empty param.data
+    p = model[0].weight
+    p.ds_tensor = p.data.clone()  # type: ignore[attr-defined]
+    p.data = torch.empty(0)
+    cfg = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    rows = {r[1]: r for r in placement(model, config=cfg, device="cuda:0")}
+    assert rows["0.weight"] == ("parameter partition (ds_tensor)", "0.weight", "cpu", "cpu")
 
 
 def test_meta_says_what_cannot_be_measured_and_whether_the_flight_recorder_exists(tmp_path, monkeypatch):

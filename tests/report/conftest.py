@@ -59,6 +59,8 @@ def write_run(root: Path, *, steps: int = 40) -> Path:
                 recs.append(
                     {"kind": "event", "t": t, "rank": rank, "event": "evaluation_begin", "step": step}
                 )
+            if step == 25:
+                recs.append({"kind": "event", "t": t, "rank": rank, "event": "epoch_end", "step": step})
             recs.append(
                 {
                     "kind": "sample",

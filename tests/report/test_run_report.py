@@ -65,6 +65,30 @@ def test_html_page_and_pngs_render_in_headless_chromium(synthetic_run, tmp_path,
     assert 'data-charts="4/4"' in dom
 
 
+def test_charts_hold_what_the_report_promises(synthetic_run):
+    """Each chart's own text (kept as text in the inline SVG): the event markers, the planner's band, the
+    limit with the projected exhaustion point, the outlier rank, fragmentation and non-PyTorch memory apart."""
+    pytest.importorskip("matplotlib")
+    from zerodoctor.report.plots import render_charts
+
+    charts = {c.name: c for c in render_charts(load_run(synthetic_run))}
+    gpu = charts["gpu_per_rank"].svg
+    for label in ("first optimizer step", "epoch end", "evaluation", "checkpoint save"):
+        assert label in gpu, label
+    assert "planner prediction (phases)" in gpu and "optimizer step" in gpu
+    for rank in range(4):  # small multiples: one panel per rank on the shared step axis
+        assert f"rank {rank} (node-" in gpu
+    assert "rank 3 (node-b, local 1)  OUTLIER" in gpu
+    outside = charts["gpu_outside"].svg
+    assert "reserved but not allocated (fragmentation)" in outside and "allocator retries" in outside
+    assert "outside PyTorch&#39;s allocator" in outside or "outside PyTorch's allocator" in outside
+    host = charts["host_nodes"].svg
+    assert "host RAM on node-a" in host and "host RAM on node-b" in host
+    assert "limit 250.0 GiB" in host and "trend: limit at step 100" in host
+    assert "used (job cgroup)" in host and "planner prediction (phases)" in host
+    assert charts["host_per_rank"].points == 4 * 40 * 2  # RSS and its high-water mark, 40 steps, 4 ranks
+
+
 def test_empty_chart_is_caught_by_the_page_check(tmp_path):
     page = tmp_path / "bad.html"
     page.write_text(

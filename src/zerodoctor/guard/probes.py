@@ -78,7 +78,8 @@ def gpu_sample() -> dict[str, int]:
     if host_stats is not None:
         try:
             hs = host_stats()
-            out["pinned_host"] = int(hs.get("allocated_bytes.current", hs.get("allocations.current", 0)))
+            if "allocated_bytes.current" in hs:  # bytes of page-locked host memory in use (not a count)
+                out["pinned_host"] = int(hs["allocated_bytes.current"])
         except Exception:  # noqa: BLE001 - older torch: no pinned-host counters
             pass
     return out

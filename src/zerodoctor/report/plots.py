@@ -54,13 +54,15 @@ def _mark(ax: Any, markers: dict[str, list[int]], *, legend: bool) -> None:
 
 
 def _render(fig: Any, name: str, title: str, points: int) -> Chart:
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     png = io.BytesIO()
     fig.savefig(png, format="png")
     svg = io.StringIO()
-    fig.savefig(svg, format="svg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: selectable, searchable, smaller
+        fig.savefig(svg, format="svg")
     text = svg.getvalue()
     text = text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
     start, end = text.find("<metadata>"), text.find("</metadata>")
@@ -173,32 +175,41 @@ def gpu_per_rank(report: RunReport) -> Chart | None:
 
 
 def gpu_outside(report: RunReport) -> Chart | None:
-    """Fragmentation (reserved - allocated) and memory outside PyTorch (total - free - reserved) apart."""
+    """Fragmentation (reserved - allocated, and the allocator's retries) and memory outside PyTorch
+    (total - free - reserved) apart."""
     ranks = [r for r in report.ranks if r.has("gpu_reserved")]
     if not ranks:
         return None
-    fig, axes = _figure(2, 1, row_h=2.8)
+    fig, axes = _figure(3, 1, row_h=2.4)
+    frag_ax, retry_ax, other_ax = axes[0][0], axes[1][0], axes[2][0]
     points = 0
     for r in ranks:
-        steps = [int(s["step"]) for s in r.samples if "gpu_reserved" in s]
-        frag = [(s["gpu_reserved"] - s["gpu_allocated"]) / GIB for s in r.samples if "gpu_reserved" in s]
-        other = [s.get("gpu_non_pytorch", 0) / GIB for s in r.samples if "gpu_reserved" in s]
+        rows = [s for s in r.samples if "gpu_reserved" in s]
+        steps = [int(s["step"]) for s in rows]
         hot = r.rank in report.outliers
-        kw = {"linewidth": 2.2 if hot else 1.0, "color": OUTLIER_COLOR if hot else None}
-        axes[0][0].plot(steps, frag, label=f"rank {r.rank}", **kw)
-        axes[1][0].plot(steps, other, label=f"rank {r.rank}", **kw)
-        points += 2 * len(steps)
-    axes[0][0].set_title("reserved but not allocated (fragmentation)", fontsize=9)
-    axes[1][0].set_title("outside PyTorch's allocator: CUDA context, NCCL, other libraries", fontsize=9)
-    for ax in (axes[0][0], axes[1][0]):
+        kw = {
+            "linewidth": 2.2 if hot else 1.0,
+            "color": OUTLIER_COLOR if hot else None,
+            "label": f"rank {r.rank}",
+        }
+        frag_ax.plot(steps, [(s["gpu_reserved"] - s.get("gpu_allocated", 0)) / GIB for s in rows], **kw)
+        retry_ax.step(steps, [int(s.get("gpu_alloc_retries", 0)) for s in rows], where="post", **kw)
+        other_ax.plot(steps, [s.get("gpu_non_pytorch", 0) / GIB for s in rows], **kw)
+        points += 3 * len(steps)
+    frag_ax.set_title("reserved but not allocated (fragmentation)", fontsize=9)
+    retry_ax.set_title(
+        "allocator retries (cudaMalloc failed, cache flushed and retried; cumulative)", fontsize=9
+    )
+    other_ax.set_title("outside PyTorch's allocator: CUDA context, NCCL, other libraries", fontsize=9)
+    for ax, unit in ((frag_ax, "GiB"), (retry_ax, "retries"), (other_ax, "GiB")):
         _mark(ax, report.markers(), legend=False)
-        ax.set_ylabel("GiB", fontsize=8)
+        ax.set_ylabel(unit, fontsize=8)
         ax.grid(alpha=0.3)
     if len(ranks) <= 16:
-        axes[0][0].legend(fontsize=7, ncol=4)
-    axes[1][0].set_xlabel("optimizer step", fontsize=8)
+        frag_ax.legend(fontsize=7, ncol=4)
+    other_ax.set_xlabel("optimizer step", fontsize=8)
     fig.suptitle("GPU memory the allocator does not hand out", fontsize=11)
-    return _render(fig, "gpu_outside", "GPU fragmentation and non-PyTorch memory", points)
+    return _render(fig, "gpu_outside", "GPU fragmentation, allocator retries and non-PyTorch memory", points)
 
 
 def host_nodes(report: RunReport) -> Chart | None:

@@ -402,7 +402,7 @@ def _judge(
                 title=f"rank {e.get('rank')} failed",
                 message=(
                     f"rank {e.get('rank')} on {e.get('host')} raised {e.get('type')} at step {e.get('step')} "
-                    f"({e.get('phase')}, {e.get('time')}): {clip(str(e.get('message', '')), 300)}"
+                    f"({e.get('phase')}, {e.get('time')}): {clip(str(e.get('message', '')), 300).rstrip('.')}"
                     + (f". Diagnosis: {diag.get('title')}: {diag.get('message')}" if diag else "")
                 ),
                 fixes=tuple(Fix(str(t)) for t in diag.get("fixes", [])),
