@@ -1,6 +1,6 @@
 """Speed of `zerodoctor diagnose` against `grep -E` with the same patterns, on two generated multi-rank logs.
 
-    python benchmarks/diagnose_speed.py [--size-mb 1024] [--repeat 2] [--keep DIR]
+    python benchmarks/diagnose_speed.py [--size-mb 1024] [--repeat 2] [--keep DIR] [--scaling 128,256,512,1024]
 
 Two logs (default 1 GiB each), measured one after the other in the same run:
   * generated: few hits per MB. It imitates an 8-rank DeepSpeed ZeRO-3 run: torchrun rank prefixes, pdsh
@@ -11,8 +11,8 @@ Two logs (default 1 GiB each), measured one after the other in the same run:
     8 % of lines hitting a knowledge-base signature; a normal save in the middle (transformers'
     `stage3_gather_16bit_weights_on_model_save=false` message) and a host OOM kill at the end.
 grep gets every pattern the diagnose scan uses (all KB signatures and the extractor patterns) translated from
-Python `re` to POSIX ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_]; `(?i)`
-dropped, the two case-insensitive context patterns then match case-sensitively), run as
+Python `re` to POSIX ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_], `(?:` -> `(`;
+`(?i)` dropped, the two case-insensitive context patterns then match case-sensitively), run as
 `LC_ALL=C grep -E -c -f`. Both read the same file from the page cache (one warm-up read first); the best of
 --repeat runs is shown. Peak RSS is the child's ru_maxrss.
 """
@@ -234,6 +234,10 @@ def to_ere(rx: str) -> str:
                 out.append("\\" + n)
             i += 2
             continue
+        if c == "(" and not in_class and rx.startswith("(?:", i):  # non-capturing group: a plain group in ERE
+            out.append("(")
+            i += 3
+            continue
         if c == "[" and not in_class:
             in_class = True
         elif c == "]" and in_class and out and out[-1] not in ("[", "[^"):
@@ -315,6 +319,38 @@ def cold_start(runs: int) -> None:
         )
 
 
+def _slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares line through (x, y): (slope, intercept)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return slope, my - slope * mx
+
+
+def scaling(work: Path, sizes: list[int], env: dict[str, str], repeat: int) -> None:
+    """Cost per MB against the number of hits: `zerodoctor diagnose` on both logs cut at several sizes, best of
+    `repeat` each; the slope of seconds over MiB is the marginal cost per MB, the intercept the fixed cost
+    (start, KB load, the engine rebuilt once the per-step patterns saturate). The cost per MB does not grow with
+    the hits when the two logs' slopes are equal while their hit counts differ by five orders of magnitude."""
+    zd = [sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never"]
+    slopes: dict[str, float] = {}
+    for kind in ("generated", "dense"):
+        xs: list[float] = []
+        ys: list[float] = []
+        for size in sizes:
+            log = work / f"{kind}-{size}.log"
+            mb = generate(log, size, dense=kind == "dense") / (1 << 20)
+            best = min(timed([*zd, str(log)], env)[0] for _ in range(repeat))
+            xs.append(mb)
+            ys.append(best)
+            print(f"  scaling {kind:<10}{mb:>7.0f} MiB {best:>7.2f} s")
+            log.unlink()
+        slope, icpt = _slope(xs, ys)
+        slopes[kind] = slope
+        print(f"  scaling {kind}: {slope * 1024:.2f} s per GiB (marginal), {icpt:.2f} s fixed")
+    print(f"  marginal cost per MB, dense / generated: {slopes['dense'] / slopes['generated']:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024)
@@ -326,6 +362,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--cold-runs", type=int, default=7, help="fresh-process runs for the cold-start figure (0: skip)"
+    )
+    ap.add_argument(
+        "--scaling",
+        default="",
+        help="comma-separated sizes in MiB: fit diagnose's seconds per MiB on both logs at these sizes (cost per MB"
+        " against hits); empty: skip",
     )
     args = ap.parse_args()
     if args.cold_runs:
@@ -341,7 +383,7 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"{len(regexes)} patterns")
     print(f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'seconds':>9}{'MiB/s':>8}{'RSS MiB':>9}")
-    for kind in args.logs.split(","):
+    for kind in filter(None, args.logs.split(",")):
         log = work / f"{kind}.log"
         t0 = time.perf_counter()
         size = generate(log, args.size_mb, dense=kind == "dense")
@@ -363,6 +405,8 @@ def main() -> int:
         )
         if not args.keep:
             log.unlink()
+    if args.scaling:
+        scaling(work, [int(x) for x in args.scaling.split(",")], env, args.repeat)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
