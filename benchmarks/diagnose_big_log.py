@@ -6,7 +6,7 @@ fresh process under `/usr/bin/time -v` and records wall time, peak RSS and the v
 truncated gzip must still name what it could read and say where it stopped.
 
 Usage:
-    python benchmarks/diagnose_big_log.py [--size-mb 2048] [--work /tmp/zd-big]
+    python benchmarks/diagnose_big_log.py [--size-mb 2048] [--work /tmp/zd-big] [--keep]
 """
 
 from __future__ import annotations
@@ -53,14 +53,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=2048)
     ap.add_argument("--work", type=Path, default=Path("/tmp/zd-big"))
+    ap.add_argument("--keep", action="store_true", help="keep the logs in --work")
     args = ap.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     plain = work / "run.log"
-    if not plain.exists() or plain.stat().st_size < args.size_mb * 2**20 * 0.95:
+    fresh = (
+        not plain.exists() or abs(plain.stat().st_size - args.size_mb * 2**20) > args.size_mb * 2**20 * 0.05
+    )
+    if fresh:
         generate(plain, args.size_mb, dense=True)
     gz = work / "run.log.gz"
-    if not gz.exists():
+    if fresh or not gz.exists():
         subprocess.run(f"gzip -1 -c {plain} > {gz}", shell=True, check=True)
     cut = work / "run.truncated.log.gz"
     with gz.open("rb") as src, cut.open("wb") as dst:
@@ -82,7 +86,7 @@ def main() -> int:
         r["peak_rss_mb"] is not None and r["peak_rss_mb"] < TARGET_RSS_MB and not r["traceback"] for r in rows
     )
     print(f"\nall under {TARGET_RSS_MB} MiB and no traceback: {ok}")
-    if "--keep" not in sys.argv:
+    if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 
