@@ -61,12 +61,21 @@ class Outcome:
         return (self.predicted_gpu - self.measured_bytes) / self.measured_bytes
 
     @property
+    def host_predicted(self) -> int:
+        """Host use per node in the phase a published reading was taken (`host_phase`): steady (default: a
+        reading during training), train (the larger of first step and steady: a peak over a training epoch) or
+        load (a start-of-training spike)."""
+        which = self.case.get("host_phase", "steady")
+        if which == "train":
+            return max(self.plan.phase("first_step").host_bytes, self.plan.phase("steady").host_bytes)
+        return self.plan.phase(which).host_bytes
+
+    @property
     def host_error(self) -> float | None:
-        """Against a published host-RAM reading: the steady-state host use per node (training, no save)."""
+        """Against a published host-RAM reading, in the phase it was taken (`host_predicted`)."""
         if self.host_measured_bytes is None:
             return None
-        steady = self.plan.phase("steady").host_bytes
-        return (steady - self.host_measured_bytes) / self.host_measured_bytes
+        return (self.host_predicted - self.host_measured_bytes) / self.host_measured_bytes
 
 
 def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
@@ -124,6 +133,8 @@ def _measured_bytes(case: dict[str, Any], key: str = "measured", unit_key: str =
     if value is None:
         return None
     unit = str(case.get(unit_key, ""))
+    if unit.startswith("MiB"):
+        return int(float(value) * 2**20)
     return int(float(value) * (10**9 if unit.startswith("GB") else GIB))
 
 
@@ -141,10 +152,20 @@ def evaluate(case: dict[str, Any], margin: float = DEFAULT_SAFETY_MARGIN) -> Out
         right, raw = not gpu_fits, gpu <= plan.cluster.gpu_memory_bytes
     elif kind == "host_oom":
         right, raw = not host_fits, host <= plan.cluster.host_ram_bytes
-    else:  # a run that trained: gpu_peak or fits
-        right, raw = gpu_fits, True
+    else:  # a run that trained: gpu_peak or fits; its host too where the case names the node's RAM
+        measured = _measured_bytes(case)
+        if measured is not None and measured > plan.gpu_limit():
+            # The run itself used more than (1 - margin) of its card: "tight" (fits without the margin) is the
+            # right answer for it, "fits" would need an under-prediction.
+            gpu_fits = gpu <= plan.cluster.gpu_memory_bytes
+        right, raw = gpu_fits and (host_fits or not case["cluster"].get("host_gib")), True
     host_measured = _measured_bytes(case, "host_measured", "host_unit")
     return Outcome(case, plan, gpu, phase, host, _measured_bytes(case), right, raw, host_measured)
+
+
+def _unit_word(unit: object) -> str:
+    text = str(unit or "")
+    return "MiB" if text.startswith("MiB") else "GB" if text.startswith("GB") else "GiB"
 
 
 def _fmt_err(e: float | None) -> str:
@@ -164,6 +185,12 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "real_ooms": len(ooms),
         "real_ooms_predicted_raw_fit": sum(o.raw_fits for o in ooms),
         "host_readings": [o.host_error for o in outcomes if o.host_error is not None],
+        "host_median_abs_error": (
+            statistics.median(abs(e) for e in hosts)
+            if (hosts := [o.host_error for o in outcomes if o.host_error is not None])
+            else None
+        ),
+        "host_judged": sum(1 for o in outcomes if o.case["cluster"].get("host_gib")),
     }
 
 
@@ -178,10 +205,14 @@ def markdown(outcomes: list[Outcome]) -> str:
             f"GPU peaks: median |error| {med}, {s['within_10pct']}/{s['gpu_peaks']} within 10 %; "
             f"real OOMs predicted to fit even without margin: {s['real_ooms_predicted_raw_fit']}/{s['real_ooms']}"
             + (
-                "; host RAM readings: " + ", ".join(f"{e * 100:+.1f} %" for e in s["host_readings"])
+                f"; host RAM readings: median |error| {s['host_median_abs_error'] * 100:.1f} % over "
+                f"{len(s['host_readings'])} ("
+                + ", ".join(f"{e * 100:+.1f} %" for e in s["host_readings"])
+                + ")"
                 if s["host_readings"]
                 else ""
             )
+            + f"; cases whose host verdict is judged: {s['host_judged']}"
         )
         lines.append("")
         lines.append("| case | kind | published | predicted (phase) | error | verdict |")
@@ -189,15 +220,18 @@ def markdown(outcomes: list[Outcome]) -> str:
         for o in part:
             pub = "OOM" if o.case["kind"].endswith("oom") else "trains"
             if o.measured_bytes is not None:
-                pub = f"{o.case['measured']} {'GB' if str(o.case['unit']).startswith('GB') else 'GiB'}"
+                pub = f"{o.case['measured']} {_unit_word(o.case['unit'])}"
             pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
             if o.case["kind"] == "host_oom":
                 pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
             if o.host_error is not None:
+                hunit = _unit_word(o.case.get("host_unit"))
                 pred += (
-                    f"; host {o.plan.phase('steady').host_bytes / GIB:.0f} GiB vs "
-                    f"{o.case['host_measured']} GB ({_fmt_err(o.host_error)})"
+                    f"; host {o.host_predicted / GIB:.1f} GiB ({o.case.get('host_phase', 'steady')}) vs "
+                    f"{o.case['host_measured']} {hunit} ({_fmt_err(o.host_error)})"
                 )
+            elif o.case["kind"] != "host_oom" and o.case["cluster"].get("host_gib"):
+                pred += f"; host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
             moved = " (moved from held-out)" if o.case.get("moved_from_heldout") else ""
             lines.append(
                 f"| [{o.case['id']}]({o.case['source']}){moved} | {o.case['kind']} | {pub} | {pred} | "
@@ -228,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 "status": o.plan.status,
                 "verdict_right": o.verdict_right,
                 "host_error": o.host_error,
+                "predicted_host_phase_bytes": o.host_predicted,
             }
             sys.stdout.write(json.dumps(row) + "\n")
     else:

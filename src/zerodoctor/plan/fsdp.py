@@ -365,13 +365,22 @@ def plan_fsdp(
         # FSDP2's tail unit (final norm + lm_head) is reduce-scattered right after its own backward; FSDP1's
         # root waits for the end of backward (next item).
         unit_grad = max(layer, head) if f.version == 2 and t.method == "full" else layer
+        what = f"{unit_grad:,} elements"
+        if t.is_peft and not upcast_frozen:
+            # The frozen weights of a LoRA/QLoRA layer get no gradient: with PEFT's wrap policy
+            # (use_orig_params=False) the adapters are units of their own and the layer's FlatParameter does not
+            # require grad; FSDP2 keeps per-parameter gradients. What autograd writes unsharded is one layer's
+            # adapters at most.
+            unit_grad = _ceil_div(inputs.model.lora_params(t.lora_rank, t.lora_targets), max(n_layers, 1))
+            what = f"{unit_grad:,} adapter elements of one layer (the frozen layer weights get no gradient)"
         fwd.append(
             ph.Item(
                 "unsharded gradient of one unit",
                 unit_grad * cb + _ceil_div(unit_grad, n) * cb,
-                f"{unit_grad:,} elements in {cb} B written by autograd before the post-backward hook "
-                "reduce-scatters it, + the reduce-scatter output",
-                f"{SRC_RUNTIME} _post_backward_hook, _reduce_grad",
+                f"{what} in {cb} B written by autograd before the post-backward hook reduce-scatters it, "
+                "+ the reduce-scatter output",
+                f"{SRC_RUNTIME} _post_backward_hook, _reduce_grad; {SRC_FLAT} (a FlatParameter requires grad only "
+                "if its parameters do)",
             )
         )
         out_layer = p.lm_head or (p.embedding if p.tied_embeddings else 0)
