@@ -33,9 +33,9 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def measured() -> list[list[dict[str, int | str]]]:
-    out = Path(tempfile.mkdtemp(prefix="zd-fsdp-"))
+def torchrun_job(script: Path, *args: str) -> list[dict]:
+    """Run `script OUT *args` on 2 local gloo ranks with torchrun; each rank writes OUT/rank{N}.json."""
+    out = Path(tempfile.mkdtemp(prefix=f"zd-{script.stem}-"))
     cmd = [
         sys.executable,
         "-m",
@@ -45,11 +45,16 @@ def measured() -> list[list[dict[str, int | str]]]:
         "--master_port",
         str(_port()),
     ]
-    cmd += [str(HERE / "fsdp_job.py"), str(out), *CONFIGS]
+    cmd += [str(script), str(out), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[list[dict[str, int | str]]]:
+    return torchrun_job(HERE / "fsdp_job.py", *CONFIGS)
 
 
 def _inputs() -> PlanInputs:

@@ -5,11 +5,7 @@ gradient, so the planner's "unsharded gradient of one unit" for LoRA/QLoRA is on
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,25 +22,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from fsdp_job import CONFIG  # noqa: E402
 from fsdp_lora_job import LORA_RANK, TARGETS  # noqa: E402
-from test_fsdp_engine import _port  # noqa: E402
+from test_fsdp_engine import torchrun_job  # noqa: E402
 
 
 def test_frozen_layer_units_get_no_gradient_and_the_planner_charges_one_layer_of_adapters():
-    out = Path(tempfile.mkdtemp(prefix="zd-fsdp-lora-"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_port()),
-    ]
-    cmd += [str(HERE / "fsdp_lora_job.py"), str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    ranks = torchrun_job(HERE / "fsdp_lora_job.py")
     assert len(ranks) == 2
 
     spec = model_from_config({"model_type": "llama", **CONFIG}, name="tiny-llama", source=Path("<fsdp_job>"))
