@@ -261,3 +261,46 @@ def test_first_failure_compares_timestamps_of_different_forms():
         exit_code=-9,
     )
     assert first_failure([launcher, dmesg_style]) is dmesg_style
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # LlamaFactory#9510: the whole model loading on every GPU; 150 MiB cached on a 79.33 GiB device holding
+        # 77.92 GiB is a full device, not a fragmented one
+        "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 56.00 MiB. GPU 5 has a total "
+        "capacity of 79.33 GiB of which 49.81 MiB is free. Process 415557 has 79.27 GiB memory in use. Of the "
+        "allocated memory 77.92 GiB is allocated by PyTorch, and 150.18 MiB is reserved by PyTorch but unallocated.",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 24.00 MiB. GPU 0 has a total capacity of "
+        "23.65 GiB of which 5.06 MiB is free. Of the allocated memory 23.31 GiB is allocated by PyTorch, and 64.00 "
+        "MiB is reserved by PyTorch but unallocated.",
+    ],
+)
+def test_a_cache_that_is_a_sliver_of_a_full_device_is_not_fragmentation(tmp_path: Path, message: str) -> None:
+    """The regexes compare the request with the cache; the arithmetic also wants the cache to be >= 1 % of the
+    device (OomNumbers.verdict), so these are plain GPU OOMs with the memory really not there."""
+    d = diagnose([_write(tmp_path, "oom.log", message + "\n")])
+    ids = [f.id for f in d.findings]
+    assert "cuda-oom-fragmentation" not in ids, ids
+    assert ids[0] == "class:gpu-oom", ids
+    assert d.findings[0].data["failure_class"]["verdict"] == "lack"
+
+
+def test_degenerate_metrics_with_unknown_versions_and_no_failure_are_a_warning(tmp_path: Path) -> None:
+    """Loss 0 with a stuck grad_norm is the ZeRO-1/2 regression's symptom only on the affected releases; the data
+    can do it too. With no version known and nothing failing, it is a warning, not an error (a healthy run from a
+    thread, Qwen3-VL); with the release known to be affected it stays an error."""
+    lines = "".join(
+        f"{{'loss': {loss}, 'grad_norm': 1.4142135381698608, 'learning_rate': 1e-05, 'epoch': {e}}}\n"
+        for loss, e in (("2.7584", "0.02"), ("0.0", "0.05"), ("0.0", "0.07"))
+    )
+    d = diagnose([_write(tmp_path, "run.log", lines)])
+    assert not [f.id for f in d.findings if f.severity.name == "ERROR"], [(f.id, f.severity) for f in d.findings]
+    assert d.findings[0].id == "zero12-gradnorm-nan-regression"
+    known = diagnose(
+        [_write(tmp_path, "run2.log", lines)],
+        versions={"deepspeed": "0.14.4"},
+        config_facts={"ds.zero_optimization.stage": 2},
+    )
+    assert known.findings[0].id == "zero12-gradnorm-nan-regression"
+    assert known.findings[0].severity.name == "ERROR"

@@ -164,3 +164,29 @@ def test_named_pipe_with_a_writer_is_streamed(tmp_path: Path, run_cli) -> None:
 def test_device_is_refused(run_cli) -> None:
     code, _out, err = run_cli("diagnose", "/dev/null")
     assert code == 2 and "device" in err
+
+
+def test_quoted_and_ray_prefixed_lines_are_read_like_plain_ones() -> None:
+    """A paste quoted in a thread ("> ") and Ray's actor prefix keep their text; the actor is kept as the host."""
+    quoted = parse_line("x.log", 1, b"> AssertionError: {'id': 786, 'status': 'INFLIGHT', 'numel': 38603520}")[0]
+    assert quoted.text.startswith("AssertionError: {'id': 786")
+    ray = parse_line("x.log", 2, b"(ActorModelRayActorBOX pid=499618) RuntimeError: [enforce fail at x.cc:603]")[0]
+    assert ray.text == "RuntimeError: [enforce fail at x.cc:603]" and ray.host == "ActorModelRayActorBOX"
+    # text that merely contains ">" or parentheses stays as it is
+    assert parse_line("x.log", 3, b">>> import deepspeed")[0].text == ">>> import deepspeed"
+    assert parse_line("x.log", 4, b"(venv) $ deepspeed train.py")[0].text == "(venv) $ deepspeed train.py"
+
+
+def test_a_quoted_zero3_status_assertion_is_a_library_assertion_in_a_forward(tmp_path: Path) -> None:
+    log = tmp_path / "quoted.log"
+    log.write_text(
+        "> AssertionError: {'id': 786, 'status': 'INFLIGHT', 'numel': 38603520, 'ds_numel': 38603520, 'shape':\n"
+        "> (50265, 768), 'ds_shape': (50265, 768), 'requires_grad': False, 'grad_shape': None, 'persist': False,\n"
+        "> 'active_sub_modules': {3}}\n",
+        encoding="utf-8",
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:library-assertion", [f.id for f in d.findings]
+    assert d.phase == "training_step"
+    # an INFLIGHT parameter is not the NOT_AVAILABLE look-alike entry (a module outside the engine's hooks)
+    assert "z3-param-not-available" not in [f.id for f in d.findings]

@@ -66,7 +66,8 @@ _BUILD_HINTS = (
 # DeepSpeed's launcher killing the other ranks after one failed (the failed rank's code may be cut from a paste)
 _LAUNCHER_TEARDOWN = "sigkill_handler] Killing subprocess"
 # Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
-_ASSERT_OWNER = re.compile(r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed")
+# (`'ds_numel': ` is a key of ZeRO-3's param.ds_summary(), the message of its parameter-status assertions)
+_ASSERT_OWNER = re.compile(r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed|'ds_numel': ")
 _CONFIG_FILES = (
     "deepspeed/runtime/config",
     "deepspeed/runtime/zero/config",

@@ -311,10 +311,15 @@ class OomNumbers:
         Twice, not once: a cache barely larger than the request on a full device (0.35 GiB cached for a 0.25 GiB
         request on a 14.56 GiB GPU holding 13.30 GiB, deepspeedai/DeepSpeed#3208) is a full device, and
         expandable_segments would only move the OOM to the next allocation; the maintainers' answer there was
-        that the model needs more memory than the GPU has."""
+        that the model needs more memory than the GPU has. And a cache that is a sliver of the device is not
+        fragmentation either, however small the request: 0.15 GiB cached for a 0.05 GiB request on a 79.33 GiB GPU
+        holding 77.92 GiB (LlamaFactory#9510, the whole model loading on each GPU) is a full device, so the cache
+        must also be at least 1 % of the device (0.5 GiB when the message does not give the device size)."""
         if self.tried is None or self.reserved_unallocated is None:
             return "unknown"
-        return "fragmentation" if self.reserved_unallocated >= 2 * self.tried else "lack"
+        floor = 0.01 * self.total if self.total else 0.5
+        cached = self.reserved_unallocated
+        return "fragmentation" if cached >= 2 * self.tried and cached >= floor else "lack"
 
     @property
     def missing_gib(self) -> float | None:
@@ -876,6 +881,8 @@ class Extractor:
             for t in self.facts.tracebacks:
                 if t.source == ev.line.source and t.exc_type is None and abs(t.start.lineno - ev.line.lineno) <= 3:
                     phase = self._phase_from_frames(t, ev)
+                    if phase == "unknown":  # its frames' source lines, then
+                        phase = self._code_phase(t.source, t.start.lineno, self._tb_last(t) + 2) or phase
                     break
         if phase == "unknown" or (tb is not None and self._loop_only(tb, phase)):
             lo = tb.start.lineno if tb is not None else ev.line.lineno - 6

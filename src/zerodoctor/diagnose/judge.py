@@ -196,6 +196,10 @@ def judge(
         ):
             # the old OOM format needs arithmetic (reserved - allocated vs the request), not a regex
             is_match = oom.verdict == "fragmentation"
+        elif is_match and entry.id == "cuda-oom-fragmentation" and oom is not None and oom.verdict == "lack":
+            # the regexes compare the request with the cache; the message's numbers also say the cache is a sliver
+            # of a full device (OomNumbers.verdict): the memory is not there, it is not fragmented
+            is_match = False
         if not is_match:
             continue
         cond, results = evaluate_conditions(entry, all_versions, cfacts)
@@ -257,6 +261,11 @@ def judge(
             score += 2.0 if oom.verdict == "fragmentation" else -2.0
         kinds = {s.kind for s in entry.symptoms.signatures if s.id in matched}
         warning_only = kinds <= _NOT_FAILURE_KINDS and not _failure_after(facts, evidence)
+        if cond is Tri.UNKNOWN and entry.conditions.packages and not facts.events:
+            # nothing failed (no exception, exit, OOM or timeout) and the versions that make these lines a known
+            # bug are not known: training metrics such as a loss of 0 also come from the data, so it is a warning
+            # until --env / the log's versions confirm the release
+            warning_only = True
         candidates.append(
             Candidate(
                 entry,

@@ -107,11 +107,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # forward pass, of training unless evaluation is running (see extract.phase_of)
     "code-forward": r"= input\.softmax\(dim|return torch\.embedding\(|F\.scaled_dot_product_attention\("
     r"|= self\.self_attn\(|= self\.mlp\(|= self\.lm_head\(|= self\.embed_tokens\(",
-    # torch.nn.Module.to()/.cuda()/.half() (Module._apply(convert)): the whole model placed or cast at load
-    "code-load": r"return self\._apply\(convert\)|return t\.to\(device, dtype if t\.is_floating_point",
+    # torch.nn.Module.to()/.cuda()/.half() (Module._apply(convert)): the whole model placed or cast at load; a
+    # frame calling the loader (`model = load_model(...)`, `X.from_pretrained(...)`)
+    "code-load": r"return self\._apply\(convert\)|return t\.to\(device, dtype if t\.is_floating_point"
+    r"|= load_model\(|\.from_pretrained\(",
     # failure messages that are only raised in one phase (the reasons: extract._MESSAGE_PHASE_REASONS)
     "msg-forward": r"ds_status == ZeroParamStatus\.AVAILABLE|indexSelect(?:Large|Small)Index"
-    r"|srcIndex < srcSelectDimSize",
+    r"|srcIndex < srcSelectDimSize|'status': '(?:INFLIGHT|NOT_AVAILABLE)', 'numel'",
     "msg-train": r"no_sync context manager is incompatible|object has no attribute 'no_sync'",
     "msg-load": r"Cannot copy out of meta tensor",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)

@@ -49,6 +49,11 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("time", re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]\s*")),
     ("time", re.compile(r"^\[\s*(\d+\.\d+)\]\s*")),  # dmesg "[12345.678901] "
+    # Ray's worker prefix "(ActorModelRayActorBOX pid=499618) ", "(RayWorkerWrapper pid=81, ip=10.0.0.3) "
+    # (OpenRLHF, verl): which actor printed the line, like a host
+    ("host", re.compile(r"^\(([A-Za-z_][\w.:-]{0,80}) pid=\d+(?:, ip=[\d.]+)?\)\s")),
+    # a paste quoted in an issue thread ("> " per line, as GitHub and mail replies quote)
+    ("quote", re.compile(r"^> ?(?!>)")),
 )
 _RANK_IN_TEXT = re.compile(r"\[Rank (\d+)\]|\brank(?: |=)(\d+)\b|\[rank(\d+)\]")
 
@@ -118,6 +123,8 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
             elif kind == "rank":
                 if rank is None:
                     rank = log_int(m.group(1))
+            elif kind == "quote":
+                pass
             elif stamp is None:
                 stamp = m.group(1)
             text = text[m.end() :]
