@@ -77,8 +77,13 @@ def launch(
     return Run(out, proc.returncode, proc.stdout + proc.stderr)
 
 
-ENGINE_FLAGS = ("--grow", "--wrong-device", "--raise-on-rank", "1")
-ENGINE_ENV = {"ZERODOCTOR_GUARD_HOST_MEASURE": "rss"}
+ENGINE_FLAGS = ("--grow", "--wrong-device", "--raise-on-rank", "1", "--hang-seconds", "8")
+# rank 1 stays 8 s away from a collective rank 0 waits in: with a 2 s hang timeout both watchdogs dump
+ENGINE_ENV = {
+    "ZERODOCTOR_GUARD_HOST_MEASURE": "rss",
+    "ZERODOCTOR_GUARD_HANG_MIN_S": "2",
+    "ZERODOCTOR_GUARD_HANG_FACTOR": "1",
+}
 
 
 @pytest.fixture(scope="session")
@@ -93,14 +98,7 @@ def hf_run(tmp_path_factory) -> Run:
 def ds_run(tmp_path_factory) -> Run:
     pytest.importorskip("deepspeed")
     out = tmp_path_factory.mktemp("ds") / "run"
-    # rank 1 stays 8 s away from a barrier rank 0 waits in: with a 2 s hang timeout both watchdogs dump
-    env = {
-        **ENGINE_ENV,
-        "ZERODOCTOR_GUARD_FAULT": "ds_step",
-        "ZERODOCTOR_GUARD_HANG_MIN_S": "2",
-        "ZERODOCTOR_GUARD_HANG_FACTOR": "1",
-    }
-    return torchrun("ds", out, *ENGINE_FLAGS, "--hang-seconds", "8", env=env)
+    return torchrun("ds", out, *ENGINE_FLAGS, env={**ENGINE_ENV, "ZERODOCTOR_GUARD_FAULT": "ds_step"})
 
 
 @pytest.fixture(scope="session")

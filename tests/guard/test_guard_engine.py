@@ -82,6 +82,8 @@ def test_step_count_and_prediction_recorded(run):
     pred = run.kinds(0, "prediction")[0]
     assert pred["available"] and set(pred["phases"]) >= {"first_step", "steady", "save"}
     assert pred["phases"]["steady"]["gpu_bytes"] is None  # no GPU: nothing to compare on the GPU side
+    assert pred["seq_len"] == 2048 and "default" in pred["seq_len_from"]  # no sequence cap in these arguments
+    assert pred["phases"]["steady"]["host_items"]["process baseline"] > 0  # what the figure is made of
     gaps = run.kinds(0, "gap")
     assert [g["phase"] for g in gaps if g["phase"] != "save"] == ["load", "first_step", "steady"]
     assert [g["step"] for g in gaps if g["phase"] == "save"] == [4, 8]  # every save against the save phase
@@ -180,6 +182,21 @@ def test_diagnose_merges_the_real_stack_dumps_into_who_waits_and_who_never_arriv
     assert "rank 1 never arrived: it was in busy_elsewhere (guard_job.py:" in hang["message"]
     # both went on after the dump (rank 1 only slept), so it is a warning after rank 1's real exception
     assert hang["severity"] == "warning" and findings[0]["severity"] == "error"
+
+
+def test_hf_rank_held_up_inside_the_trainer_is_named_by_diagnose(hf_run, capsys):
+    """Inside HF Trainer: rank 1 is held up after step 6 while rank 0 goes on into step 7, where ZeRO-3 gathers
+    the parameters: both watchdogs dump; diagnose says rank 0 waits in a collective for rank 1."""
+    from zerodoctor.cli.main import main
+    from zerodoctor.report.run_report import load_run
+
+    stacks = {s["rank"]: s["top_frames"] for s in load_run(hf_run.out).stacks}
+    assert set(stacks) == {0, 1}, hf_run.output[-3000:]
+    assert any(f.startswith("busy_elsewhere") for f in stacks[1]), stacks[1]
+    assert main(["diagnose", str(hf_run.out), "--format", "json"]) == 1
+    (hang,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "guard.hang"]
+    assert hang["data"]["ranks_waiting"] == [0] and hang["data"]["ranks_elsewhere"] == [1], hang
+    assert "rank 1 never arrived: it was in busy_elsewhere (guard_job.py:" in hang["message"]
 
 
 @pytest.mark.engine

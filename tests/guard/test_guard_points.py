@@ -253,6 +253,15 @@ def test_no_prediction_no_gap(tmp_path):
     assert _kinds(tmp_path, "gap") == [] and mon.findings == []
 
 
+def test_the_trainers_sequence_cap_reaches_the_planner():
+    from zerodoctor.guard.hf import seq_len_of
+
+    assert seq_len_of(types.SimpleNamespace(max_length=4096, max_seq_length=512)) == 4096  # TRL's SFTConfig
+    assert seq_len_of(types.SimpleNamespace(max_seq_length=1024)) == 1024  # older TRL
+    assert seq_len_of(types.SimpleNamespace(max_length=None, model_max_length=True)) is None
+    assert seq_len_of(types.SimpleNamespace()) is None  # a plain TrainingArguments: the planner's default
+
+
 # ---- hang watchdog timeouts -----------------------------------------------------------------------------------
 
 

@@ -90,6 +90,7 @@ class ZeroDoctorCallback(TrainerCallback):
             samples=samples,
             max_steps=args.max_steps if args.max_steps and args.max_steps > 0 else None,
             epochs=args.num_train_epochs,
+            seq_len=seq_len_of(args),
             framework="hf",
         )
 
@@ -177,3 +178,16 @@ class ZeroDoctorCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.monitor is not None:
             self.monitor.train_end()
+
+
+SEQ_LEN_ARGS = ("max_length", "max_seq_length", "cutoff_len", "model_max_length")
+"""Where a Trainer's arguments carry the sequence cap the planner's activation term needs (TRL's SFTConfig:
+`max_length`, older `max_seq_length`); a plain TrainingArguments has none and the planner uses its default."""
+
+
+def seq_len_of(args: Any) -> int | None:
+    for name in SEQ_LEN_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

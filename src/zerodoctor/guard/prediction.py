@@ -69,10 +69,17 @@ def predict_for_run(
         "strategy": sp.name,
         "gpu_is_real": gpu_memory_bytes is not None,
         "ranks_per_node": min(max(gpus_per_node, 1), world_size),
+        "seq_len": inputs.training.seq_len,
+        "seq_len_from": "the run"
+        if seq_len is not None
+        else "the planner's default (not in the run's arguments)",
         "phases": {
             p.name: {
                 "gpu_bytes": p.gpu_bytes if gpu_memory_bytes is not None else None,
                 "host_bytes_per_node": p.host_bytes,
+                # what the figures are made of (the gap is data for the planner: which item was off)
+                "gpu_items": {i.name: i.bytes for i in p.gpu} if gpu_memory_bytes is not None else {},
+                "host_items": {i.name: i.bytes for i in p.host},
             }
             for p in sp.phases
         },

@@ -108,6 +108,13 @@ def run_hf(a: argparse.Namespace, out: Path) -> None:
             if a.grow and state.global_step >= 2:
                 grow()
 
+    class Late(
+        TrainerCallback
+    ):  # rank 1 is held up after a step; rank 0 goes on into the next step's gathers
+        def on_step_end(self, args, state, control, **kw):
+            if a.hang_seconds and rank == 1 and state.global_step == a.steps - 2:
+                busy_elsewhere(a.hang_seconds)
+
     reported: list[dict] = []
 
     class Reporter(TrainerCallback):  # stands for TensorBoard / W&B: sees what on_log hands to reporters
@@ -116,6 +123,7 @@ def run_hf(a: argparse.Namespace, out: Path) -> None:
 
     trainer = Trainer(model=model, args=args, train_dataset=Ids(64, rank), eval_dataset=Ids(4, 7))
     trainer.add_callback(Grow())
+    trainer.add_callback(Late())
     trainer.add_callback(Reporter())
     if not a.no_callback:
         from zerodoctor.guard import ZeroDoctorCallback
