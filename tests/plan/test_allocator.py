@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zerodoctor.plan.allocator import (
+    ALLOCATOR_STREAMS_USED,
     Alloc,
     Allocator,
     AllocatorConfig,
@@ -13,9 +20,13 @@ from zerodoctor.plan.allocator import (
     Mark,
     SimulatedOOM,
     allocation_size,
+    planner_phase_gaps,
     replay,
     round_size,
+    step_shape,
+    training_events,
 )
+from zerodoctor.plan.inputs import PlanOptions, ZeroSettings, load_inputs
 
 MIB = 1 << 20
 
@@ -288,3 +299,119 @@ def test_marks_report_each_phase_and_empty_the_cache() -> None:
     assert (load.allocated_peak, load.reserved_peak) == (400 * MIB, 400 * MIB)
     assert (step.allocated_peak, step.reserved_peak) == (150 * MIB, 150 * MIB)
     assert r.segments == 2
+
+
+# ---- the training sequence ------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+
+
+def _inputs(gpus: int = 1, **kw):  # type: ignore[no-untyped-def]
+    return load_inputs(
+        PlanOptions(
+            model="qwen2.5-0.5b", nodes=1, gpus_per_node=gpus, gpu_memory_gib=80, host_ram_gib=256,
+            seq_len=512, micro_batch=2, **kw,
+        )
+    )  # fmt: skip
+
+
+def _streams(events) -> set[int]:  # type: ignore[no-untyped-def]
+    return {ev.stream for ev in events if isinstance(ev, Alloc)}
+
+
+def test_zero3_on_one_rank_fetches_nothing_without_parameter_offload() -> None:
+    # NoGatherHandle: with one rank a parameter is its partition; only offload_param copies it to the GPU
+    inputs = _inputs(1)
+    plain = training_events(step_shape(inputs, ZeroSettings(stage=3), inputs.training), steps=1)
+    off = training_events(
+        step_shape(
+            inputs, ZeroSettings(stage=3, offload_param="cpu", offload_optimizer="cpu"), inputs.training
+        ),
+        steps=1,
+    )
+    assert 1 not in _streams(plain)  # the all-gather stream
+    assert 1 in _streams(off)
+    two = _inputs(2)
+    assert 1 in _streams(training_events(step_shape(two, ZeroSettings(stage=3), two.training), steps=1))
+    assert ALLOCATOR_STREAMS_USED == (0, 1, 2)
+
+
+def test_loss_events_follow_the_recorded_order() -> None:
+    # Recorded on the CPU with torch.profiler (benchmarks/plan_allocator.py --record, Qwen2.5-1.5B widths): bf16
+    # logits, their fp32 copy, log-probabilities; the copy and the logits freed; in backward nll_loss's gradient,
+    # log_softmax's, then the bf16 gradient of the logits.
+    inputs = _inputs(1)
+    shape = step_shape(inputs, ZeroSettings(stage=0), inputs.training)
+    tv = shape.tokens * shape.vocab
+    seq = []
+    sizes = {}
+    for ev in training_events(shape, steps=1):
+        if isinstance(ev, Alloc):
+            sizes[ev.id] = ev.nbytes
+            if ev.nbytes in (2 * tv, 4 * tv):
+                seq.append(("+", ev.nbytes // tv))
+        elif isinstance(ev, Free) and sizes.get(ev.id) in (2 * tv, 4 * tv):
+            seq.append(("-", sizes[ev.id] // tv))
+        elif isinstance(ev, Mark) and ev.name == "first_forward_backward":
+            break
+    assert seq == [
+        ("+", 2), ("+", 4), ("+", 4), ("-", 4), ("-", 2),
+        ("+", 4), ("+", 4), ("-", 4), ("-", 4), ("+", 2), ("-", 4), ("-", 2),
+    ]  # fmt: skip
+
+
+def test_every_step_allocation_is_freed_and_states_persist() -> None:
+    inputs = _inputs(2)
+    events = training_events(step_shape(inputs, ZeroSettings(stage=3), inputs.training), steps=2)
+    r = replay(events)
+    assert r.oom is None
+    # after the step only model states (and the lazily created Adam state) stay allocated
+    save = r.phase("save")
+    steady = r.phase("steady")
+    assert save.allocated_peak < steady.allocated_peak
+    assert save.floor_peak <= save.reserved_peak
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=64 * MIB), min_size=1, max_size=12),
+    st.lists(st.integers(min_value=1, max_value=64 * MIB), min_size=1, max_size=6),
+)
+def test_repeated_alloc_free_pairs_change_nothing(held: list[int], temps: list[int]) -> None:
+    # the reason _optimizer_step replays one alloc/free pair per distinct size
+    base: list[Alloc | Free | Mark] = [Alloc(f"h{i}", n) for i, n in enumerate(held)]
+    base += [Free(f"h{i}") for i in range(0, len(held), 2)]
+    once = base + [x for n in dict.fromkeys(temps) for x in (Alloc("t", n), Free("t"))]
+    twice = base + [x for n in temps + temps for x in (Alloc("t", n), Free("t"))]
+    a, b = replay(once), replay(twice)
+    assert (a.allocated_peak, a.reserved_peak, a.segments) == (b.allocated_peak, b.reserved_peak, b.segments)
+
+
+def test_the_h100_readings_are_explained_where_the_sequence_is_modelled() -> None:
+    # benchmarks/plan_allocator.py: the steady forward/backward/step of the three H100 runs (nothing fitted)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import plan_allocator
+
+    results = json.loads((ROOT / "benchmarks" / "gpu" / "plan_gpu_h100.json").read_text())
+    for r in results:
+        inputs = plan_allocator.case_inputs(r)
+        assert inputs.zero is not None
+        shape = step_shape(inputs, inputs.zero, inputs.training, torch_adamw=False)
+        sim = replay(training_events(shape, steps=r["case"]["steps"]))
+        meas = r["phases"]["steady"]
+        gap = meas["reserved"] - meas["allocated"]
+        assert abs(sim.phase("steady").gap - gap) < 2 * GIB, r["case"]["name"]
+        assert abs(sim.phase("steady").reserved_peak - meas["reserved"]) < 0.1 * meas["reserved"]
+
+
+def test_planner_phase_gaps_for_the_planner() -> None:
+    inputs = _inputs(8)
+    gaps = planner_phase_gaps(step_shape(inputs, ZeroSettings(stage=3), inputs.training))
+    assert set(gaps) == {"load", "first_step", "steady", "save"}
+    for g in gaps.values():
+        assert 0 <= g.floor_gap <= g.gap
+    exp = planner_phase_gaps(
+        step_shape(inputs, ZeroSettings(stage=3), inputs.training), AllocatorConfig(expandable_segments=True)
+    )
+    assert exp["steady"].floor_gap <= gaps["steady"].floor_gap

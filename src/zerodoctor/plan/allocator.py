@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -118,11 +119,21 @@ class PhaseStats:
     reserved_peak: int
     segments_peak: int
     alloc_retries: int
+    floor_peak: int = 0
+    """The reserved bytes this phase cannot do without: at every new segment, the reserved bytes once every
+    cached whole segment is released (what `release_cached_blocks` + retry achieves when the device is full).
+    With a capacity at or above it the phase runs, with retries; `reserved_peak` is what it takes when the
+    device has room to spare (what `max_memory_reserved` reads on a roomy GPU)."""
 
     @property
     def gap(self) -> int:
         """Reserved peak minus allocated peak: what an OOM message calls "reserved but unallocated"."""
         return self.reserved_peak - self.allocated_peak
+
+    @property
+    def floor_gap(self) -> int:
+        """The part of the gap that releasing the cache cannot recover (fragmentation inside segments in use)."""
+        return max(self.floor_peak - self.allocated_peak, 0)
 
 
 @dataclass(frozen=True)
@@ -275,6 +286,7 @@ class Allocator:
         self.reserved_peak = 0
         self.segments_peak = 0
         self.alloc_retries = 0
+        self.floor_peak = 0
 
     # -- public API -------------------------------------------------------------------------------------------
 
@@ -324,6 +336,7 @@ class Allocator:
         self.allocated_peak = self.allocated
         self.reserved_peak = self.reserved
         self.segments_peak = self.segments
+        self.floor_peak = self.reserved - self._releasable()
 
     def live_bytes(self, id: int | str) -> int:
         return self._live[id].size
@@ -395,7 +408,25 @@ class Allocator:
         dst.size += src.size
         return src.size
 
+    def _releasable(self) -> int:
+        """Bytes `release_cached_blocks` would return now: cached whole segments, and the whole free pages
+        of expandable segments."""
+        total = 0
+        for pool in self._pools.values():
+            for b in pool.blocks.values():
+                if b.seg.expandable:
+                    page = b.seg.page
+                    first = -(-(b.ptr - b.seg.base) // page)
+                    last = (b.ptr + b.size - b.seg.base) // page
+                    total += max(last - first, 0) * page
+                elif b.prev is None and b.next is None:
+                    total += b.size
+        return total
+
     def _note_reserved(self) -> None:
+        floor = self.reserved - self._releasable()
+        if floor > self.floor_peak:
+            self.floor_peak = floor
         if self.reserved > self.reserved_peak:
             self.reserved_peak = self.reserved
         if self.segments > self.segments_peak:
@@ -516,7 +547,6 @@ class Allocator:
         self._try_merge(b, b.next, pool)
         pool.insert(b)
         self.reserved += mapped
-        self._note_reserved()
         return True
 
     def _try_allocate_expandable_block(self, pool: _Pool, size: int, stream: int) -> _Block | None:
@@ -528,9 +558,11 @@ class Allocator:
             nxt = c.next  # invariant: free -> unmapped; map_block merges c into the newly mapped block
             assert nxt is not None
             if not self._map_block(pool, nxt, min(size - c.size, nxt.size)):
+                self._note_reserved()
                 return None
             c = nxt
         pool.remove(c)
+        self._note_reserved()
         return c
 
     def _unmap_block(self, pool: _Pool, b: _Block) -> None:
@@ -593,6 +625,7 @@ def replay(events: list[Event] | tuple[Event, ...], config: AllocatorConfig | No
                     a.reserved_peak,
                     a.segments_peak,
                     a.alloc_retries - retries_at_mark,
+                    max(a.floor_peak, a.allocated_peak),
                 )
             )
             retries_at_mark = a.alloc_retries
@@ -613,6 +646,29 @@ def replay(events: list[Event] | tuple[Event, ...], config: AllocatorConfig | No
         oom=oom,
         phases=tuple(phases),
     )
+
+
+def least_capacity(
+    events: list[Event] | tuple[Event, ...],
+    config: AllocatorConfig | None = None,
+    *,
+    resolution: int = 64 << 20,
+) -> int:
+    """The least `capacity` (bytes the allocator may reserve) at which `events` replay without an OOM, by
+    bisection between the allocated peak and the unconstrained reserved peak, to `resolution` bytes. Each
+    probe is a full replay with the release-and-retry rules: use it to check `PhaseStats.floor_peak`."""
+    base = dataclasses.replace(config or AllocatorConfig(), capacity=None)
+    free_run = replay(events, base)
+    lo, hi = free_run.allocated_peak, free_run.reserved_peak
+    if replay(events, dataclasses.replace(base, capacity=lo)).oom is None:
+        return lo
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        if replay(events, dataclasses.replace(base, capacity=mid)).oom is None:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 @dataclass
@@ -746,6 +802,7 @@ MAIN_STREAM, ALLGATHER_STREAM, REDUCE_STREAM = 0, 1, 2
 `__allgather_stream` (partitioned_param_coordinator.py `__all_gather_params`) and stage 3's
 `reduce_and_partition_stream` (stage3.py `__reduce_and_partition_ipg_grads`). The allocator never hands a
 block cached on one stream to a request on another (`get_free_block`)."""
+ALLOCATOR_STREAMS_USED = (MAIN_STREAM, ALLGATHER_STREAM, REDUCE_STREAM)
 
 
 def _gather(b: _Builder, s: StepShape, name: str, numel: int) -> None:
@@ -1149,3 +1206,49 @@ def step_shape(
         optimizer_state_bytes=opt_bytes,
         adamw_temporary=torch_adamw and t.optimizer == "adamw",
     )
+
+
+PLANNER_SIMULATED_LAYERS = 4
+"""Decoder layers the planner replays op by op (`training_events(simulated_layers=...)`); the others are one
+block of what they keep between forward and backward. Replaying all of them moves the simulated steady gap by
+0.06-0.25 GiB on 7B/8B models and by up to 9 GiB on Llama-3.1-405B (126 layers: a segment-size threshold the
+shortened replay does not cross; benchmarks/plan_allocator.py, RESULTS.md "Allocator simulation"), at 5-10x
+the time; the planner evaluates a dozen strategies per run and must answer in well under a second."""
+
+
+@dataclass(frozen=True)
+class PhaseGap:
+    """The simulated allocator's view of one planner phase, for one rank."""
+
+    allocated: int
+    reserved: int
+    floor: int
+
+    @property
+    def gap(self) -> int:
+        return max(self.reserved - self.allocated, 0)
+
+    @property
+    def floor_gap(self) -> int:
+        return max(self.floor - self.allocated, 0)
+
+
+def planner_phase_gaps(shape: StepShape, config: AllocatorConfig | None = None) -> dict[str, PhaseGap]:
+    """Reserved-but-unallocated bytes per planner phase (`load`, `first_step`, `steady`, `save`) for a
+    run of this shape: two steps replayed (the second is the steady one), `PLANNER_SIMULATED_LAYERS` layers
+    op by op, the cache emptied at each phase boundary as `benchmarks/plan_gpu.py` measures. Cached."""
+    return _phase_gaps(shape, config or AllocatorConfig())
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_gaps(shape: StepShape, config: AllocatorConfig) -> dict[str, PhaseGap]:
+    res = replay(training_events(shape, steps=2, simulated_layers=PLANNER_SIMULATED_LAYERS), config)
+    out: dict[str, PhaseGap] = {}
+    for name in ("load", "first_step", "save"):
+        p = res.phase(name)
+        out[name] = PhaseGap(p.allocated_peak, p.reserved_peak, p.floor_peak)
+    fb = [res.phase("first_forward_backward"), res.phase("steady")]
+    out["steady"] = max(
+        (PhaseGap(p.allocated_peak, p.reserved_peak, p.floor_peak) for p in fb), key=lambda g: g.gap
+    )
+    return out
