@@ -248,18 +248,20 @@ def to_ere(rx: str) -> str:
     return ere
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB) of the child, stdout."""
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str, float]:
+    """Wall seconds, peak RSS (KiB) of the child, stdout, CPU seconds (user + system) of the child. The CPU time
+    is what to compare when other jobs load the machine: wall time then swings with their load."""
     wrapper = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
         "dt = time.perf_counter() - t\n"
-        "print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(dt, u.ru_maxrss, p.returncode, u.ru_utime + u.ru_stime)\n"
         "sys.stderr.write(p.stdout if p.stdout.strip() else p.stderr[-2000:])\n"
     )
     p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env)
-    dt, rss, _rc = p.stdout.split()
-    return float(dt), int(rss), p.stderr
+    dt, rss, _rc, cpu = p.stdout.split()
+    return float(dt), int(rss), p.stderr, float(cpu)
 
 
 def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str, object]:
@@ -283,6 +285,8 @@ def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str
     return {
         "grep": min(g_runs),
         "zd": min(z_runs),
+        "grep_cpu": min(r[3] for r in g_runs),
+        "zd_cpu": min(r[3] for r in z_runs),
         "grep_lines": g_runs[-1][2].strip().splitlines()[0] if g_runs[-1][2].strip() else "?",
         "verdict": verdict,
         "severity": severity,
@@ -329,7 +333,7 @@ def _slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def scaling(work: Path, sizes: list[int], env: dict[str, str], repeat: int) -> None:
     """Cost per MB against the number of hits: `zerodoctor diagnose` on both logs cut at several sizes, best of
-    `repeat` each; the slope of seconds over MiB is the marginal cost per MB, the intercept the fixed cost
+    `repeat` each; the slope of CPU seconds over MiB is the marginal cost per MB, the intercept the fixed cost
     (start, KB load, the engine rebuilt once the per-step patterns saturate). The cost per MB does not grow with
     the hits when the two logs' slopes are equal while their hit counts differ by five orders of magnitude."""
     zd = [sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never"]
@@ -340,15 +344,16 @@ def scaling(work: Path, sizes: list[int], env: dict[str, str], repeat: int) -> N
         for size in sizes:
             log = work / f"{kind}-{size}.log"
             mb = generate(log, size, dense=kind == "dense") / (1 << 20)
-            best = min(timed([*zd, str(log)], env)[0] for _ in range(repeat))
+            runs = [timed([*zd, str(log)], env) for _ in range(repeat)]
+            wall, cpu = min(r[0] for r in runs), min(r[3] for r in runs)
             xs.append(mb)
-            ys.append(best)
-            print(f"  scaling {kind:<10}{mb:>7.0f} MiB {best:>7.2f} s")
+            ys.append(cpu)
+            print(f"  scaling {kind:<10}{mb:>7.0f} MiB {wall:>7.2f} s wall {cpu:>7.2f} s CPU")
             log.unlink()
         slope, icpt = _slope(xs, ys)
         slopes[kind] = slope
-        print(f"  scaling {kind}: {slope * 1024:.2f} s per GiB (marginal), {icpt:.2f} s fixed")
-    print(f"  marginal cost per MB, dense / generated: {slopes['dense'] / slopes['generated']:.2f}")
+        print(f"  scaling {kind}: {slope * 1024:.2f} CPU s per GiB (marginal), {icpt:.2f} CPU s fixed")
+    print(f"  marginal CPU cost per MB, dense / generated: {slopes['dense'] / slopes['generated']:.2f}")
 
 
 def main() -> int:
@@ -382,7 +387,9 @@ def main() -> int:
         env["ZERODOCTOR_SCAN_ENGINE"] = args.engine
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"{len(regexes)} patterns")
-    print(f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'seconds':>9}{'MiB/s':>8}{'RSS MiB':>9}")
+    print(
+        f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'seconds':>9}{'MiB/s':>8}{'RSS MiB':>9}{'CPU s':>8}"
+    )
     for kind in filter(None, args.logs.split(",")):
         log = work / f"{kind}.log"
         t0 = time.perf_counter()
@@ -393,11 +400,14 @@ def main() -> int:
         assert isinstance(g, tuple) and isinstance(z, tuple)
         mb = size / (1 << 20)
         hits = r["grep_lines"]
+        gc, zc = r["grep_cpu"], r["zd_cpu"]
         print(
             f"{kind:<11}{mb:>6.0f}{hits:>11}{'grep -E -c -f':>22}{g[0]:>9.2f}{mb / g[0]:>8.0f}{g[1] / 1024:>9.1f}"
+            f"{gc:>8.2f}"
         )
         print(
             f"{'':<11}{'':>6}{'':>11}{'zerodoctor diagnose':>22}{z[0]:>9.2f}{mb / z[0]:>8.0f}{z[1] / 1024:>9.1f}"
+            f"{zc:>8.2f}"
         )
         print(
             f"  {kind}: generated in {gen_s:.1f} s; ratio zerodoctor/grep time {z[0] / g[0]:.2f}x "
