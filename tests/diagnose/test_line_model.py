@@ -190,3 +190,33 @@ def test_a_quoted_zero3_status_assertion_is_a_library_assertion_in_a_forward(tmp
     assert d.phase == "training_step"
     # an INFLIGHT parameter is not the NOT_AVAILABLE look-alike entry (a module outside the engine's hooks)
     assert "z3-param-not-available" not in [f.id for f in d.findings]
+
+
+def test_a_hit_in_the_second_half_of_a_wrapped_line_keeps_the_first_half(tmp_path: Path) -> None:
+    """The heartbeat monitor's message wrapped at 116 columns inside a word: the hit is on the second physical line,
+    the rank prefix on the first; both are read as one line (and the rank is named)."""
+    msg = (
+        "[rank6]:[E429 13:55:49.384372190 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 6] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog, "
+        "and could be triggered by another thread holding the GIL inside a CUDA api, or other deadlock-prone "
+        "behaviors."
+    )
+    log = tmp_path / "wrapped.log"
+    log.write_text(_wrap(msg, 116, pad=False), encoding="utf-8")
+    assert "ProcessGroupNCCL'\ns watchdog" in log.read_text()  # the cut falls inside the word
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:collective-timeout", [f.id for f in d.findings]
+    assert d.first_failure is not None and d.first_failure.rank == 6 and d.first_failure.line.lineno == 1
+
+
+def test_two_lines_of_one_width_that_start_records_are_not_joined(tmp_path: Path) -> None:
+    """Equal widths alone do not join lines that start records of their own (timestamps, rank prefixes)."""
+    b = "[2024-05-01 10:00:01,000] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] exits with return code = -9"
+    a = "[2024-05-01 10:00:00,000] [INFO] [launch.py:146:main] WORLD INFO DICT: {'localhost': [0, 1, 2, 3]}"
+    a = a + "x" * (len(b) - len(a))
+    assert len(a) == len(b)
+    log = tmp_path / "two.log"
+    log.write_text(a + "\n" + b + "\n", encoding="utf-8")
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.line.lineno == 2

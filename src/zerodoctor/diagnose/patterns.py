@@ -39,13 +39,15 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-child-failed": r"ChildFailedError",
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
     # `[1]    26478 killed     python train.py`
-    "launch-shell-killed": r"(^|\]|[ \t|])Killed\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
+    "launch-shell-killed": r"(^|\]|[ \t|])Killed[ \t]*\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
     "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
     r"|ncclInvalidUsage",
     "nccl-watchdog": r"Watchdog caught collective operation timeout|ProcessGroupNCCL.* (timeout|Timeout|abort)"
-    r"|Some NCCL operations have failed or timed out",
+    r"|Some NCCL operations have failed or timed out"
+    # the heartbeat monitor (torch >= 2.2): the watchdog itself stuck in a NCCL/CUDA call, the process terminated
+    r"|watchdog got stuck for \d+ seconds|Terminating the process after attempting to dump debug info",
     "nccl-peer": r"Connection (reset|closed) by (peer|remote peer)|remote process exited or there was a network error",
     # versions printed by the run
     "ver-ds-info": r"DeepSpeed info: version=",

@@ -314,6 +314,36 @@ def _wrapped_end(chunk: bytes, start: int, stop: int) -> int:
     return end
 
 
+def _continues_previous(prev: bytes, cur: bytes) -> bool:
+    """Whether physical line `cur` is the terminal-wrapped rest of `prev` (the same tests as _wrapped_end)."""
+    prev = prev.rstrip(b"\r")
+    if not (_WRAP_MIN <= len(prev) <= _WRAP_MAX) or not cur.strip() or _NEW_RECORD.match(cur):
+        return False
+    if _FRAME_LINE.search(prev):
+        return False
+    mid_word = prev[-1:].isalnum() and (cur[:1].islower() or cur[:1].isdigit())
+    # a run of physical lines of one width is a paragraph cut at the terminal's width, whatever that width is
+    same_width = len(prev) == len(cur.rstrip(b"\r"))
+    return prev.endswith(b" ") or len(prev) in _TERMINAL_WIDTHS or mid_word or same_width
+
+
+def _wrapped_start(chunk: bytes, start: int) -> int:
+    """Where the terminal-wrapped logical line that the physical line at `start` continues begins (`start` when
+    it starts a line of its own): a hit in the second half of a wrapped line keeps the first half's rank prefix
+    and text (`[rank6]:[E429 ...] ProcessGroupNCCL'` / `s watchdog got stuck for 480 seconds ...`)."""
+    first = start
+    for _ in range(_WRAP_LINES):
+        if first == 0:
+            break
+        cur_stop = chunk.find(b"\n", first)
+        cur = chunk[first : len(chunk) if cur_stop < 0 else cur_stop]
+        prev_start = chunk.rfind(b"\n", 0, first - 1) + 1
+        if not _continues_previous(chunk[prev_start : first - 1], cur):
+            break
+        first = prev_start
+    return first
+
+
 def _join_wrapped(raw: bytes) -> bytes:
     """The physical lines of a wrapped line as one: the padding blanks of each cut are removed."""
     parts = raw.split(b"\n")
@@ -386,6 +416,7 @@ def scan_source(
             per_line.setdefault(_line_bounds(chunk, end), set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
+        joined_to = 0  # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
         for start, stop in sorted(per_line):
             pids = per_line[(start, stop)]
             if saturated and pids <= saturated:  # saturated earlier in this chunk
@@ -396,10 +427,14 @@ def scan_source(
             lineno = counted_lines + 1
             raw = chunk[start:stop]
             wrapped = False
-            if _WRAP_MIN <= stop - start <= _WRAP_MAX + 1 and b"\r" not in raw[:-1]:
-                joined_end = _wrapped_end(chunk, start, stop)
-                if joined_end > stop:
-                    raw, wrapped = _join_wrapped(chunk[start:joined_end]), True
+            if stop - start <= _WRAP_MAX + 1 and b"\r" not in raw[:-1]:
+                # (a line already joined onto the hit line before it is also read alone, as it always was)
+                first = _wrapped_start(chunk, start) if start >= joined_to else start
+                joined_end = _wrapped_end(chunk, start, stop) if stop - start >= _WRAP_MIN else stop
+                if first < start or joined_end > stop:
+                    lineno -= chunk.count(b"\n", first, start)
+                    raw, wrapped = _join_wrapped(chunk[first:joined_end]), True
+                    joined_to = joined_end
             for line in parse_line(src.name, lineno, raw):
                 if wrapped or pids & ansi_ids:
                     # colour codes or a terminal wrap may split a pattern: run the engine again on the clean text
