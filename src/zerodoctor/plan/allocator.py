@@ -893,14 +893,17 @@ def _layer_forward(b: _Builder, s: StepShape, i: int, *, grad: bool) -> None:
     if not s.checkpointing:
         b.f(f"h{i}")  # the add keeps nothing; a checkpointed layer keeps its input until its backward
     _rmsnorm_forward(b, s, p + "n2", grad=grad)
+    # down_proj(act_fn(gate_proj(x)) * up_proj(x)): Python evaluates gate, its SiLU, then up, then the product
     _gather(b, s, f"W{i}gate", gate)
     b.a(p + "gate", d * t * s.inter)
+    b.a(p + "silu", d * t * s.inter)
+    if not grad:
+        b.f(p + "gate")
     _gather(b, s, f"W{i}up", up)
     b.a(p + "up", d * t * s.inter)
-    b.a(p + "silu", d * t * s.inter)
     b.a(p + "prod", d * t * s.inter)
     if not grad:
-        b.f(p + "gate", p + "up", p + "silu", p + "n2out")
+        b.f(p + "silu", p + "up", p + "n2out")
     _gather(b, s, f"W{i}down", down)
     b.a(p + "down", d * t * s.hidden)
     if not grad:
