@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -114,12 +113,6 @@ def worker(a: argparse.Namespace) -> None:
         )
     )
     exit_without_teardown(0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 GPU_ONLY_ITEMS = ("CUDA context", "NCCL buffers", "allocator reserved but unallocated")
@@ -259,6 +252,8 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    from zerodoctor.engine.launch import _free_port as free_port
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
@@ -293,7 +288,7 @@ def main() -> int:
         "--nproc_per_node",
         "2",
         "--master_port",
-        str(_free_port()),
+        str(free_port()),
     ]
     cmd += [str(Path(__file__).resolve()), "--worker", *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -87,6 +87,9 @@ def test_charts_hold_what_the_report_promises(synthetic_run):
     assert "limit 250.0 GiB" in host and "trend: limit at step 100" in host
     assert "used (job cgroup)" in host and "planner prediction (phases)" in host
     assert charts["host_per_rank"].points == 4 * 40 * 2  # RSS and its high-water mark, 40 steps, 4 ranks
+    assert (
+        "planner prediction (phases)" in charts["host_per_rank"].svg
+    )  # the per-rank share of the node figure
 
 
 def test_empty_chart_is_caught_by_the_page_check(tmp_path):

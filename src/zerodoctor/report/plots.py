@@ -7,6 +7,7 @@ ranks highlighted; allocator fragmentation and non-PyTorch memory apart. Each ch
 from __future__ import annotations
 
 import io
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +148,23 @@ def host_per_rank(report: RunReport) -> Chart | None:
         "Host memory per rank (process RSS and its high-water mark)",
         [("rss_hwm", "RSS high-water", "#9ecae1"), ("rss", "RSS", "#1f77b4")],
         "GiB",
+        band=_host_rank_band(report),
     )
+
+
+def _host_rank_band(report: RunReport) -> tuple[float, float] | None:
+    """The planner's host figure per node shared by the node's ranks (what the guard holds each rank's RSS
+    against), lowest to highest phase."""
+    pred = report.prediction
+    if not pred or not pred.get("available"):
+        return None
+    on_a_node = max(
+        Counter(r.host for r in report.ranks).values(), default=1
+    )  # records older than ranks_per_node
+    share = max(int(pred.get("ranks_per_node") or on_a_node), 1)
+    vals = [p.get("host_bytes_per_node") for p in pred.get("phases", {}).values()]
+    nums = [float(v) / share for v in vals if isinstance(v, int | float) and v > 0]
+    return (min(nums), max(nums)) if nums else None
 
 
 def _gpu_band(report: RunReport) -> tuple[float, float] | None:
