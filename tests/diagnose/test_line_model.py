@@ -220,3 +220,25 @@ def test_two_lines_of_one_width_that_start_records_are_not_joined(tmp_path: Path
     log.write_text(a + "\n" + b + "\n", encoding="utf-8")
     d = diagnose([str(log)])
     assert d.first_failure is not None and d.first_failure.line.lineno == 2
+
+
+def test_a_watchdog_line_glued_onto_a_bar_with_a_postfix_is_split_and_the_bar_read_as_training(
+    tmp_path: Path,
+) -> None:
+    """Lightning/NeMo bars end in a postfix (`1.37it/s, loss=2.6, ...]`); a watchdog line glued after it is its
+    own line, and the bar is the training progress it interrupted."""
+    bar = (
+        "Epoch 0:   6%|##        | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6, v_num=95nc, "
+        "reduced_train_loss=2.590, global_step=3.2e+4]"
+    )
+    watchdog = (
+        "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96117, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25625613 milliseconds before timing out."
+    )
+    parts = parse_line("x.log", 1, (bar + watchdog).encode())
+    assert [p.text for p in parts] == [bar, watchdog]
+    log = tmp_path / "nemo.log"
+    log.write_text(bar + watchdog + "\n" + watchdog + "\n", encoding="utf-8")
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:collective-timeout"
+    assert d.phase == "training_step"

@@ -128,12 +128,15 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
 PROGRESS_LITERALS: tuple[bytes, ...] = (
     b"it/s]",
     b"s/it]",
+    b"it/s, ",  # a bar with a postfix
+    b"s/it, ",
     b"'epoch': ",
     b"] step=",
     b"Iter(train) [",
     b"Epoch(train)",
 )
-_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)\]")
+# (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
+_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
 _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")

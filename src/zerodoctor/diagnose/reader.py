@@ -134,15 +134,26 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
     return text, rank, host, stamp
 
 
-# A tqdm bar ends with "...it/s]" or "...s/it]"; text glued right after it (a watchdog line printed by another
-# thread while the bar had no newline) is a line of its own.
-_GLUED_AFTER_BAR = re.compile(r"(?<=(?:it/s|s/it)\])(?=\s*\S)")
+# A tqdm bar ends with "...it/s]" or "...s/it]", or with a postfix "...1.37it/s, loss=2.6]"; text glued right
+# after it (a watchdog line printed by another thread while the bar had no newline) is a line of its own.
+_BAR_END = re.compile(r"(?:it/s|s/it)(?:,[^\[\]\r\n]{0,400})?\]")
+
+
+def _has_bar(text: str) -> bool:
+    return "it]" in text or "it/s, " in text or "s/it, " in text
 
 
 def _split_glued(segment: str) -> list[str]:
-    if "it]" not in segment or not _GLUED_AFTER_BAR.search(segment):
+    if not _has_bar(segment):
         return [segment]
-    return [p for p in _GLUED_AFTER_BAR.split(segment) if p.strip()]
+    parts: list[str] = []
+    pos = 0
+    for m in _BAR_END.finditer(segment):
+        if m.end() > pos and segment[m.end() :].strip():
+            parts.append(segment[pos : m.end()])
+            pos = m.end()
+    parts.append(segment[pos:])
+    return [p for p in parts if p.strip()]
 
 
 def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
@@ -151,7 +162,7 @@ def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     text = strip_ansi(text)
     segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else [text]
-    if "it]" in text:
+    if _has_bar(text):
         segments = [p for seg in segments for p in _split_glued(seg)]
     out: list[LogLine] = []
     outer_rank: int | None = None
