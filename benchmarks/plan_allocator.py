@@ -42,6 +42,7 @@ from zerodoctor.plan.allocator import (  # noqa: E402
     AllocatorConfig,
     Free,
     StepShape,
+    least_capacity,
     replay,
     step_shape,
     training_events,
@@ -92,6 +93,7 @@ def table(path: Path) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     errors: list[float] = []
     fixed_errors: list[float] = []
+    edge: list[str] = []
     for r in results:
         if "error" in r:
             continue
@@ -131,6 +133,19 @@ def table(path: Path) -> int:
                 f"| {f_gap / GIB:.2f} | {e_gap / GIB:.2f} |"
             )
         print(f"<!-- {case.name}: {len(events)} events replayed in {took * 1000:.0f} ms -->")
+        least = least_capacity(events)
+        floor = max(p.floor_peak for p in sim.phases)
+        edge.append(
+            f"| {case.name} | {sim.allocated_peak / GIB:.2f} | {least / GIB:.2f} | {floor / GIB:.2f} "
+            f"| {sim.reserved_peak / GIB:.2f} |"
+        )
+    print("\nThe whole simulated run at a full device: the least capacity at which it replays without an OOM")
+    print(
+        "(bisection, release-and-retry rules), the floor estimate the planner gets, the reserved peak with room.\n"
+    )
+    print("| case | allocated peak | least capacity | floor estimate | reserved peak |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(edge))
     print(
         f"\nmedian |gap error| over {len(errors)} phase readings: simulated {statistics.median(errors) / GIB:.2f} GiB, "
         f"fixed {ALLOCATOR_SLACK_BYTES / GIB:.1f} GiB slack {statistics.median(fixed_errors) / GIB:.2f} GiB; "

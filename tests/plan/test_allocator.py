@@ -407,11 +407,11 @@ def test_the_h100_readings_are_explained_where_the_sequence_is_modelled() -> Non
 
 def test_planner_phase_gaps_for_the_planner() -> None:
     inputs = _inputs(8)
-    gaps = planner_phase_gaps(step_shape(inputs, ZeroSettings(stage=3), inputs.training))
+    gaps = planner_phase_gaps(inputs, ZeroSettings(stage=3), inputs.training)
     assert set(gaps) == {"load", "first_step", "steady", "save"}
     for g in gaps.values():
         assert 0 <= g.floor_gap <= g.gap
     exp = planner_phase_gaps(
-        step_shape(inputs, ZeroSettings(stage=3), inputs.training), AllocatorConfig(expandable_segments=True)
+        inputs, ZeroSettings(stage=3), inputs.training, AllocatorConfig(expandable_segments=True)
     )
     assert exp["steady"].floor_gap <= gaps["steady"].floor_gap

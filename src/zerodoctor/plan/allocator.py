@@ -1091,13 +1091,19 @@ _LAYER_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def step_shape(
-    inputs: PlanInputs, zero: ZeroSettings, training: Training, *, torch_adamw: bool = True
+    inputs: PlanInputs,
+    zero: ZeroSettings,
+    training: Training,
+    *,
+    torch_adamw: bool = True,
+    exact_load: bool = True,
 ) -> StepShape:
     """The `StepShape` of one rank for a planned strategy, from the planner's own quantities: the model's
     shapes and parameter tensors (`models.spec`), the model-state components (`plan/model_states.py`), the
     ZeRO-3 working set (`phases.zero3_working_set_numel`), the recipe's micro-batch and sequence length.
     `torch_adamw`: the optimizer is `torch.optim.AdamW` (what HF Trainer hands DeepSpeed; one fp32 temporary
-    per updated tensor) rather than DeepSpeed's FusedAdam (a DeepSpeed `optimizer` block)."""
+    per updated tensor) rather than DeepSpeed's FusedAdam (a DeepSpeed `optimizer` block). `exact_load=False`
+    creates the parameters one decoder layer at a time instead of one tensor at a time (fewer events)."""
     from zerodoctor.plan import model_states as ms
     from zerodoctor.plan import phases
 
@@ -1162,7 +1168,16 @@ def step_shape(
     # (ZeRO-1/2) `module.to(device)` moves every whole parameter to the GPU one tensor at a time.
     if on_gpu_params:
         div = world if zero.stage == 3 else 1
-        load += [(f"p{k}", -(-n // div) * d) for k, n in enumerate(per_param)]
+        tensors = [-(-n // div) * d for n in per_param]
+        if not exact_load:
+            # one allocation per decoder layer (and the tensors outside the layers): the parameter tensors of
+            # 10 MiB or more are whole segments either way, so the cache after the load is the same but for
+            # how the small ones pack
+            k = len(per_layer)
+            layer_tensors = tensors[1 : 1 + k * n_layers]
+            tensors = [tensors[0], *(sum(layer_tensors[j : j + k]) for j in range(0, len(layer_tensors), k))]
+            tensors += [-(-x // div) * d for x in per_param[1 + k * n_layers :]]
+        load += [(f"p{k}", n) for k, n in enumerate(tensors)]
     for c in components:
         if c.device != ms.GPU or c.lazy or c.transient:
             continue
@@ -1171,7 +1186,7 @@ def step_shape(
             # (stage3.py _create_fp16_partitions_with_defragmentation; stage_1_and_2.py flatten)
             load.append(("flat16" if c.name == ms.PARAM16 else "frozen16", c.bytes))
             if c.name == ms.PARAM16 or not trainable:
-                load += [(f"p{k}", -1) for k in range(len(per_param))]
+                load += [(f"p{k}", -1) for k in range(len(tensors))]
         elif c.name == ms.FP32_MASTER:
             # fp32 master per sub-group, made from a 16-bit clone (.clone().float())
             for g, n in enumerate(sub_groups):
@@ -1236,10 +1251,14 @@ class PhaseGap:
         return max(self.floor - self.allocated, 0)
 
 
-def planner_phase_gaps(shape: StepShape, config: AllocatorConfig | None = None) -> dict[str, PhaseGap]:
-    """Reserved-but-unallocated bytes per planner phase (`load`, `first_step`, `steady`, `save`) for a
-    run of this shape: two steps replayed (the second is the steady one), `PLANNER_SIMULATED_LAYERS` layers
-    op by op, the cache emptied at each phase boundary as `benchmarks/plan_gpu.py` measures. Cached."""
+def planner_phase_gaps(
+    inputs: PlanInputs, zero: ZeroSettings, training: Training, config: AllocatorConfig | None = None
+) -> dict[str, PhaseGap]:
+    """Reserved-but-unallocated bytes per planner phase (`load`, `first_step`, `steady`, `save`) for one
+    strategy: two steps replayed (the second is the steady one), `PLANNER_SIMULATED_LAYERS` layers op by op,
+    the parameters created a layer at a time, the cache emptied at each phase boundary as
+    `benchmarks/plan_gpu.py` measures. Cached by shape (candidates often share one)."""
+    shape = step_shape(inputs, zero, training, exact_load=False)
     return _phase_gaps(shape, config or AllocatorConfig())
 
 
