@@ -5,8 +5,9 @@ than `max_memory_allocated` because the allocator caches freed blocks, rounds re
 blocks for smaller requests, so a later large request may find no free block big enough and take a new
 segment from the device. How much depends on the order and sizes of a step's allocations, not on a constant.
 `Allocator` replays a sequence of `Alloc` / `Free` events with the rules of `c10/cuda/CUDACachingAllocator.cpp`
-(PyTorch main, read at commit 001074d2; the rules below are unchanged from torch 2.1 to 2.11, the versions
-whose wheels zerodoctor supports), each rule cited by the C++ function it comes from:
+(read at PyTorch main, commit 001074d2; the H100 runs it is checked against used torch 2.11; older copies of
+the file have the same size, split and release rules, with a single `roundup_power2_divisions` setting; not
+checked release by release), each rule cited by the C++ function it comes from:
 
 * `round_size`: every request is rounded up to a multiple of kMinBlockSize (512 B); with
   `roundup_power2_divisions` a request is rounded to the next of N divisions between powers of two.
