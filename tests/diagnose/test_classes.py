@@ -94,3 +94,48 @@ def test_nccl_system_error_is_not_called_a_timeout() -> None:
     assert top.data["failure_class"]["id"] == "class:nccl-error"
     assert "NET/IB : Got completion from peer" in top.data["failure_class"]["nccl_warn"]
     assert "timeout" not in top.title.lower()
+
+
+def test_a_paste_that_ends_inside_a_traceback_is_a_crash_placed_by_its_frames(tmp_path) -> None:
+    """No exception line (the paste was cut): still a failure, in the optimizer step its frames name; the message
+    says the type and message are not in the log."""
+    frames = (
+        'node-2:   File "/env/lib/python3.9/site-packages/deepspeed/runtime/engine.py", line 2087, in step\n'
+        "node-2:     self._take_model_step(lr_kwargs)\n"
+        'node-2:   File "/env/lib/python3.9/site-packages/deepspeed/runtime/engine.py", line 1994, in _take_model_step\n'
+        "node-2:     scaled_global_grad_norm = get_global_norm(norm_list=norm_groups)\n"
+        'node-2:   File "/env/lib/python3.9/site-packages/deepspeed/runtime/utils.py", line 307, in get_global_norm\n'
+        "node-2:     total_norm += norm**2.0\n"
+    )
+    log = tmp_path / "cut.log"
+    log.write_text("Traceback (most recent call last):\n" + frames, encoding="utf-8")
+    d = diagnose([str(log)])
+    top = d.findings[0]
+    assert top.id == "class:crash", [f.id for f in d.findings]
+    assert d.phase == "first_optimizer_step"
+    assert "cut from the log" in top.title and "get_global_norm" in top.message
+    # with a real failure elsewhere in the log, the cut traceback adds nothing
+    log.write_text(
+        "Traceback (most recent call last):\n" + frames + "exits with return code = -9\n", encoding="utf-8"
+    )
+    assert diagnose([str(log)]).findings[0].id == "host-oom-sigkill"
+
+
+@pytest.mark.parametrize(
+    ("stop_at", "class_id"), [("15:06:40", "class:collective-timeout"), ("14:57:10", "class:terminated")]
+)
+def test_a_ctrl_c_after_a_long_silence_is_a_hang(tmp_path, stop_at: str, class_id: str) -> None:
+    """Users end a hung run with Ctrl-C before NCCL's watchdog fires: ten minutes without output before the
+    `^C` is a hang (with both times in the message); a Ctrl-C 48 s after the last line is just a stop."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[INFO|trainer.py:2915] 2024-05-26 14:56:22,776 >> Saving model checkpoint to out/tmp-checkpoint-5\n"
+        "Invalidate trace cache @ step 0: expected module 0, but got module 274\n"
+        f"^C[2024-05-26 {stop_at},046] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 22523\n",
+        encoding="utf-8",
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == class_id, [f.id for f in d.findings]
+    if class_id == "class:collective-timeout":
+        assert d.findings[0].data["failure_class"]["silence_s"] == 618
+        assert "10 min 18 s" in d.findings[0].title and "14:56:22" in d.findings[0].message

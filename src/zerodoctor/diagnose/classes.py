@@ -21,9 +21,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
-from zerodoctor.diagnose.extract import Event, Facts, OomNumbers, Traceback, same_exception
+from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Facts, OomNumbers, Traceback, same_exception
+from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.textutil import clip
 
 PREFIX = "class:"
@@ -347,6 +349,8 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     message = (tb.exc_message if tb else None) or (
         ev.detail.split(":", 1)[1].strip() if ":" in ev.detail else ""
     )
+    if ev.detail.startswith(CUT_TRACEBACK):  # a paste that ends inside the traceback
+        exc_type, message = "an exception (its type and message are cut from the log)", ev.detail
     low = f"{exc_type} {message} {' '.join(f.file for f in tb.frames) if tb else ''}".lower()
     lib = _lib_frame(tb)
     data: dict[str, Any] = {
@@ -468,14 +472,77 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     )
 
 
+# A run that printed nothing for this long before a user's Ctrl-C had hung (the step time of fine-tuning is
+# seconds to a minute; NCCL's watchdog would only fire after its 10-30 min timeout, so users stop it first).
+HANG_SILENCE_S = 300
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+
+
+def _stamp(text: str) -> datetime | None:
+    m = _STAMP.search(text)
+    if m is None:
+        return None
+    try:
+        return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
+    except ValueError:
+        return None
+
+
+def _silence_before_interrupt(facts: Facts) -> tuple[int, LogLine, LogLine] | None:
+    """(seconds, the last line with a time before the stop, the stop line) when a user stopped the run with
+    Ctrl-C after it had printed nothing for HANG_SILENCE_S or more; None otherwise or without times."""
+    stop = next(((ln, t) for ln in facts.interrupts if (t := _stamp(ln.text)) is not None), None)
+    if stop is None:
+        return None
+    stop_line, stop_t = stop
+    before = [
+        (ln, t)
+        for ln in [m[1] for m in facts.markers] + [e.line for e in facts.events]
+        if ln.source == stop_line.source and ln.lineno < stop_line.lineno and (t := _stamp(ln.text)) is not None
+    ]
+    if not before:
+        return None
+    last_line, last_t = max(before, key=lambda x: x[0].lineno)
+    gap = int((stop_t - last_t).total_seconds())
+    return (gap, last_line, stop_line) if gap >= HANG_SILENCE_S else None
+
+
+def _silent_hang(first: Event, gap: int, last: LogLine, stop: LogLine) -> FailureClass:
+    minutes, seconds = divmod(gap, 60)
+    return FailureClass(
+        "collective-timeout",
+        f"Hang: no output for {minutes} min {seconds} s, then stopped with Ctrl-C",
+        f"the run printed nothing between {last.location()} ({_stamp(last.text)}) and the user's Ctrl-C at "
+        f"{stop.location()} ({_stamp(stop.text)}): {minutes} min {seconds} s, during {_phase(first)}; ranks that "
+        "stop progressing together without an error are waiting for each other in a collective.",
+        "which collective or which rank: no NCCL watchdog fired before the stop (its timeout is longer), and no "
+        "stack was dumped.",
+        "run again with TORCH_NCCL_TRACE_BUFFER_SIZE set and a shorter timeout (or the zerodoctor guard, which "
+        "dumps every rank's stack when a step takes far longer than the ones before), then read the dumps with "
+        "`zerodoctor diagnose RUN_DIR`; TORCH_DISTRIBUTED_DEBUG=DETAIL names a mismatching collective.",
+        {"phase": first.phase, "line": stop.location(), "silence_s": gap, "last_output": last.location()},
+    )
+
+
 def classify(
     facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
 ) -> FailureClass | None:
     """The class of the run's first failure (None when the log shows no failure)."""
     if first is None:
         return None
+    # the user's Ctrl-C: the KeyboardInterrupt itself, or the launcher's teardown right after a `^C`
+    user_stop = "KeyboardInterrupt" in first.detail or any(
+        ln.source == first.line.source and 0 <= first.line.lineno - ln.lineno <= 2 for ln in facts.interrupts
+    )
+    if first.severity_class > 0 or user_stop:
+        # a stop from outside (the launcher's teardown, a Ctrl-C): after a long silence it was a hang
+        silence = _silence_before_interrupt(facts)
+        if silence is not None:
+            return _silent_hang(first, *silence)
     # a launcher's teardown or a stop from outside; exit code 1 is a rank's own error whose output is elsewhere
-    if first.severity_class == 2 and first.exit_code not in (-9, 9, 137, 1) and _LAUNCHER_TEARDOWN not in first.detail:
+    if user_stop or (
+        first.severity_class == 2 and first.exit_code not in (-9, 9, 137, 1) and _LAUNCHER_TEARDOWN not in first.detail
+    ):
         return FailureClass(
             "terminated",
             "The run was stopped from outside",

@@ -124,6 +124,8 @@ _MESSAGE_PHASE = {
     # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device
     "load": "load",
 }
+# The detail of a failure read from a traceback whose exception line was cut from the paste.
+CUT_TRACEBACK = "last frame (the exception line is not in the log): "
 # The runtime guard's phases (zerodoctor.guard.monitor) -> diagnose's.
 _GUARD = re.compile(r"zerodoctor guard \[rank (\d+), step (\S+), (\w+)\]")
 _GUARD_PHASE = {
@@ -459,6 +461,7 @@ class Facts:
     signature_hits: dict[str, dict[str, int]] = field(default_factory=dict)  # entry -> sig -> count
     signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
     warnings: list[tuple[str, LogLine]] = field(default_factory=list)  # (KB entry id, line), deduplicated
+    interrupts: list[LogLine] = field(default_factory=list)  # a user's Ctrl-C (`^C`, KeyboardInterrupt)
     last_progress: Progress | None = None
     accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
     end_phase: str = (
@@ -531,6 +534,7 @@ class Extractor:
         self._kernel_assert: set[str] = set()  # sources with a CUDA kernel assertion event already
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
+        self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -564,8 +568,10 @@ class Extractor:
                 self._ipy.append((tb, ipy.group(1), hit))
         if "x:tb-frame" in keys:
             self._frame(line)
+            self._last_frame = (line, hit)
         elif "x:tb-frame-ipy" in keys:
             self._frame(line, ipython=True)
+            self._last_frame = (line, hit)
         if "x:tb-exception" in keys:
             self._exception(line, hit)
         if "x:config-validation" in keys and not _EXC.match(line.text):
@@ -610,6 +616,8 @@ class Extractor:
             self._event("nccl", line, hit, clip(line.text, 300))
         if any(k.startswith("x:ver-") for k in keys):
             self._version(line)
+        if "x:interrupt" in keys and len(self.facts.interrupts) < MAX_EVENTS:
+            self.facts.interrupts.append(line)
         if "x:accum" in keys:
             m = ACCUM.search(line.text)
             if m:
@@ -828,6 +836,7 @@ class Extractor:
             # that teardown (its exit code was cut from the paste or printed elsewhere)
             line, hit = self._teardown
             self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
+        self._cut_traceback()
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
         last = self.facts.last_progress
@@ -835,6 +844,19 @@ class Extractor:
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, self._last_seq + 1, last)
         return self.facts
+
+    def _cut_traceback(self) -> None:
+        """A paste that ends inside a traceback (its exception line cut off) with nothing else failing: the run
+        raised there, and the frames say where; the exception's type and message are not in the log."""
+        if self.facts.events or self._last_frame is None:
+            return
+        line, hit = self._last_frame
+        tb = next((t for t in reversed(self.facts.tracebacks) if t.contains(line)), None)
+        if tb is None or tb.exc_type is not None or len(tb.frames) < 2:
+            return
+        last = tb.frames[-1]
+        where = f'File "{last.file}", line {last.lineno}, in {last.func}'
+        self._event("exception", line, hit, f"{CUT_TRACEBACK}{where}"[:300], traceback=tb)
 
     def _traceback_of(self, ev: Event) -> Traceback | None:
         """The traceback an event belongs to: its own, one that contains its line, or one of the same rank that

@@ -40,6 +40,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
     # `[1]    26478 killed     python train.py`
     "launch-shell-killed": r"(^|\]|[ \t|])Killed[ \t]*\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
+    # a user stopping the run: the terminal's echo of Ctrl-C (`^C`, often glued onto the next line) or the
+    # KeyboardInterrupt it raises
+    "interrupt": r"(^|\s)\^C|KeyboardInterrupt",
     "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
