@@ -87,6 +87,7 @@ def test_expected_yaml_is_well_formed():
         for entry_id in case.get("accept") or []:
             assert entry_id in ids | CLASS_IDS, f"{case['log']}: unknown id {entry_id!r} in accept"
         assert case.get("phase") is None or case["phase"] in PHASES, case["log"]
+        assert not case.get("known_miss") or case.get("split") == "tune", f"{case['log']}: known_miss is for tune"
         rank = case.get("first_failure_rank")
         assert rank is None or (isinstance(rank, int) and rank >= 0), case["log"]
         if case.get("env"):
@@ -119,6 +120,12 @@ def test_corpus_log(case, capsys):
         # here only: it is read without error
         return
     ids = [f["id"] for f in findings]
+    if case.get("known_miss"):
+        # a tune case still missed, with its reason in the manifest: counted in the accuracy benchmark, and an
+        # expected failure here (it would turn into an unexpected pass, not a silent one, once diagnose gets it)
+        want = {case["top"], *(case.get("accept") or [])}
+        assert findings and findings[0]["id"] not in want, f"{case['log']}: now right, drop its known_miss"
+        pytest.xfail(str(case["known_miss"]))
     if case["top"] is None:
         errors = [f["id"] for f in findings if f["severity"] == "error"]
         assert not errors, f"{case['log']}: expected no error finding, got {errors}"

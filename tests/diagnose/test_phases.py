@@ -108,3 +108,48 @@ def test_a_forward_line_outside_a_traceback_does_not_place_a_later_failure(tmp_p
     log.write_text("    ret = input.softmax(dim, dtype=dtype)\n" + filler + KILL, encoding="utf-8")
     d = diagnose([str(log)])
     assert d.phase == "unknown", d.findings[0].data
+
+
+def _traceback(*frames: tuple[str, int, str, str], exc: str) -> str:
+    body = "".join(f'  File "{f}", line {n}, in {fn}\n    {src}\n' for f, n, fn, src in frames)
+    return "Traceback (most recent call last):\n" + body + exc + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "phase"),
+    [
+        # HF datasets' map with workers (a framework's tokenization), Windows paths
+        (
+            _traceback(
+                ("D:\\proj\\train.py", 655, "main", "raw_datasets = raw_datasets.map("),
+                ("D:\\venv\\lib\\site-packages\\datasets\\arrow_dataset.py", 3165, "map", "for rank, done in x("),
+                ("D:\\venv\\lib\\site-packages\\datasets\\utils\\py_utils.py", 711, "iflatmap_unordered", "raise"),
+                exc="RuntimeError: One of the subprocesses has abruptly died during map operation.",
+            ),
+            "tokenization",
+        ),
+        # an optimizer's state read back from a checkpoint: a resume, not the first load of the model
+        (
+            _traceback(
+                ("/code/utils/checkpoint.py", 242, "restore", 'self.optimizer.load_state_dict(ckpt["optimizer"])'),
+                ("/env/lib/python3.6/site-packages/torch/optim/optimizer.py", 103, "load_state_dict", "deepcopy(sd)"),
+                exc="RuntimeError: CUDA out of memory. Tried to allocate 39.12 MiB (GPU 0; 10.76 GiB total capacity; "
+                "9.71 GiB already allocated; 5.56 MiB free; 10.13 MiB cached)",
+            ),
+            "resume",
+        ),
+        # a model's own load_state_dict is still the load
+        (
+            _traceback(
+                ("/code/train.py", 10, "main", "model.load_state_dict(torch.load(path))"),
+                ("/env/lib/python3.10/site-packages/torch/nn/modules/module.py", 2152, "load_state_dict", "raise"),
+                exc="RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:",
+            ),
+            "load",
+        ),
+    ],
+)
+def test_phase_from_what_the_frames_do(tmp_path: Path, text: str, phase: str) -> None:
+    log = tmp_path / "tb.log"
+    log.write_text(text, encoding="utf-8")
+    assert diagnose([str(log)]).phase == phase

@@ -184,6 +184,8 @@ _RESUME_FUNCS = frozenset(
         "resume",
     }
 )
+# HF datasets' map (arrow_dataset.py Dataset.map, its workers): dataset preprocessing and tokenization.
+_DATASET_MAP_FUNCS = frozenset({"map", "_map_single", "iflatmap_unordered"})
 # deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
 _ENGINE_FUNCS = frozenset(
     {
@@ -961,8 +963,14 @@ class Extractor:
                 return "checkpoint_save"
             if funcs & _ZERO_OPT_INIT_FUNCS:
                 return "engine_init"
-            if funcs & _RESUME_FUNCS:
+            if funcs & _RESUME_FUNCS or any(
+                # an optimizer's state read back: only a resume does that (a fresh run creates it)
+                f.func == "load_state_dict" and "torch/optim/" in f.file.replace("\\", "/")
+                for f in tb.frames
+            ):
                 return "resume"
+            if any(f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames):
+                return "tokenization"  # HF datasets' map: the frameworks' tokenization / preprocessing
             if funcs & _EVAL_FUNCS:
                 return "evaluation"
             if funcs & _OPT_FUNCS or (
