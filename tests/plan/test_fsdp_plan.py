@@ -180,3 +180,15 @@ def test_fsdp1_offload_pins_a_gradient_for_frozen_units_and_holds_three_copies_a
     f2 = replace(f1, version=2)
     v2 = {i.name: i.bytes for i in plan_strategy(inputs, fsdp_as_zero(f2), t).phase("steady").host}
     assert v2["offloaded: FSDP sharded gradients"] < v2["offloaded: FSDP sharded parameters"] / 50
+
+
+def test_the_loading_rank_holds_one_checkpoint_shard_next_to_the_model():
+    """transformers reads one shard's state dict at a time into the model it fills: with
+    cpu_ram_efficient_loading only local rank 0 does, otherwise every rank."""
+    from zerodoctor.plan.phases import LOAD_SHARD_BYTES
+
+    inputs = _inputs(gpus=2)
+    for efficient, loaders in ((True, 1), (False, 2)):
+        f = FsdpSettings(cpu_ram_efficient_loading=efficient)
+        load = {i.name: i.bytes for i in plan_strategy(inputs, fsdp_as_zero(f)).phase("load").host}
+        assert load["checkpoint shard being read"] == LOAD_SHARD_BYTES * loaders

@@ -452,6 +452,16 @@ def plan_fsdp(
         "transformers modeling_utils (is_fsdp_enabled and not is_local_dist_rank_0 -> meta); "
         "accelerate FullyShardedDataParallelPlugin.cpu_ram_efficient_loading",
     )
+    # The loading rank reads the checkpoint one shard at a time into the model it builds: the shard being read and
+    # the model coexist (transformers modeling_utils _load_pretrained_model, one state dict per shard file).
+    shard_read = ph.Item(
+        "checkpoint shard being read",
+        min(ph.LOAD_SHARD_BYTES, whole_model_bytes_load) * loaders,
+        f"{loaders} x one {ph.LOAD_SHARD_BYTES / 10**9:.0f} GB safetensors shard next to the model being filled",
+        "transformers modeling_utils _load_pretrained_model (one shard's state dict at a time); "
+        "phases.LOAD_SHARD_BYTES",
+    )
+    loading = [whole_loaded, shard_read]
     load_note = "model loaded and sharded"
     if lazy_init:
         # FSDP1 + CPU offload, two moments: (1) wrapping: the loaded model moves to the GPU unit by unit, is
@@ -485,17 +495,18 @@ def plan_fsdp(
             ),
         ]
         lazy_bytes = sum(i.bytes for i in lazy)
-        if lazy_bytes >= whole_loaded.bytes:
+        loading_bytes = sum(i.bytes for i in loading)
+        if lazy_bytes >= loading_bytes:
             load_host += lazy
             load_note = (
-                f"host peak at FSDP's lazy init (first forward); the loaded model before wrapping held "
-                f"{whole_loaded.bytes / GIB:.1f} GiB"
+                f"host peak at FSDP's lazy init (first forward); loading the model before wrapping held "
+                f"{loading_bytes / GIB:.1f} GiB"
             )
         else:
-            load_host.append(whole_loaded)
-            load_note = f"host peak while the model is wrapped; FSDP's lazy init: {lazy_bytes / GIB:.1f} GiB"
+            load_host += loading
+            load_note = f"host peak while the model is loaded; FSDP's lazy init: {lazy_bytes / GIB:.1f} GiB"
     else:
-        load_host.append(whole_loaded)
+        load_host += loading
     load = ph.Phase("load", tuple(load_gpu), tuple(load_host), load_note)
 
     # ---- first optimizer step ---------------------------------------------------------------------------
