@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from zerodoctor.cli.main import main
 
-from .conftest import JOB, SHORT_OF_HOST_RAM, torchrun_cmd
+from .conftest import JOB, SHORT_OF_HOST_RAM, free_port, torchrun_cmd
 
 
 def test_guard_needs_a_command(capsys):
@@ -132,3 +133,36 @@ def test_guard_watches_an_unmodified_deepspeed_loop_on_every_rank(tmp_path, monk
     (hang,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "guard.hang"]
     assert hang["title"] == "rank(s) [0] wait in barrier for rank(s) [1]", hang
     assert "rank 1 never arrived: it was in busy_elsewhere (guard_job.py:" in hang["message"]
+
+
+@pytest.mark.engine
+def test_guard_under_the_deepspeed_launcher_writes_the_error_file_it_does_not(tmp_path, monkeypatch):
+    """The `deepspeed` launcher records nothing about a failed rank (no torchrun error file): the guard's per-rank
+    error file names the rank, the time and the diagnosis."""
+    pytest.importorskip("deepspeed")
+    launcher = Path(sys.executable).parent / "deepspeed"
+    if not launcher.exists():
+        pytest.skip("the deepspeed launcher is not installed next to this Python")
+    out = tmp_path / "run"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job = [
+        str(JOB),
+        "ds",
+        str(out),
+        "--no-watch",
+        "--steps",
+        "4",
+        "--save-steps",
+        "2",
+        "--raise-on-rank",
+        "1",
+    ]
+    launch = [str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), *job]
+    assert main(["guard", "--run-dir", str(out), "--", *launch]) != 0
+    for rank in (0, 1):
+        recs = _records(out, rank)
+        assert recs[0]["world_size"] == 2 and recs[0]["local_rank"] == rank
+        assert [r["event"] for r in recs if r["kind"] == "event"].count("save_end") == 2
+    err = json.loads((out / "zerodoctor" / "error-rank1.json").read_text())
+    assert err["rank"] == 1 and err["time"].endswith("Z") and err["step"] == 4 and err["diagnosis"]["id"]
+    assert not (out / "zerodoctor" / "error-rank0.json").exists()

@@ -192,6 +192,9 @@ def main() -> None:
     p.add_argument("--raise-on-rank", type=int)
     p.add_argument("--no-callback", action="store_true")
     p.add_argument("--no-watch", action="store_true")
+    p.add_argument(
+        "--local_rank", type=int, help="passed by the deepspeed launcher (LOCAL_RANK is read instead)"
+    )
     p.add_argument("--hang-seconds", type=float, default=0)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
