@@ -170,6 +170,29 @@ def test_meta_says_what_cannot_be_measured_and_whether_the_flight_recorder_exist
     }
 
 
+def test_flight_recorder_dump_never_raises_nor_leaves_a_thread_error(tmp_path, monkeypatch):
+    import threading
+
+    import zerodoctor.guard.probes as probes
+    from zerodoctor.guard.crash import dump_flight_recorder
+
+    target = tmp_path / "flight-recorder-rank0.json"
+    assert dump_flight_recorder(target) is None  # no process group in this process
+    fake_dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake_dist)
+    seen: list = []
+    monkeypatch.setattr(threading, "excepthook", seen.append)
+
+    def broken():
+        raise RuntimeError("communicator aborted")
+
+    monkeypatch.setattr(probes, "flight_recorder", lambda: (broken, {"available": True}))
+    assert dump_flight_recorder(target) is None and seen == [] and not target.exists()
+    monkeypatch.setattr(probes, "flight_recorder", lambda: (lambda: b'{"entries": []}', {"available": True}))
+    assert dump_flight_recorder(target) == "flight-recorder-rank0.json"
+    assert json.loads(target.read_text()) == {"entries": []}
+
+
 # ---- prediction against measurement ----------------------------------------------------------------------------
 
 

@@ -101,7 +101,12 @@ def dump_flight_recorder(path: Path) -> str | None:
     if fn is None:
         return None
     box: list[bytes] = []
-    t = threading.Thread(target=lambda: box.append(fn()), name="zerodoctor-flight-recorder", daemon=True)
+
+    def read() -> None:
+        with contextlib.suppress(Exception):  # never an uncaught error in the guard's own thread
+            box.append(fn())
+
+    t = threading.Thread(target=read, name="zerodoctor-flight-recorder", daemon=True)
     t.start()
     t.join(FLIGHT_RECORDER_TIMEOUT_S)
     if not box:

@@ -106,7 +106,8 @@ def gpu_identity() -> dict[str, Any]:
 
 
 _FR_DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
-"""PyTorch's collective flight recorder, newest name first (torch >= 2.8 records gloo too; older: NCCL only)."""
+"""PyTorch's collective flight recorder, newest name first. Which backends it records depends on the torch
+version: torch 2.13 records gloo collectives as well as NCCL."""
 
 
 def flight_recorder() -> tuple[Any, dict[str, Any]]:
