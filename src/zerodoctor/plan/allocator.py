@@ -925,19 +925,22 @@ def _layer_backward(b: _Builder, s: StepShape, i: int, st: dict[str, list[int]])
     t, d = s.tokens, s.d
     q, k, v, o, gate, up, down = (s.layer_linears + (0,) * 7)[:7]
     b.f(f"h{i + 1}")  # a recomputed output nobody keeps
-    b.a(p + "gprod", d * t * s.inter)  # down_proj backward
+    # MLP backward in the order recorded on the CPU (benchmarks/plan_allocator.py --record): down_proj's weight
+    # gradient, then its input gradient; the product's two gradients (up's first), its saved inputs freed; up_proj,
+    # then SiLU, then gate_proj
     _weight_grad(b, s, down, st)
+    b.a(p + "gprod", d * t * s.inter)
     b.f(p + "prod")
-    b.a(p + "gsilu", d * t * s.inter)
     b.a(p + "gup", d * t * s.inter)
-    b.f(p + "gprod", p + "silu")
-    b.a(p + "ggate", d * t * s.inter)
-    b.f(p + "gsilu", p + "gate")
-    b.a(p + "gn2a", d * t * s.hidden)
+    b.a(p + "gsilu", d * t * s.inter)
+    b.f(p + "silu", p + "up", p + "gprod")
     _weight_grad(b, s, up, st)
-    b.f(p + "gup", p + "up")
-    b.a(p + "gn2b", d * t * s.hidden)
+    b.a(p + "gn2a", d * t * s.hidden)
+    b.f(p + "gup")
+    b.a(p + "ggate", d * t * s.inter)
+    b.f(p + "gate", p + "gsilu")
     _weight_grad(b, s, gate, st)
+    b.a(p + "gn2b", d * t * s.hidden)
     b.f(p + "ggate")
     b.a(p + "gn2", d * t * s.hidden)
     b.f(p + "gn2a", p + "gn2b")
