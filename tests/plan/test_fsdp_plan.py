@@ -192,3 +192,16 @@ def test_the_loading_rank_holds_one_checkpoint_shard_next_to_the_model():
         f = FsdpSettings(cpu_ram_efficient_loading=efficient)
         load = {i.name: i.bytes for i in plan_strategy(inputs, fsdp_as_zero(f)).phase("load").host}
         assert load["checkpoint shard being read"] == LOAD_SHARD_BYTES * loaders
+
+
+def test_qlora_replicated_weights_finding_is_zero3s_not_fsdps():
+    """PLAN004 is about ZeRO-3 not partitioning uint8 4-bit weights; an FSDP run reports stage 3 for the grid but
+    is not that failure (its message quoted the framework reserve as the 'whole model')."""
+    from zerodoctor.plan.candidates import plan
+
+    base = _inputs("qlora", gpus=2)
+    fsdp = replace(base, zero=fsdp_as_zero(FsdpSettings(offload_params=True)))
+    assert "PLAN004" not in {f.id for f in plan(fsdp).findings}
+    zero3 = replace(base, zero=replace(fsdp_as_zero(FsdpSettings()), fsdp=None))
+    found = [f for f in plan(zero3).findings if f.id == "PLAN004"]
+    assert found and "Llama" in found[0].message

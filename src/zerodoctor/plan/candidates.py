@@ -289,10 +289,11 @@ def judge(
         t.method == "qlora"
         and t.quant_storage == "uint8"
         and not t.quant_storage_by_framework
-        and (inputs.zero is None or inputs.zero.stage == 3)
+        # ZeRO-3's partitioning, not FSDP's flattening: an FSDP run reports stage 3 but is not this failure
+        and (inputs.zero is None or (inputs.zero.stage == 3 and inputs.zero.fsdp is None))
     ):
-        ref = yours or next(
-            (s for s in evaluated if s.training.method == "qlora" and s.zero.stage == 3), None
+        ref = (yours if yours is not None and yours.zero.fsdp is None else None) or next(
+            (s for s in evaluated if s.training.method == "qlora" and s.zero.stage == 3 and not s.zero.fsdp), None
         )
         whole = ref.phase("load").gpu_bytes if ref is not None else 0
         out.append(
