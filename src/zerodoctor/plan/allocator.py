@@ -1232,10 +1232,11 @@ def step_shape(
 
 PLANNER_SIMULATED_LAYERS = 4
 """Decoder layers the planner replays op by op (`training_events(simulated_layers=...)`); the others are one
-block of what they keep between forward and backward. Replaying all of them moves the simulated steady gap by
-0.06-0.25 GiB on 7B/8B models and by up to 9 GiB on Llama-3.1-405B (126 layers: a segment-size threshold the
-shortened replay does not cross; benchmarks/plan_allocator.py, RESULTS.md "Allocator simulation"), at 5-10x
-the time; the planner evaluates a dozen strategies per run and must answer in well under a second."""
+block of what they keep between forward and backward. Against replaying every layer, this lowers the steady
+floor (what stays at a full device) by 0.2-0.35 GiB on 32-layer 8B plans and by 1.4 GiB on Llama-3.1-405B (each
+layer leaves a little fragmentation inside segments in use), and the steady reserved gap by 0.2 GiB (8B) to 9 GiB
+(405B: a segment threshold the short replay does not cross); RESULTS.md "Allocator simulation". Replaying all
+layers costs 5-10x the time, and the planner evaluates a dozen strategies per run."""
 
 
 @dataclass(frozen=True)
