@@ -71,7 +71,11 @@ def test_single_gpu_has_no_nccl_buffers_and_expandable_segments_cut_slack():
     assert _item(p, "steady", "NCCL buffers") is None
     q = plan_strategy(replace(i, expandable_segments=True), ZeroSettings(stage=0))
     slack = "allocator reserved but unallocated"
-    assert _item(q, "steady", slack).bytes < _item(p, "steady", slack).bytes
+    # simulated (plan/allocator.py): with expandable segments a full GPU unmaps every whole free page, so what
+    # stays is the tails of the last mapped pages (20 MiB pages in the large pool, 2 MiB in the small one)
+    item = _item(q, "steady", slack)
+    assert item.bytes <= 3 * 20 * 2**20 and "expandable_segments on" in item.detail
+    assert "simulated (default allocator)" in _item(p, "steady", slack).detail
 
 
 def test_loss_in_the_model_dtype_is_cheaper_than_the_fp32_upcast():

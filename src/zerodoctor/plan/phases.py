@@ -609,9 +609,14 @@ def plan_strategy(
 
     context_item = reserve_items[0]
     reserve_items += ref_gpu
+    allocator = allocator_items(inputs, zero, t)
+
+    def reserve(phase: str) -> list[Item]:
+        """The reserve items with the fixed allocator slack replaced by this phase's simulated one."""
+        return [allocator[phase] if i.name == ALLOCATOR_ITEM else i for i in reserve_items]
 
     # ---- load -------------------------------------------------------------------------------------------
-    load_gpu = [*reserve_items, *gpu_states(lazy=False, transient=False)]
+    load_gpu = [*reserve("load"), *gpu_states(lazy=False, transient=False)]
     load_host = [*baseline_items, *ref_host, *host_states(lazy=False, transient=False)]
     if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and zero.pin_memory:
         # initialize_optimizer_states builds the fp32 gradient partition as pageable zeros and pins a copy of it
@@ -767,7 +772,7 @@ def plan_strategy(
         )
     first = Phase(
         "first_step",
-        tuple([*reserve_items, *gpu_states(lazy=True, transient=True), *step_extra]),
+        tuple([*reserve("first_step"), *gpu_states(lazy=True, transient=True), *step_extra]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
@@ -775,7 +780,7 @@ def plan_strategy(
     # ---- steady forward/backward ------------------------------------------------------------------------
     steady = Phase(
         "steady",
-        tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
+        tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
@@ -786,7 +791,7 @@ def plan_strategy(
     )
     save = Phase(
         "save",
-        tuple([*reserve_items, *gpu_states(lazy=True, transient=False), *save_gpu_items]),
+        tuple([*reserve("save"), *gpu_states(lazy=True, transient=False), *save_gpu_items]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
@@ -828,7 +833,7 @@ def reserve_items_for(inputs: PlanInputs) -> list[Item]:
     slack = EXPANDABLE_SLACK_BYTES if inputs.expandable_segments else ALLOCATOR_SLACK_BYTES
     items.append(
         Item(
-            "allocator reserved but unallocated",
+            ALLOCATOR_ITEM,
             slack,
             "caching allocator rounding and fragmentation"
             + (" (expandable_segments on)" if inputs.expandable_segments else ""),
@@ -836,6 +841,36 @@ def reserve_items_for(inputs: PlanInputs) -> list[Item]:
         )
     )
     return items
+
+
+ALLOCATOR_ITEM = "allocator reserved but unallocated"
+
+
+def allocator_items(inputs: PlanInputs, zero: ZeroSettings, t: Training) -> dict[str, Item]:
+    """Per phase, what PyTorch's caching allocator keeps reserved beyond the allocated bytes, from a replay of
+    the run's allocation sequence (plan/allocator.py: the step derived from this plan's own shapes and model
+    states, replayed with the rules of c10/cuda/CUDACachingAllocator.cpp). The item is what stays reserved
+    when the GPU is full -- fragmentation inside segments still in use, since the allocator frees its whole
+    cached segments and retries before it raises an OOM; the detail gives what the run holds reserved on a
+    GPU with room to spare (what nvidia-smi shows beyond `max_memory_allocated`)."""
+    from zerodoctor.plan import allocator as al
+
+    gaps = al.planner_phase_gaps(
+        inputs, zero, t, al.AllocatorConfig(expandable_segments=inputs.expandable_segments)
+    )
+    mode = "expandable_segments on" if inputs.expandable_segments else "default allocator"
+    return {
+        phase: Item(
+            ALLOCATOR_ITEM,
+            g.floor_gap,
+            f"simulated ({mode}): {g.floor_gap / GIB:.2f} GiB stays reserved inside segments in use when the GPU "
+            f"is full (cached whole segments are freed and the allocation retried first); with room to spare "
+            f"the run holds {g.gap / GIB:.2f} GiB reserved but unallocated",
+            "c10/cuda/CUDACachingAllocator.cpp (malloc, get_free_block, should_split, release_cached_blocks); "
+            "plan/allocator.py (checked on H100 readings: benchmarks/plan_allocator.py)",
+        )
+        for phase, g in gaps.items()
+    }
 
 
 def host_baseline(inputs: PlanInputs) -> Item:
