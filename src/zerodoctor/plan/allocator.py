@@ -769,9 +769,9 @@ class _Builder:
 
 
 def _rmsnorm_forward(b: _Builder, s: StepShape, p: str, *, grad: bool) -> None:
-    """`LlamaRMSNorm.forward`: x.to(fp32), pow(2).mean, rsqrt, x * rsqrt, .to(bf16), weight * x. With grad the
-    fp32 copy, rsqrt, bf16 normalised tensor and the output are kept (plan/activations.py); the input stays
-    the caller's."""
+    """`LlamaRMSNorm.forward`: x.to(fp32), pow(2).mean, rsqrt, x * rsqrt, .to(bf16), weight * x, in the order
+    recorded on the CPU (benchmarks/plan_allocator.py --record). With grad the fp32 copy, rsqrt, bf16 normalised
+    tensor and the output are kept (plan/activations.py); the input stays the caller's."""
     th = s.tokens * s.hidden
     b.a(f"{p}x32", 4 * th)
     b.a(f"{p}pow", 4 * th)
@@ -780,22 +780,34 @@ def _rmsnorm_forward(b: _Builder, s: StepShape, p: str, *, grad: bool) -> None:
     b.a(f"{p}rs", 4 * s.tokens)
     b.f(f"{p}var")
     b.a(f"{p}xm", 4 * th)
+    if not grad:
+        b.f(f"{p}x32", f"{p}rs")
     b.a(f"{p}xb", s.d * th)
-    b.f(f"{p}xm")
     b.a(f"{p}out", s.d * th)
     if not grad:
-        b.f(f"{p}x32", f"{p}rs", f"{p}xb")
+        b.f(f"{p}xb")
+    b.f(f"{p}xm")
 
 
 def _rmsnorm_backward(b: _Builder, s: StepShape, p: str, gout: str, gin: str) -> None:
-    """Gradient of the norm: fp32 temporaries of the input's size, then the 16-bit input gradient."""
+    """Gradient of the norm as recorded on the CPU: `weight * x` (the input's gradient and the weight's
+    unreduced one), `.to(bf16)` back to fp32, `x * rsqrt`, then `pow`/`mean`/`rsqrt` in fp32, and the cast back
+    to the model dtype."""
     th = s.tokens * s.hidden
-    b.a(f"{p}g32", 4 * th)
-    b.f(f"{p}out", gout, f"{p}xb")
-    b.a(f"{p}g32b", 4 * th)
-    b.f(f"{p}rs")
+    b.f(f"{p}out")  # freed by its consumer's backward before this one runs
+    b.a(f"{p}gxb", s.d * th)
+    b.a(f"{p}gw", s.d * th)
+    b.f(f"{p}gw", gout, f"{p}xb")
+    b.a(f"{p}g1", 4 * th)
+    b.f(f"{p}gxb")
+    b.a(f"{p}g2", 4 * th)
+    b.a(f"{p}g3", 4 * th)
+    b.f(f"{p}g2", f"{p}g1")
+    for k in range(4, 8):
+        b.a(f"{p}g{k}", 4 * th)
+    b.f(f"{p}g6", f"{p}g5", f"{p}g4", f"{p}x32", f"{p}rs", f"{p}g7")
     b.a(gin, s.d * th)
-    b.f(f"{p}g32", f"{p}g32b", f"{p}x32")
+    b.f(f"{p}g3")
 
 
 MAIN_STREAM, ALLGATHER_STREAM, REDUCE_STREAM = 0, 1, 2
