@@ -13,6 +13,7 @@ with the default allocator and with `expandable_segments:True`.
 
     python benchmarks/plan_allocator.py                      # the table (any machine, ~2 s)
     python benchmarks/plan_allocator.py --record             # + the CPU recording check (minutes)
+    python benchmarks/plan_allocator.py --record --min-kib 128   # ... comparing storages down to 128 KiB
 
 `--record` builds a 2-layer Qwen2.5-1.5B (real widths, random bf16 weights, sdpa, gradient checkpointing) with
 transformers on the CPU, runs one forward/backward of 1 x 64 tokens under `torch.profiler` with
@@ -157,8 +158,8 @@ def table(path: Path) -> int:
 # ---- the CPU recording check ---------------------------------------------------------------------------------
 
 
-def _recorded(layers: int, tokens: int) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
-    """(CREATE|DESTROY, storage id, bytes) of storages >= 1 MiB in one forward/backward on the CPU."""
+def _recorded(layers: int, tokens: int, min_bytes: int) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+    """(CREATE|DESTROY, storage id, bytes) of storages >= min_bytes in one forward/backward on the CPU."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import Action, MemoryProfile
@@ -180,15 +181,15 @@ def _recorded(layers: int, tokens: int) -> tuple[list[tuple[str, int, int]], dic
     timeline = MemoryProfile(prof.profiler.kineto_results).timeline
     out = []
     for _, action, (key, _), size in timeline:
-        if size >= MIB and action in (Action.CREATE, Action.DESTROY):
-            out.append((action.name, int(key.id), int(size)))
+        if size >= min_bytes and action in (Action.CREATE, Action.DESTROY):
+            out.append((action.name, int(getattr(key, "id", -1)), int(size)))
     return out, cfg
 
 
-def record_check() -> int:
+def record_check(min_bytes: int = MIB) -> int:
     layers, tokens = 2, 64
     t0 = time.perf_counter()
-    real, cfg = _recorded(layers, tokens)
+    real, cfg = _recorded(layers, tokens, min_bytes)
     took = time.perf_counter() - t0
     # the same shape, simulated (stage 0: no DeepSpeed)
     opts = PlanOptions(
@@ -211,24 +212,29 @@ def record_check() -> int:
             continue
         if isinstance(ev, Alloc):
             sizes[ev.id] = ev.nbytes
-            if ev.nbytes >= MIB:
+            if ev.nbytes >= min_bytes:
                 sim.append(("CREATE", ev.nbytes))
         elif isinstance(ev, Free):
-            if sizes.get(ev.id, 0) >= MIB:
+            if sizes.get(ev.id, 0) >= min_bytes:
                 sim.append(("DESTROY", sizes[ev.id]))
         else:
             break
+    kv = cfg["num_key_value_heads"] * cfg["hidden_size"] // cfg["num_attention_heads"]
     params = {
         int(n * 2)
         for n in (
             cfg["vocab_size"] * cfg["hidden_size"],
             cfg["hidden_size"] * cfg["intermediate_size"],
             cfg["hidden_size"] * cfg["hidden_size"],
+            cfg["hidden_size"] * kv,
         )
     }
     # plain PyTorch keeps each parameter's gradient (AccumulateGrad): leave out storages of a parameter's size
     real_seq = [(a, s) for a, _, s in real if s not in params]
-    print(f"recorded {len(real)} storage events >= 1 MiB in {took:.0f} s ({layers} layers, {tokens} tokens)")
+    print(
+        f"recorded {len(real)} storage events >= {min_bytes / 1024:.0f} KiB in {took:.0f} s "
+        f"({layers} layers, {tokens} tokens)"
+    )
     print(f"compared: {len(real_seq)} recorded (parameter-sized gradients left out), {len(sim)} simulated")
     same = sum(1 for x, y in zip(real_seq, sim, strict=False) if x == y)
     print(f"identical positions: {same} of {max(len(real_seq), len(sim))}")
@@ -254,11 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", type=Path, default=RESULTS, help="recorded plan_gpu.py measurements")
     ap.add_argument("--record", action="store_true", help="also run the CPU recording check (minutes)")
+    ap.add_argument("--min-kib", type=int, default=1024, help="smallest storage the recording check compares")
     args = ap.parse_args(argv)
     rc = table(args.results)
     if args.record:
         print()
-        rc = rc or record_check()
+        rc = rc or record_check(args.min_kib * 1024)
     return rc
 
 
