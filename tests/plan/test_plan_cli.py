@@ -233,3 +233,25 @@ def test_text_table_shows_whole_strategy_names_in_gib(run_cli):
     for s in json.loads(js)["strategies"]:
         assert s["name"] in out, s["name"]
     assert " GB " not in out and " GB)" not in out  # one unit: GiB
+
+
+def test_emitted_config_keeps_the_users_optimizer_and_says_when_it_adds_a_placeholder(run_cli, tmp_path):
+    """A plain-DeepSpeed run that needs optimizer offload: with the user's own config its optimizer and scheduler
+    blocks are carried over as written; without one the added AdamW is called a placeholder in the output."""
+    small = ("--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "24", "--host-ram", "1024")
+    args = ("plan", "--model", "llama-3.1-70b", *small, "--framework", "deepspeed")
+    target = tmp_path / "new.json"
+    code, out, err = run_cli(*args, "--emit-ds-config", str(target))
+    cfg = json.loads(target.read_text())
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] in ("cpu", "nvme"), cfg
+    assert cfg["optimizer"]["params"]["lr"] == 1e-5
+    assert "check: optimizer: AdamW with lr 1e-05 and weight_decay 0.0 is a placeholder" in out
+    mine = tmp_path / "mine.json"
+    user_opt = {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.95], "weight_decay": 0.1}}
+    user_sched = {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 100, "total_num_steps": 2000}}
+    mine.write_text(json.dumps({"zero_optimization": {"stage": 2}, "optimizer": user_opt, "scheduler": user_sched}))
+    target2 = tmp_path / "new2.json"
+    code, out, err = run_cli(*args, "--deepspeed", str(mine), "--emit-ds-config", str(target2), "--format", "json")
+    cfg2 = json.loads(target2.read_text())
+    assert cfg2["optimizer"] == user_opt and cfg2["scheduler"] == user_sched
+    assert json.loads(out)["emitted_ds_config_notes"] == []

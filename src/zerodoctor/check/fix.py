@@ -57,7 +57,7 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
         else:
             from zerodoctor.plan.emit import ds_config
 
-            text = json.dumps(ds_config(result.inputs, rec), indent=2) + "\n"
+            text = json.dumps(ds_config(result.inputs, rec, setup.ds_written), indent=2) + "\n"
             plans.append((directory / RECOMMENDED_NAME, text))
     written: list[str] = []
     if plans:

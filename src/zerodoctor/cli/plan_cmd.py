@@ -4,6 +4,7 @@ strategies that fit, and a DeepSpeed config for the recommended one. Never impor
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from zerodoctor.cli.common import (
     add_env_option,
@@ -122,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         save_only_model=args.save_only_model,
         framework=args.framework,
     )
-    inputs = load_inputs(opts, env=load_env_option(args.env))
+    env = load_env_option(args.env)
+    inputs = load_inputs(opts, env=env)
     result = plan(inputs, margin=args.margin / 100)
     written = None
     if args.emit_ds_config:
@@ -130,14 +132,18 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--emit-ds-config: no strategy fits, so there is no config to write")
         from zerodoctor.plan.emit import write_ds_config
 
-        written = write_ds_config(args.emit_ds_config, inputs, result.recommended)
+        written, notes = write_ds_config(
+            args.emit_ds_config, inputs, result.recommended, _user_ds_config(args, env)
+        )
     findings = list(result.findings)
     extra = json_document(result)
     if written is not None:
         extra["emitted_ds_config"] = str(written)
+        extra["emitted_ds_config_notes"] = notes
     header = render_header(result, details=args.details) if args.format == "text" else None
     if written is not None and header is not None:
         header += f"\nwrote {written} ({result.recommended.name if result.recommended else ''})\n"
+        header += "".join(f"  check: {n}\n" for n in notes)
     if header is not None:
         from rich.markup import escape
 
@@ -148,3 +154,14 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_markdown_tables(result))
     return exit_code(findings, args.fail_on)
+
+
+def _user_ds_config(args: argparse.Namespace, env: Any) -> dict[str, Any] | None:
+    """The user's DeepSpeed config as written (its optimizer and scheduler go into the emitted one), if any."""
+    files = [*args.files, *([args.deepspeed] if args.deepspeed else [])]
+    if not files:
+        return None
+    from zerodoctor.setup.load import load_setup
+
+    setup = load_setup(files, env=env, framework=args.framework, model=args.model)
+    return setup.ds_written

@@ -9,7 +9,9 @@ grad accumulation x data-parallel size (a world size filled in as 1 breaks DeepS
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,16 @@ from zerodoctor.plan.phases import StrategyPlan
 
 NVME_PATH_PLACEHOLDER = "/local_nvme"
 """Written for NVMe offload: replace with a local NVMe mount (DeepSpeed needs a real path per node)."""
+PLACEHOLDER_LR = 1e-5
+"""The learning rate of an optimizer block zerodoctor has to add (no user config names one): a placeholder the
+output says to replace, never presented as the user's value."""
+# Blocks the memory plan does not decide: the user's own, carried over exactly as written.
+_CARRIED = ("optimizer", "scheduler")
 
 
-def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
-    """The DeepSpeed config dict for `plan` (see the module docstring for "auto" vs concrete)."""
+def ds_config(inputs: PlanInputs, plan: StrategyPlan, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The DeepSpeed config dict for `plan` (see the module docstring for "auto" vs concrete). `user` is the
+    user's DeepSpeed config as written: its optimizer and scheduler blocks are kept."""
     z = plan.zero
     if z.fsdp is not None:
         raise PlanError(
@@ -68,21 +76,46 @@ def ds_config(inputs: PlanInputs, plan: StrategyPlan) -> dict[str, Any]:
     else:
         zero["allgather_bucket_size"] = z.allgather_bucket_size
     cfg["zero_optimization"] = zero
-    if z.offload_optimizer != "none" and not hf:
+    for key in _CARRIED:
+        if user is not None and isinstance(user.get(key), dict):
+            cfg[key] = copy.deepcopy(dict(user[key]))
+    if "optimizer" not in cfg and z.offload_optimizer != "none" and not hf:
         # Without HF/accelerate nobody swaps a torch optimizer for DeepSpeedCPUAdam: name it here
         # (ZeRORuntimeException "client provided optimizer", `zerodoctor kb zero-offload-client-optimizer`).
-        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}}
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": PLACEHOLDER_LR, "weight_decay": 0.0}}
     return cfg
 
 
-def write_ds_config(path: str | Path, inputs: PlanInputs, plan: StrategyPlan) -> Path:
-    """Write the config; never overwrites an existing file (PlanError instead). A path ending in "/" or
-    naming a directory gets `ds_config.json` inside it (`zerodoctor.safeio.output_path`)."""
+def emitted_notes(cfg: Mapping[str, Any], user: Mapping[str, Any] | None) -> list[str]:
+    """What in an emitted config is not the user's and must be checked before use."""
+    notes: list[str] = []
+    if "optimizer" in cfg and not (user is not None and isinstance(user.get("optimizer"), dict)):
+        notes.append(
+            f"optimizer: AdamW with lr {PLACEHOLDER_LR:g} and weight_decay 0.0 is a placeholder (optimizer offload "
+            "under plain DeepSpeed needs DeepSpeed's own optimizer and no config given names one): set your "
+            "learning rate and weight decay, or pass DeepSpeedCPUAdam to deepspeed.initialize"
+        )
+    zero = cfg.get("zero_optimization") or {}
+    if any(isinstance(zero.get(k), dict) and zero[k].get("nvme_path") == NVME_PATH_PLACEHOLDER for k in _OFFLOADS):
+        notes.append(f"nvme_path {NVME_PATH_PLACEHOLDER} is a placeholder: set a local NVMe mount on every node")
+    return notes
+
+
+_OFFLOADS = ("offload_optimizer", "offload_param")
+
+
+def write_ds_config(
+    path: str | Path, inputs: PlanInputs, plan: StrategyPlan, user: Mapping[str, Any] | None = None
+) -> tuple[Path, list[str]]:
+    """Write the config and say what in it is a placeholder; never overwrites an existing file (PlanError
+    instead). A path ending in "/" or naming a directory gets `ds_config.json` inside it
+    (`zerodoctor.safeio.output_path`)."""
     from zerodoctor.errors import InputError
     from zerodoctor.safeio import output_path, write_new
 
-    text = json.dumps(ds_config(inputs, plan), indent=2) + "\n"
+    cfg = ds_config(inputs, plan, user)
+    text = json.dumps(cfg, indent=2) + "\n"
     try:
-        return write_new(output_path(path, "ds_config.json"), text)
+        return write_new(output_path(path, "ds_config.json"), text), emitted_notes(cfg, user)
     except InputError as err:
         raise PlanError(err.message, hint=err.hint or "pass a new file name to --emit-ds-config") from None
