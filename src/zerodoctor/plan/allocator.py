@@ -1179,9 +1179,11 @@ def step_shape(
         deepspeed_version=inputs.deepspeed_version,
     )
     load: list[tuple[str, int]] = []
-    on_gpu_params = zero.stage < 3 or zero.offload_param == "none"
+    tensors: list[int] = []
+    on_gpu_params = (zero.stage < 3 or zero.offload_param == "none") and t.method != "qlora"
     # zero.Init partitions each parameter as it is created (its ds_tensor, 1/world of it); without zero.Init
-    # (ZeRO-1/2) `module.to(device)` moves every whole parameter to the GPU one tensor at a time.
+    # (ZeRO-1/2) `module.to(device)` moves every whole parameter to the GPU one tensor at a time. (QLoRA's
+    # packed 4-bit base is one block below.)
     if on_gpu_params:
         div = world if zero.stage == 3 else 1
         tensors = [-(-n // div) * d for n in per_param]
@@ -1197,12 +1199,20 @@ def step_shape(
     for c in components:
         if c.device != ms.GPU or c.lazy or c.transient:
             continue
-        if c.name in (ms.PARAM16, ms.FROZEN16):
-            # the engine's flat 16-bit buffer(s); the per-parameter tensors are copied in and freed
-            # (stage3.py _create_fp16_partitions_with_defragmentation; stage_1_and_2.py flatten)
-            load.append(("flat16" if c.name == ms.PARAM16 else "frozen16", c.bytes))
-            if c.name == ms.PARAM16 or not trainable:
+        if c.name == ms.PARAM16:
+            # the engine's flat 16-bit buffer of the trainable parameters, which are copied in and freed
+            # (stage3.py _create_fp16_partitions_with_defragmentation; stage_1_and_2.py flatten). Full
+            # fine-tuning: every parameter tensor; LoRA: the adapters (not among the base tensors above);
+            # freeze tuning: its trainable layers stay counted as the tensors they were created as.
+            if t.method != "freeze":
+                load.append(("flat16", c.bytes))
+            if t.method == "full":
                 load += [(f"p{k}", -1) for k in range(len(tensors))]
+        elif c.name == ms.FROZEN16:
+            # frozen parameters stay where they were created (zero.Init's per-parameter partitions, or the
+            # module's own tensors below ZeRO-3); a packed 4-bit base is one block
+            if not tensors:
+                load.append(("frozen16", c.bytes))
         elif c.name == ms.FP32_MASTER:
             # fp32 master per sub-group, made from a 16-bit clone (.clone().float())
             for g, n in enumerate(sub_groups):
