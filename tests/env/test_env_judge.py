@@ -320,3 +320,22 @@ def test_env_text_shows_the_table_once(run_cli):
     code, out, err = run_cli("env", "--no-deep", "--fail-on", "never")
     assert code == 0, err
     assert out.count("Environment (") == 1, out
+
+
+@pytest.mark.parametrize(
+    ("ds", "arch", "fires"),
+    [
+        ("0.19.8", "9.0a", True),  # NVIDIA's H100 images: DeepSpeed >= 0.19 cannot sort it (int('0a'))
+        ("0.19.8", "8.0;9.0+PTX", False),  # +PTX is stripped before int()
+        ("0.18.0", "9.0a", False),  # a plain sort before 0.19.0
+        ("0.19.8", None, False),  # no arch list in the snapshot: unknown, never a warning
+    ],
+)
+def test_a_suffixed_cuda_arch_list_is_named_before_launch_on_deepspeed_019(ds, arch, fires):
+    env = make_env(
+        packages={"deepspeed": PackageInfo("deepspeed", ds), "torch": PackageInfo("torch", "2.4.0+cu121")},
+        deepspeed=dataclasses.replace(make_env().deepspeed, version=ds),
+        env_vars={} if arch is None else {"TORCH_CUDA_ARCH_LIST": arch},
+    )
+    ids = {f.id for f in judge_environment(env)}
+    assert ("ds-cuda-arch-suffix-jit-build" in ids) is fires, ids

@@ -209,6 +209,10 @@ class Environment:
                 out["env.swap_bytes"] = h.swap_total_bytes
             if h.cpu_count is not None:
                 out["env.cpu_count"] = h.cpu_count
+        if not self.source.startswith("pip-freeze"):
+            # a probed environment records the variable when it is set; unset, DeepSpeed's JIT builder takes the
+            # GPUs' own capabilities ("9.0"), which never carry a suffix (op_builder/builder.py)
+            out["env.torch_cuda_arch_suffix"] = arch_list_has_suffix(self.env_vars.get("TORCH_CUDA_ARCH_LIST", ""))
         return out
 
     # ---- serialisation ----------------------------------------------------------------------------------
@@ -295,3 +299,11 @@ def _build(cls: type[Any], raw: Any, where: str) -> Any:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise TypeError(f"{where}.{loc}: {err['msg']} (got {err.get('input')!r})"[:300]) from None
+
+
+def arch_list_has_suffix(arch_list: str) -> bool:
+    """Whether a TORCH_CUDA_ARCH_LIST holds an entry DeepSpeed >= 0.19's op builder cannot sort: it splits each
+    entry on '.', drops a '+PTX' and calls int() on the rest (op_builder/builder.py compute_capability_args), so
+    `9.0a` / `10.0f` raise while `8.0+PTX` does not."""
+    entries = [e.strip() for e in arch_list.replace(" ", ";").split(";") if e.strip()]
+    return any(not part.split("+")[0].isdigit() for e in entries for part in e.split("."))
