@@ -613,6 +613,8 @@ def plan_strategy(
 
     def reserve(phase: str) -> list[Item]:
         """The reserve items with the fixed allocator slack replaced by this phase's simulated one."""
+        if allocator is None:
+            return list(reserve_items)
         return [allocator[phase] if i.name == ALLOCATOR_ITEM else i for i in reserve_items]
 
     # ---- load -------------------------------------------------------------------------------------------
@@ -846,13 +848,18 @@ def reserve_items_for(inputs: PlanInputs) -> list[Item]:
 ALLOCATOR_ITEM = "allocator reserved but unallocated"
 
 
-def allocator_items(inputs: PlanInputs, zero: ZeroSettings, t: Training) -> dict[str, Item]:
-    """Per phase, what PyTorch's caching allocator keeps reserved beyond the allocated bytes, from a replay of
+def allocator_items(inputs: PlanInputs, zero: ZeroSettings, t: Training) -> dict[str, Item] | None:
+    """Per phase, what PyTorch's caching allocator holds reserved beyond the allocated bytes, from a replay of
     the run's allocation sequence (plan/allocator.py: the step derived from this plan's own shapes and model
-    states, replayed with the rules of c10/cuda/CUDACachingAllocator.cpp). The item is what stays reserved
-    when the GPU is full -- fragmentation inside segments still in use, since the allocator frees its whole
-    cached segments and retries before it raises an OOM; the detail gives what the run holds reserved on a
-    GPU with room to spare (what nvidia-smi shows beyond `max_memory_allocated`)."""
+    states, replayed with the rules of c10/cuda/CUDACachingAllocator.cpp): the reserved-minus-allocated peak of
+    the phase on a GPU with room, what `max_memory_reserved` and nvidia-smi show. When the GPU is full the
+    allocator frees its cached whole segments and retries before it raises an OOM, so a run may need less at
+    the edge: the detail gives the lower bound (what stays inside segments in use). Where the real need falls
+    between the two depends on details of the sequence -- for two of the three H100 runs it is at the upper
+    bound (RESULTS.md "Allocator simulation") -- so the plan charges the upper one. None for stage 0 (plain
+    PyTorch/DDP: no DeepSpeed sequence is modelled there; the fixed item stays)."""
+    if zero.stage == 0:
+        return None
     from zerodoctor.plan import allocator as al
 
     gaps = al.planner_phase_gaps(
@@ -862,10 +869,10 @@ def allocator_items(inputs: PlanInputs, zero: ZeroSettings, t: Training) -> dict
     return {
         phase: Item(
             ALLOCATOR_ITEM,
-            g.floor_gap,
-            f"simulated ({mode}): {g.floor_gap / GIB:.2f} GiB stays reserved inside segments in use when the GPU "
-            f"is full (cached whole segments are freed and the allocation retried first); with room to spare "
-            f"the run holds {g.gap / GIB:.2f} GiB reserved but unallocated",
+            g.gap,
+            f"simulated ({mode}): cached blocks and split segments reserved beyond the allocated peak; when the "
+            f"GPU is full the allocator frees its cached whole segments and retries first, and at least "
+            f"{g.floor_gap / GIB:.2f} GiB of it stays (inside segments in use)",
             "c10/cuda/CUDACachingAllocator.cpp (malloc, get_free_block, should_split, release_cached_blocks); "
             "plan/allocator.py (checked on H100 readings: benchmarks/plan_allocator.py)",
         )
