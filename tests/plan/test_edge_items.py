@@ -163,3 +163,15 @@ def test_cutoff_len_is_a_cap_the_longest_sample_decides():
         == _item(same, "steady", act).bytes
         < _item(cap, "steady", act).bytes
     )
+
+
+def test_one_rank_zero3_fetches_no_parameters_unless_they_are_offloaded():
+    """With one rank DeepSpeed does not all-gather: each parameter becomes a view of its GPU partition
+    (NoGatherHandle), so the fetched working set costs nothing; with offload_param each fetch still copies the
+    partition to the GPU, and with two ranks the gathered parameters are new memory."""
+    name = "ZeRO-3 fetched parameters (working set)"
+    one = _item(plan_strategy(_inputs(gpus=1), ZeroSettings(stage=3)), "steady", name)
+    assert one is not None and one.bytes == 0 and "NoGatherHandle" in one.source
+    offload = ZeroSettings(stage=3, offload_param="cpu", offload_optimizer="cpu")
+    assert _item(plan_strategy(_inputs(gpus=1), offload), "steady", name).bytes > 0
+    assert _item(plan_strategy(_inputs(gpus=2), ZeroSettings(stage=3)), "steady", name).bytes > 0

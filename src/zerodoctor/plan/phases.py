@@ -496,7 +496,20 @@ def plan_strategy(
     # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
     fwd_extra: list[Item] = []
     gathered_bpp = fbp if t.method == "qlora" and frozen else float(pb)
-    if zero.stage == 3:
+    if zero.stage == 3 and world == 1 and zero.offload_param == "none":
+        # One rank holds whole partitions: DeepSpeed does not gather, it views the GPU partition as the parameter
+        # (partition_parameters.py all_gather_coalesced -> _no_gather_coalesced -> NoGatherHandle: `.to(device)`
+        # of a tensor already there), so a fetch allocates nothing.
+        fwd_extra.append(
+            Item(
+                "ZeRO-3 fetched parameters (working set)",
+                0,
+                "one rank without offload_param: no all-gather, each parameter is a view of its GPU partition",
+                "deepspeed/runtime/zero/partition_parameters.py all_gather_coalesced, _no_gather_coalesced, "
+                "NoGatherHandle",
+            )
+        )
+    elif zero.stage == 3:
         persistent = _persistent_params(inputs, zero.param_persistence_threshold)
         live = zero3_working_set_numel(
             partitioned=p.total - persistent,
