@@ -375,6 +375,9 @@ def _yaml_error(path: str | Path, text: str, exc: Exception) -> InputError:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         what = (exc.problem or exc.context or "syntax error").splitlines()[0]
+        if "nesting depth" in what:
+            # PyYAML >= 6.0.4 stops deep nesting in its scanner, before this module's own depth limit is reached
+            return _too_deep(path, mark.line + 1 if mark else None)
         return InputError(
             shown(path),
             f"invalid YAML: {what}",
