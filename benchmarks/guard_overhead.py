@@ -179,17 +179,10 @@ def main() -> int:
     if a.worker:
         worker(a)
         return 0
-    from zerodoctor.engine.launch import _free_port
+    from zerodoctor.engine.launch import torchrun_command
 
     out = Path(tempfile.mkdtemp(prefix="zd-guard-bench-"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "1",
-        "--master_port",
-        str(_free_port()),
+    cmd = torchrun_command([
         __file__,
         "--worker",
         "--out",
@@ -204,7 +197,7 @@ def main() -> int:
         str(a.seq),
         "--offload",
         a.offload,
-    ]
+    ], 1)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     res = out / "result.json"

@@ -252,7 +252,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    from zerodoctor.engine.launch import _free_port as free_port
+    from zerodoctor.engine.launch import torchrun_command
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=512)
@@ -281,16 +281,7 @@ def main() -> int:
         str(a.seq),
     ]
     flags += ["--steps", str(a.steps), "--save-steps", str(a.save_steps), "--out", str(out)]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
-    cmd += [str(Path(__file__).resolve()), "--worker", *flags]
+    cmd = torchrun_command([str(Path(__file__).resolve()), "--worker", *flags], 2)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     if proc.returncode != 0:

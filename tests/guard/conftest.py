@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from zerodoctor.engine.launch import torchrun_command
 
 JOB = Path(__file__).parent / "jobs" / "guard_job.py"
 MM_JOB = Path(__file__).parent / "jobs" / "mmengine_job.py"
@@ -37,23 +37,8 @@ class Run:
         return [r["finding"] for r in self.kinds(rank, "finding")]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def torchrun_cmd(script_args: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-        *script_args,
-    ]
+    return torchrun_command(script_args, 2)
 
 
 # `zerodoctor guard` options that make every save look short of host memory (a limit below what each rank

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.cli.main import main
+from zerodoctor.engine.launch import free_port
 
-from .conftest import JOB, SHORT_OF_HOST_RAM, free_port, torchrun_cmd
+from .conftest import JOB, SHORT_OF_HOST_RAM, torchrun_cmd
 
 
 def test_guard_needs_a_command(capsys):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.cli.main import main
-from zerodoctor.engine.launch import _free_port
+from zerodoctor.engine.launch import free_port
 
 # gradient accumulation as HF Trainer / accelerate drive it: the micro-batches before the boundary under no_sync
 SCRIPT = """
@@ -44,7 +44,7 @@ def test_real_engine_raises_the_entrys_assertion(tmp_path: Path, capsys: pytest.
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
     }
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300

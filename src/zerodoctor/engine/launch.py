@@ -41,21 +41,7 @@ def run_tiny_job(
     cfg.write_text(json.dumps(config))
     out = work / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(nproc),
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "zerodoctor.engine.tiny_job",
-        str(cfg),
-        str(out),
-        "--steps",
-        str(steps),
-    ]
+    cmd = torchrun_command(["-m", "zerodoctor.engine.tiny_job", str(cfg), str(out), "--steps", str(steps)], nproc)
     if client_optimizer:
         cmd.append("--client-optimizer")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=work)
@@ -63,7 +49,23 @@ def run_tiny_job(
     return JobResult(proc.returncode, ranks, proc.stdout + proc.stderr)
 
 
-def _free_port() -> int:
+def torchrun_command(args: list[str], nproc: int = 2) -> list[str]:
+    """`python -m torch.distributed.run` for `nproc` local ranks on a free port, then `args` (a script and its
+    arguments, or `-m module ...`)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        *args,
+    ]
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for MASTER_PORT)."""
     import socket
 
     with socket.socket() as s:

@@ -14,9 +14,7 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -24,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zerodoctor.engine.launch import torchrun_command
 from zerodoctor.errors import UsageError
 from zerodoctor.selftest.result import SelftestResult
 from zerodoctor.selftest.shrink import TINY_VOCAB
@@ -175,12 +174,6 @@ def _ask_for_stacks(logs: list[RankLog], out: Path) -> None:
             return
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _die_with_parent() -> None:
     """In the torchrun child, before exec: get SIGTERM when the launching process dies (Linux), so a killed
     `zerodoctor selftest` (a CI timeout) does not leave ranks behind holding DeepSpeed's JIT build lock."""
@@ -241,23 +234,10 @@ def launch(
     spec_path.write_text(json.dumps(worker_spec, indent=1, default=str))
     log_path = workdir / "selftest.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(ranks),
-        "--master_port",
-        str(_free_port()),
-        "--tee",
-        "3",
-        "--log-dir",
-        str(workdir / "torchrun"),
-        "-m",
-        "zerodoctor.selftest.worker",
-        str(spec_path),
-        str(out),
-    ]
+    cmd = torchrun_command(
+        ["--tee", "3", "--log-dir", str(workdir / "torchrun"), "-m", "zerodoctor.selftest.worker", str(spec_path), str(out)],
+        ranks,
+    )
     t0 = time.time()
     watchdog: dict[str, Any] | None = None
     with log_path.open("wb") as log:
