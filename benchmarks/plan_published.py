@@ -7,6 +7,10 @@ margin, next to the published figure, for the train split and the held-out split
 
     python benchmarks/plan_published.py            # markdown table + summary (for RESULTS.md, "Issue 9")
     python benchmarks/plan_published.py --json     # one JSON object per case
+    python benchmarks/plan_published.py --batch 2 --split train   # one batch of the truth set, one split
+
+The truth set is every `benchmarks/plan_published*.yaml`: `plan_published.yaml` (batch 1) and the later batches
+(`plan_published_batch2.yaml`, ..., each case marked `batch: N`), each with its own held-out part.
 
 No GPU is needed: the planner is arithmetic. The held-out split (`split: heldout` in the data file) was
 marked before any constant was tuned and is never used to tune.
@@ -38,6 +42,7 @@ from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_str
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "plan_published.yaml"
+DATA_GLOB = "plan_published*.yaml"
 UNKNOWN_HOST_GIB = 4096
 """Host RAM where a case does not report it: large enough that only the GPU is judged."""
 
@@ -63,9 +68,12 @@ class Outcome:
     @property
     def host_predicted(self) -> int:
         """Host use per node in the phase a published reading was taken (`host_phase`): steady (default: a
-        reading during training), train (the larger of first step and steady: a peak over a training epoch) or
-        load (a start-of-training spike)."""
+        reading during training), train (the larger of first step and steady: a peak over a training epoch),
+        load (a start-of-training spike) or peak (the largest of all four phases, the checkpoint save included:
+        a figure given for "training and saving")."""
         which = self.case.get("host_phase", "steady")
+        if which == "peak":
+            return max(p.host_bytes for p in self.plan.phases)
         if which == "train":
             return max(self.plan.phase("first_step").host_bytes, self.plan.phase("steady").host_bytes)
         return self.plan.phase(which).host_bytes
@@ -81,6 +89,17 @@ class Outcome:
 def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = yaml.safe_load(path.read_text())
     return cases
+
+
+def data_files() -> list[Path]:
+    """Every file of the truth set, batch 1 (`plan_published.yaml`) first."""
+    return sorted(HERE.glob(DATA_GLOB), key=lambda p: (p != DATA, p.name))
+
+
+def load_all_cases(batch: int | None = None) -> list[dict[str, Any]]:
+    """The cases of every `plan_published*.yaml` (a case without `batch` is batch 1), or of one batch."""
+    cases = [c for path in data_files() for c in load_cases(path)]
+    return [c for c in cases if batch is None or c.get("batch", 1) == batch]
 
 
 def _model(name: str) -> ModelSpec:
@@ -245,13 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--split", choices=("train", "heldout", "all"), default="all")
+    ap.add_argument(
+        "--batch", type=int, default=None, help="only the cases of this batch (1: plan_published.yaml)"
+    )
     args = ap.parse_args(argv)
-    cases = [c for c in load_cases() if args.split in ("all", c["split"])]
+    cases = [c for c in load_all_cases(args.batch) if args.split in ("all", c["split"])]
     outcomes = [evaluate(c) for c in cases]
     if args.json:
         for o in outcomes:
             row = {
                 "id": o.case["id"],
+                "batch": o.case.get("batch", 1),
                 "split": o.case["split"],
                 "kind": o.case["kind"],
                 "predicted_gpu_bytes": o.predicted_gpu,
