@@ -121,8 +121,9 @@ def _zero(case: dict[str, Any], spec: ModelSpec) -> ZeroSettings:
 
 def _training(case: dict[str, Any]) -> Training:
     t = {k: v for k, v in case["training"].items() if k != "quant"}
-    if isinstance(t.get("lora_targets"), list):
-        t["lora_targets"] = tuple(t["lora_targets"])
+    for key in ("lora_targets", "trainable_modules"):
+        if isinstance(t.get(key), list):
+            t[key] = tuple(t[key])
     if t.get("method") == "qlora":
         t.setdefault("quant_storage", "uint8")
     return Training(**t)

@@ -98,7 +98,7 @@ def test_every_truth_set_file_is_read_and_batches_filter():
 
 def test_batch2_schema_sources_units_and_hash_split():
     cases = pp.load_cases(BATCH2)
-    assert len(cases) >= 8
+    assert len(cases) >= 20
     old_ids = {c["id"] for c in pp.load_cases()}
     for c in cases:
         assert c["batch"] == 2, c["id"]
