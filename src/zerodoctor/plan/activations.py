@@ -64,12 +64,30 @@ from dataclasses import dataclass
 
 from zerodoctor.errors import PlanError
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.versions import parse_version
 
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 """Attention back ends the estimate knows (HF `attn_implementation` values; flash = flash_attention_2)."""
 
 FP32 = 4
 INT64 = 8
+
+LOSS_SHIFTS = ("none", "loss_function", "model_forward")
+"""How transformers shifts the logits for the causal-LM loss (`loss_shift_for`): "none" = 4.49 and later,
+`ForCausalLMLoss` pads the labels instead (huggingface/transformers#35646); "loss_function" = 4.46-4.48,
+`ForCausalLMLoss` upcasts and copies `logits[..., :-1, :].contiguous()` while the model's 16-bit logits are still
+referenced by the caller; "model_forward" = up to 4.45, the model's own forward (`modeling_llama.py`:
+`self.lm_head(...).float()`, then the same shift) drops the 16-bit logits right after the upcast."""
+
+
+def loss_shift_for(transformers_version: str | None) -> str:
+    """Which of `LOSS_SHIFTS` a transformers release does (read in the 4.35.0, 4.45.2, 4.46.1, 4.48.3 and
+    4.49.0 wheels). An unknown version is planned as a current one ("none")."""
+    v = parse_version(transformers_version)
+    if v is None or v.release >= (4, 49):
+        return "none"
+    return "loss_function" if v.release >= (4, 46) else "model_forward"
+
 
 # Model types whose decoder layer is the Llama layer as far as saved tensors go (q/k/v biases do not
 # change what autograd keeps: `addmm` saves the same input as `mm`).
@@ -88,6 +106,8 @@ class ActivationEstimate:
     backward_transient: int  # extra bytes during backward (recomputed layer when checkpointing, its grads)
     peak: int  # max over forward end / loss / backward of the activation-related bytes
     notes: tuple[str, ...] = ()
+    # part of `peak` due to the shifted fp32 logits copy of transformers < 4.49 (`loss_shift`)
+    shifted_copy_peak: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,6 +283,7 @@ def activation_bytes(
     loss_dtype_bytes: int = FP32,
     trainable_layers: int | None = None,
     frozen_layers_keep_inputs: bool = False,
+    loss_shift: str = "none",
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -277,7 +298,14 @@ def activation_bytes(
     a model whose own forward calls `CrossEntropyLoss` on the 16-bit logits after
     `logits[..., :-1, :].contiguous()` (remote-code Qwen (v1)): a shifted 16-bit copy, 16-bit
     log-probabilities and 16-bit gradients instead of the fp32 ones.
+    `loss_shift` (`LOSS_SHIFTS`, from `loss_shift_for(transformers version)`): before transformers 4.49 the
+    upcast logits are shifted by `logits[..., :-1, :].contiguous()` before `cross_entropy`: with a micro-batch
+    of several sequences one more fp32 tensor of b(s-1) x V alive until the loss returns (one sequence's slice
+    is contiguous already: no copy); up to 4.45 the 16-bit logits are gone by then. log_softmax keeps only its
+    output, so the backward has the same three tensors, of b(s-1) rows.
     """
+    if loss_shift not in LOSS_SHIFTS:
+        raise PlanError(f"unknown loss shift '{loss_shift}'", hint=f"use one of {LOSS_SHIFTS}")
     if attn_impl not in ATTN_IMPLS:
         raise PlanError(f"unknown attention implementation '{attn_impl}'", hint=f"use one of {ATTN_IMPLS}")
     if micro_batch < 1 or seq_len < 1 or sequence_parallel < 1:
@@ -392,9 +420,27 @@ def activation_bytes(
         copy_or_upcast = t.d * t.tokens * t.vocab  # shift_logits.contiguous()
     else:
         copy_or_upcast = 0
-    loss_fwd = t.d * t.tokens * t.vocab + copy_or_upcast + lb * t.tokens * t.vocab
-    loss_bwd = 3 * lb * t.tokens * t.vocab
+    # transformers < 4.49 shifts the upcast logits (`logits[..., :-1, :].contiguous()`; the model-dtype path
+    # above already counts its own shift): for one sequence the slice is already contiguous, so only a micro-batch
+    # of several makes a copy, of b(s-1) rows; log_softmax and its gradients then have b(s-1) rows. Up to 4.45
+    # the 16-bit logits die with the upcast.
+    old = loss_shift != "none" and not (lb == t.d < FP32)
+    rows = t.tokens - t.batch if old else t.tokens
+    shifted = lb * rows * t.vocab if old and t.batch > 1 else 0
+    logits16 = 0 if old and loss_shift == "model_forward" and t.d < lb else t.d * t.tokens * t.vocab
+    loss_fwd = logits16 + copy_or_upcast + shifted + lb * rows * t.vocab
+    loss_fwd_now = t.d * t.tokens * t.vocab + copy_or_upcast + lb * t.tokens * t.vocab
+    loss_bwd = 3 * lb * rows * t.vocab
     logits_and_loss = max(loss_fwd, loss_bwd)
+    if shifted:
+        notes.append(
+            "transformers < 4.49: the loss also keeps a shifted fp32 copy of the logits (micro-batch > 1)"
+            + (
+                "; the 16-bit logits are freed by the upcast (<= 4.45)"
+                if loss_shift == "model_forward"
+                else ""
+            )
+        )
 
     moe_rows = t.tokens * max(p.experts_per_token, 1) if n_moe else 0
     grads = _backward_grads(t, attn_impl, moe_rows, p.moe_intermediate_size or p.intermediate_size)
@@ -404,6 +450,7 @@ def activation_bytes(
     at_loss = saved_total - lb * t.tokens * t.vocab + logits_and_loss
     in_backward = layers_kept + extras + backward_transient
     peak = max(at_loss, in_backward)
+    without_shift = max(at_loss - logits_and_loss + max(loss_fwd_now, 3 * lb * t.tokens * t.vocab), in_backward)
     return ActivationEstimate(
         per_layer_saved=per_layer,
         layers=layers,
@@ -413,4 +460,5 @@ def activation_bytes(
         backward_transient=backward_transient,
         peak=peak,
         notes=tuple(notes),
+        shifted_copy_peak=max(peak - without_shift, 0),
     )

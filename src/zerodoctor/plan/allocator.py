@@ -739,6 +739,7 @@ class StepShape:
     param_numels: tuple[int, ...]
     optimizer_state_bytes: int
     adamw_temporary: bool
+    loss_shift: str = "none"  # activations.LOSS_SHIFTS: how this transformers release shifts the fp32 logits
 
 
 class _Builder:
@@ -1018,14 +1019,24 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
     b.a("logits", d * tv)
     if s.loss_fp32:  # ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax + nll_loss
         b.a("logits32", 4 * tv)
+    old = s.loss_fp32 and s.loss_shift != "none"  # transformers < 4.49: logits[..., :-1, :].contiguous()
+    if old and s.loss_shift == "model_forward":  # <= 4.45: `self.lm_head(...).float()` drops the 16-bit logits
+        b.f("logits")
+    if old and s.batch > 1:  # one sequence's slice is contiguous already; several sequences' is copied
+        b.a("shift32", 4 * (t - s.batch) * s.vocab)
     lb = 4 if s.loss_fp32 else d
-    b.a("logp", lb * tv)
-    b.f("logits32")
+    rows_v = (t - s.batch) * s.vocab if old else tv  # log_softmax over the shifted rows
+    b.a("logp", lb * rows_v)
+    b.f("logits32", "shift32")
     b.f("logits")  # the model output is dropped once `.loss` is taken (HF Trainer.compute_loss, plan_gpu)
     # backward
-    b.a("gnll", lb * tv)  # nll_loss backward: zeros + scatter
-    b.a("glogsm", lb * tv)  # _log_softmax_backward_data
+    b.a("gnll", lb * rows_v)  # nll_loss backward: zeros + scatter
+    b.a("glogsm", lb * rows_v)  # _log_softmax_backward_data
     b.f("gnll", "logp")
+    if old:  # SliceBackward: the shifted rows' gradient written into zeros of the whole logits' shape
+        b.a("gslice", 4 * tv)
+        b.f("glogsm")
+        b.live["glogsm"] = b.live.pop("gslice")
     if s.loss_fp32:
         b.a("glogits", d * tv)  # ToCopyBackward to the model dtype
         b.f("glogsm")
@@ -1122,6 +1133,7 @@ def step_shape(
     creates the parameters one decoder layer at a time instead of one tensor at a time (fewer events)."""
     from zerodoctor.plan import model_states as ms
     from zerodoctor.plan import phases
+    from zerodoctor.plan.activations import loss_shift_for
 
     spec = inputs.model
     p = spec.params
@@ -1249,6 +1261,7 @@ def step_shape(
         param_numels=tuple(per_param) if t.method == "full" else (),
         optimizer_state_bytes=opt_bytes,
         adamw_temporary=torch_adamw and t.optimizer == "adamw",
+        loss_shift=loss_shift_for(inputs.transformers_version),
     )
 
 

@@ -398,7 +398,7 @@ def plan_fsdp(
     if t.method == "qlora":
         fwd.append(ph.dequantised_weight_item(inputs, t))
     act = ph.activations_for(inputs, t, zero)
-    act_item = ph.activation_item(act, t)
+    act_items = ph.activation_items(act, t, inputs)
 
     # ---- load ------------------------------------------------------------------------------------------
     whole_model_bytes_load = (
@@ -529,7 +529,7 @@ def plan_fsdp(
     )
     steady = ph.Phase(
         "steady",
-        tuple([*reserve, *gpu_states(lazy=True, grads=True), *fwd, act_item]),
+        tuple([*reserve, *gpu_states(lazy=True, grads=True), *fwd, *act_items]),
         tuple([baseline, *host_states(lazy=True, grads=True)]),
         "forward/backward: gathered units, sharded states resident",
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 from zerodoctor.models.spec import LINEAR, is_output_layer
 from zerodoctor.plan import model_states as ms
-from zerodoctor.plan.activations import ActivationEstimate, activation_bytes
+from zerodoctor.plan.activations import ActivationEstimate, activation_bytes, loss_shift_for
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 
 PHASES = ("load", "first_step", "steady", "save")
@@ -590,7 +590,7 @@ def plan_strategy(
         )
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
-    act_item = activation_item(act, t)
+    act_items = activation_items(act, t, inputs)
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
     ref_host: list[Item] = []
@@ -795,7 +795,7 @@ def plan_strategy(
     # ---- steady forward/backward ------------------------------------------------------------------------
     steady = Phase(
         "steady",
-        tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *fwd_extra, act_item]),
+        tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *fwd_extra, *act_items]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
@@ -928,6 +928,7 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         # transformers' activation_checkpointing_enable makes the embedding output require grad, so checkpointed
         # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",
+        loss_shift=loss_shift_for(inputs.transformers_version),
     )
 
 
@@ -953,13 +954,37 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
 def activation_item(act: ActivationEstimate, t: Training) -> Item:
     return Item(
         "activations + logits/loss",
-        int(act.peak),
+        int(act.peak - act.shifted_copy_peak),
         f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, {t.attn}, "
         "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
         f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
         "plan/activations.py",
     )
+
+
+def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -> list[Item]:
+    """The activations item, and beside it what an older transformers adds to the activation peak at the loss
+    (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49."""
+    items = [activation_item(act, t)]
+    if act.shifted_copy_peak > 0:
+        shift = loss_shift_for(inputs.transformers_version)
+        items.append(
+            Item(
+                "loss: shifted fp32 copy of the logits (transformers < 4.49)",
+                act.shifted_copy_peak,
+                f"transformers {inputs.transformers_version}: `logits[..., :-1, :].contiguous()` on the fp32 logits "
+                + (
+                    "in ForCausalLMLoss, beside the 16-bit logits the caller still holds"
+                    if shift == "loss_function"
+                    else "in the model's forward, after the 16-bit logits were freed by the upcast"
+                )
+                + "; the rise of the activation peak over a current transformers",
+                "transformers loss/loss_utils.py ForCausalLMLoss (4.46-4.48), models/llama/modeling_llama.py "
+                "LlamaForCausalLM.forward (<= 4.45); removed by huggingface/transformers#35646 (4.49)",
+            )
+        )
+    return items
 
 
 def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
