@@ -1,8 +1,10 @@
 """Speed of `zerodoctor diagnose` against `grep -E` with the same patterns, on two generated multi-rank logs.
 
-    python benchmarks/diagnose_speed.py [--size-mb 1024] [--repeat 2] [--keep DIR] [--scaling 128,256,512,1024]
+    python benchmarks/diagnose_speed.py [--sizes 32,128,300,1024] [--repeat 3] [--cold-runs 11] [--keep DIR]
+                                        [--scaling 128,256,512,1024]
 
-Two logs (default 1 GiB each), measured one after the other in the same run:
+Two logs, each built at every size of --sizes (MiB; `--size-mb N` is `--sizes N`), measured one after the other
+in the same run:
   * generated: few hits per MB. It imitates an 8-rank DeepSpeed ZeRO-3 run: torchrun rank prefixes, pdsh
     host prefixes, timestamps, tqdm bars with carriage returns, trainer loss dicts, DeepSpeed info lines,
     warnings, and near the end a rank OOM-killed (SIGKILL) with NCCL errors on the other ranks.
@@ -13,8 +15,15 @@ Two logs (default 1 GiB each), measured one after the other in the same run:
 grep gets every pattern the diagnose scan uses (all KB signatures and the extractor patterns) translated from
 Python `re` to POSIX ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_], `(?:` -> `(`;
 `(?i)` dropped, the two case-insensitive context patterns then match case-sensitively), run as
-`LC_ALL=C grep -E -c -f`. Both read the same file from the page cache (one warm-up read first); the best of
---repeat runs is shown. Peak RSS is the child's ru_maxrss.
+`LC_ALL=C grep -E -c -f`. Both read the same file from the page cache (one warm-up read first), alternating, and
+the best of --repeat runs is shown: wall seconds of the whole process (start included, for both tools), CPU
+seconds (user + system: the steadier figure when other jobs load the machine) and peak RSS (the child's
+ru_maxrss). The zerodoctor runs alternate PYTHONHASHSEED between the --seeds values and their JSON outputs must
+be byte-identical (checked at every size). The load average (/proc/loadavg) is printed before and after each
+part: on a shared machine a comparison is only valid side by side within one run.
+
+Cold start: `zerodoctor diagnose` on a small real log from the test corpus, --cold-runs fresh processes, min and
+median wall and CPU seconds, with the cache (kb.cache) warm and turned off.
 """
 
 from __future__ import annotations
@@ -265,24 +274,36 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
     return float(dt), int(rss), p.stderr, float(cpu)
 
 
-def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str, object]:
-    """grep and zerodoctor over one log, alternating, best of `repeat`."""
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (other jobs on the same cores)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def measure(log: Path, pats: Path, env: dict[str, str], repeat: int, seeds: list[str]) -> dict[str, object]:
+    """grep and zerodoctor over one log, alternating, best of `repeat`; zerodoctor's runs cycle through the hash
+    seeds and their outputs are compared byte for byte."""
     with log.open("rb") as f:  # warm the page cache
         while f.read(64 << 20):
             pass
     grep = shutil.which("grep") or "grep"
     zd = [sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never", str(log)]
     g_runs, z_runs = [], []
-    z_out = ""
-    for _ in range(repeat):
+    outputs: dict[str, set[str]] = {}
+    for i in range(repeat):
         g_runs.append(timed([grep, "-E", "-c", "-f", str(pats), str(log)], env))
-        z_runs.append(timed(zd, env))
-        z_out = z_runs[-1][2]
+        seed = seeds[i % len(seeds)]
+        z_runs.append(timed(zd, {**env, "PYTHONHASHSEED": seed}))
+        outputs.setdefault(seed, set()).add(z_runs[-1][2])
+    z_out = z_runs[-1][2]
     try:
         top = json.loads(z_out)["findings"][0]
         verdict, severity = top["id"], top["severity"]
     except (ValueError, KeyError, IndexError):
         verdict, severity = "?", z_out[-300:]
+    distinct = set().union(*outputs.values())
     return {
         "grep": min(g_runs),
         "zd": min(z_runs),
@@ -291,40 +312,61 @@ def measure(log: Path, pats: Path, env: dict[str, str], repeat: int) -> dict[str
         "grep_lines": g_runs[-1][2].strip().splitlines()[0] if g_runs[-1][2].strip() else "?",
         "verdict": verdict,
         "severity": severity,
+        "identical": len(distinct) == 1,
+        "seeds_used": sorted(outputs),
+        "json_bytes": len(z_out.encode()),
     }
 
 
-def cold_start(runs: int) -> None:
+COLD_LOG = "tests/diagnose/corpus/healthy_hf_trainer_qwen2_1_5b_full_run.log"
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def compile_bytecode() -> None:
+    """The package's bytecode, as an installed wheel has it (with PYTHONDONTWRITEBYTECODE set, a source checkout
+    would otherwise compile every module at every start)."""
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "src/zerodoctor"), quiet=1)
+
+
+def cold_start(runs: int, log_arg: str = COLD_LOG) -> None:
     """Wall and CPU seconds of `zerodoctor diagnose` on a small log, each run a fresh process, the package's
     bytecode compiled first: with the cache (kb.cache: validated KB, hyperscan database) warm, and with
-    ZERODOCTOR_CACHE_DIR=off (YAML parsed and patterns compiled at every start)."""
-    log = (
-        Path(__file__).resolve().parents[1]
-        / "tests/diagnose/corpus/healthy_hf_trainer_qwen2_1_5b_full_run.log"
-    )
+    ZERODOCTOR_CACHE_DIR=off (YAML parsed and patterns compiled at every start). `grep -c` on the same log is
+    the floor of any process start on this machine."""
+    log = Path(log_arg)
+    if not log.is_absolute():
+        log = Path(__file__).resolve().parents[1] / log
     cmd = [sys.executable, "-m", "zerodoctor", "diagnose", "--fail-on", "never", str(log)]
-    # the package's bytecode, as an installed wheel has it (with PYTHONDONTWRITEBYTECODE set, a source checkout would
-    # otherwise compile every module at every start)
-    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "src/zerodoctor"), quiet=1)
-    for label, extra in (("cache warm", {}), ("cache off", {"ZERODOCTOR_CACHE_DIR": "off"})):
+    compile_bytecode()
+    grep = [shutil.which("grep") or "grep", "-c", "Error", str(log)]
+    print(f"cold start on {log.name} ({log.stat().st_size:,} bytes), load average before: {load_average()}")
+    for label, run_cmd, extra in (
+        ("cache warm", cmd, {}),
+        ("cache off", cmd, {"ZERODOCTOR_CACHE_DIR": "off"}),
+        ("grep -c, for scale", grep, {}),
+    ):
         env = {**os.environ, **extra}
-        subprocess.run(cmd, capture_output=True, env=env, check=False)  # fill the cache / the page cache
+        subprocess.run(run_cmd, capture_output=True, env=env, check=False)  # fill the cache / the page cache
         walls, cpus = [], []
         for _ in range(runs):
             before = os.times()
             t0 = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, env=env, check=False)
+            subprocess.run(run_cmd, capture_output=True, env=env, check=False)
             walls.append(time.perf_counter() - t0)
             after = os.times()
             cpus.append(
                 after.children_user + after.children_system - before.children_user - before.children_system
             )
-        walls.sort()
-        cpus.sort()
         print(
-            f"cold start ({label}): median wall {walls[len(walls) // 2]:.2f} s (min {walls[0]:.2f}), "
-            f"median CPU {cpus[len(cpus) // 2]:.2f} s, {runs} runs"
+            f"  {label:<19} wall min {min(walls):.3f} s, median {_median(walls):.3f} s; CPU min {min(cpus):.3f} s, "
+            f"median {_median(cpus):.3f} s; {runs} fresh processes"
         )
+    print(f"  load average after: {load_average()}")
 
 
 def _slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -395,15 +437,28 @@ def scaling(work: Path, sizes: list[int], env: dict[str, str], repeat: int, pats
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument(
+        "--sizes",
+        default="32,128,300,1024",
+        help="comma-separated log sizes in MiB, each log built at each size",
+    )
+    ap.add_argument("--size-mb", type=int, help="one size only (the same as --sizes N)")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="write the logs here and keep them")
     ap.add_argument("--engine", default=None, help="force a scan engine (python|hyperscan)")
     ap.add_argument(
         "--logs", default="generated,dense", help="which logs: generated (few hits), dense (real-run lines)"
     )
     ap.add_argument(
-        "--cold-runs", type=int, default=7, help="fresh-process runs for the cold-start figure (0: skip)"
+        "--seeds",
+        default="1,4242",
+        help="PYTHONHASHSEED values the zerodoctor runs cycle through (outputs compared)",
+    )
+    ap.add_argument(
+        "--cold-runs", type=int, default=11, help="fresh-process runs for the cold-start figure (0: skip)"
+    )
+    ap.add_argument(
+        "--cold-log", default=COLD_LOG, help="the small log of the cold start (default: %(default)s)"
     )
     ap.add_argument(
         "--scaling",
@@ -412,10 +467,13 @@ def main() -> int:
         " against hits); empty: skip",
     )
     args = ap.parse_args()
+    sizes = [args.size_mb] if args.size_mb else [int(x) for x in args.sizes.split(",") if x]
+    seeds = [x for x in args.seeds.split(",") if x]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.cold_runs:
-        cold_start(args.cold_runs)
+        cold_start(args.cold_runs, args.cold_log)
     else:  # the other figures include each process's start too: with the package's bytecode, as installed
-        compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "src/zerodoctor"), quiet=1)
+        compile_bytecode()
     work = args.keep or Path(tempfile.mkdtemp(prefix="zd-speed-"))
     work.mkdir(parents=True, exist_ok=True)
     pats = work / "patterns.ere"
@@ -424,41 +482,48 @@ def main() -> int:
     env = {**os.environ, "LC_ALL": "C"}
     if args.engine:
         env["ZERODOCTOR_SCAN_ENGINE"] = args.engine
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"{len(regexes)} patterns")
+    print(f"{len(regexes)} patterns; best of {args.repeat}; hash seeds {', '.join(seeds)}")
     print(
-        f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'seconds':>9}{'MiB/s':>8}{'RSS MiB':>9}{'CPU s':>8}"
+        f"{'log':<11}{'MiB':>6}{'hit lines':>11}{'tool':>22}{'wall s':>8}{'MiB/s':>7}{'CPU s':>7}{'RSS MiB':>9}"
+        f"{'zd/grep thr.':>13}"
     )
+    all_identical = True
     for kind in filter(None, args.logs.split(",")):
-        log = work / f"{kind}.log"
-        t0 = time.perf_counter()
-        size = generate(log, args.size_mb, dense=kind == "dense")
-        gen_s = time.perf_counter() - t0
-        r = measure(log, pats, env, args.repeat)
-        g, z = r["grep"], r["zd"]
-        assert isinstance(g, tuple) and isinstance(z, tuple)
-        mb = size / (1 << 20)
-        hits = r["grep_lines"]
-        gc, zc = r["grep_cpu"], r["zd_cpu"]
-        print(
-            f"{kind:<11}{mb:>6.0f}{hits:>11}{'grep -E -c -f':>22}{g[0]:>9.2f}{mb / g[0]:>8.0f}{g[1] / 1024:>9.1f}"
-            f"{gc:>8.2f}"
-        )
-        print(
-            f"{'':<11}{'':>6}{'':>11}{'zerodoctor diagnose':>22}{z[0]:>9.2f}{mb / z[0]:>8.0f}{z[1] / 1024:>9.1f}"
-            f"{zc:>8.2f}"
-        )
-        print(
-            f"  {kind}: generated in {gen_s:.1f} s; ratio zerodoctor/grep time {z[0] / g[0]:.2f}x "
-            f"(throughput {g[0] / z[0]:.2f} of grep's); verdict {r['verdict']} ({r['severity']})"
-        )
-        if not args.keep:
-            log.unlink()
+        for size_mb in sizes:
+            log = work / f"{kind}-{size_mb}.log"
+            t0 = time.perf_counter()
+            size = generate(log, size_mb, dense=kind == "dense")
+            gen_s = time.perf_counter() - t0
+            load_before = load_average()
+            r = measure(log, pats, env, args.repeat, seeds)
+            g, z = r["grep"], r["zd"]
+            assert isinstance(g, tuple) and isinstance(z, tuple)
+            gc, zc = r["grep_cpu"], r["zd_cpu"]
+            assert isinstance(gc, float) and isinstance(zc, float)
+            mb = size / (1 << 20)
+            hits = r["grep_lines"]
+            print(
+                f"{kind:<11}{mb:>6.0f}{hits:>11}{'grep -E -c -f':>22}{g[0]:>8.2f}{mb / g[0]:>7.0f}{gc:>7.2f}"
+                f"{g[1] / 1024:>9.1f}"
+            )
+            print(
+                f"{'':<11}{'':>6}{'':>11}{'zerodoctor diagnose':>22}{z[0]:>8.2f}{mb / z[0]:>7.0f}{zc:>7.2f}"
+                f"{z[1] / 1024:>9.1f}{g[0] / z[0]:>7.2f} wall{gc / zc:>6.2f} CPU"
+            )
+            all_identical = all_identical and bool(r["identical"])
+            print(
+                f"  {kind} {mb:.0f} MiB: verdict {r['verdict']} ({r['severity']}); JSON {r['json_bytes']} bytes, "
+                f"{'identical' if r['identical'] else 'DIFFERENT'} under seeds {', '.join(map(str, r['seeds_used']))}"
+                f" ({args.repeat} runs); load {load_before} -> {load_average()}; generated in {gen_s:.1f} s"
+            )
+            if not args.keep:
+                log.unlink()
+    print(f"zerodoctor's JSON identical across hash seeds at every size: {all_identical}")
     if args.scaling:
         scaling(work, [int(x) for x in args.scaling.split(",")], env, args.repeat, pats)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 0 if all_identical else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The entries stay YAML (people edit them). Parsing them is the larger part of a cold start, so a validated copy
 is cached as JSON (`kb.cache`, keyed by the SHA-256 of every entry file's name and bytes and the versions of
 zerodoctor and pydantic): an edited, added or removed entry changes the key and the cache is rebuilt from the
-YAML. YAML is read with libyaml's C loader where PyYAML has it.
+YAML. YAML is read with libyaml's C loader where PyYAML has it, and PyYAML is imported only when YAML is read: a
+start that finds the cache (every `diagnose` but the first after an install or an edit) does not load it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 
 import pydantic
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from zerodoctor import __version__
@@ -22,7 +22,6 @@ from zerodoctor.kb import cache
 from zerodoctor.kb.schema import Entry
 
 ENTRIES_DIR = Path(str(resources.files("zerodoctor.kb") / "entries"))
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_entry_file(path: Path) -> Entry:
@@ -30,8 +29,11 @@ def load_entry_file(path: Path) -> Entry:
 
 
 def _entry_from_text(path: Path, text: str) -> Entry:
+    import yaml  # only here: about 20 ms of a start that reads the KB from the cache
+
+    loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        raw = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader (C or Python)
+        raw = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
