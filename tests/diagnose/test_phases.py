@@ -36,6 +36,9 @@ KILL = (
         ),
         ("***** Running training *****\n", "first_optimizer_step"),
         ("***** Running Evaluation *****\n  Num examples = 1000\n", "evaluation"),
+        # HF Trainer's _load_from_checkpoint names its checkpoint-N folder (a resume); scripts' own first load
+        ("[INFO|trainer.py:2145] 2024-06-21 13:59:00,000 >> Loading model from out/checkpoint-500.\n", "resume"),
+        ("2024-06-21 13:59:00 - INFO - Loading model from /models/llama-2-7b\n", "load"),
     ],
 )
 def test_phase_of_a_sigkill_from_the_markers_before_it(tmp_path: Path, before: str, phase: str) -> None:

@@ -24,16 +24,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Facts, OomNumbers, Traceback, same_exception
+from zerodoctor.diagnose.extract import (
+    CUT_TRACEBACK,
+    WATCHDOG_WORK,
+    Event,
+    Facts,
+    OomNumbers,
+    Traceback,
+    same_exception,
+)
 from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.textutil import clip
 
 PREFIX = "class:"
 
-_WATCHDOG = re.compile(
-    r"OpType=(?P<op>\w+)(?:.*?NumelIn=(?P<nin>\d{1,15}))?(?:.*?Timeout\(ms\)=(?P<timeout>\d{1,15}))?"
-    r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
-)
 _KILLED = re.compile(
     r"Killed process (?P<pid>\d{1,10}) \((?P<name>[^)]{0,64})\)(?:.*?anon-rss:(?P<rss>\d{1,15})kB)?"
 )
@@ -267,6 +271,33 @@ def _host_oom(ev: Event, facts: Facts) -> FailureClass:
     )
 
 
+# Phases in which every rank reads a model or a checkpoint's states into host RAM at once: HF from_pretrained
+# materialises each shard on the CPU per process (modeling_utils.py load_state_dict), DeepSpeed's load_checkpoint
+# torch.loads the ZeRO optimizer partitions on the CPU (runtime/engine.py _get_all_zero_checkpoint_state_dicts).
+_HOST_LOAD_PHASES = frozenset({"load", "resume"})
+
+
+def _silent_death_while_loading(ev: Event) -> FailureClass:
+    """DeepSpeed's launcher tore the job down (a rank exited non-zero: launcher/launch.py sigkill_handler) while
+    the ranks were loading, and no rank printed a Python error: a process that Python could not let print is
+    one killed by a signal, and the signal the kernel sends when host RAM runs out at a load peak is SIGKILL."""
+    return FailureClass(
+        "host-oom-kill",
+        f"A rank died without a trace during {_phase(ev)} (most likely killed for host memory)",
+        f"DeepSpeed's launcher killed the other ranks at {ev.line.location()} because a rank exited during "
+        f"{_phase(ev)}, and no rank printed a Python traceback or error: the rank was ended by a signal, not by an "
+        "exception. While every rank reads model shards or ZeRO states into host RAM, that signal is most often "
+        "the kernel OOM killer's SIGKILL.",
+        "the signal or the exit code (the launcher's `exits with return code = N` line is not in these logs), nor "
+        "that memory was the reason: a scheduler limit or a segfault in a C extension also ends a process "
+        "without a traceback.",
+        "check `dmesg -T | grep -i -E 'out of memory|oom'` on the node and the launcher's `exits with return code` "
+        "line (-9 is SIGKILL); load with fewer ranks per node at once, or compare host RAM with `zerodoctor plan` "
+        "for this phase.",
+        {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location(), "exit_code": None},
+    )
+
+
 _TIMEOUT = re.compile(r"(?i)timed? ?out|watchdog")
 _NCCL_OWN = re.compile(
     r"(?i)ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL error"
@@ -298,7 +329,7 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
 def _collective(ev: Event, facts: Facts) -> FailureClass:
     watch = [e for e in facts.events if e.kind == "watchdog"] or [ev]
     ranks = sorted({e.rank for e in watch if e.rank is not None})
-    m = next((_WATCHDOG.search(e.line.text) for e in watch if _WATCHDOG.search(e.line.text)), None)
+    m = next((WATCHDOG_WORK.search(e.line.text) for e in watch if WATCHDOG_WORK.search(e.line.text)), None)
     data: dict[str, Any] = {"ranks": ranks, "phase": ev.phase, "line": ev.line.location()}
     parts = [f"A collective did not complete: {len(watch)} watchdog/NCCL line(s)"]
     if ranks:
@@ -584,6 +615,15 @@ def classify(
                         frames.append(f)
             first = replace(first, traceback=replace(tb, frames=frames))
         return _exception_class(first, versions)
+    if (
+        first.kind == "exit"
+        and first.exit_code is None
+        and _LAUNCHER_TEARDOWN in first.detail
+        and first.phase in _HOST_LOAD_PHASES
+        and not facts.tracebacks
+        and all(e.kind == "exit" for e in facts.events)
+    ):
+        return _silent_death_while_loading(first)
     if first.kind == "exit":
         code = "an exit code not in these logs" if first.exit_code is None else f"code {first.exit_code}"
         return FailureClass(

@@ -135,6 +135,22 @@ _GUARD_PHASE = {
     "evaluation": "evaluation",
     "save": "checkpoint_save",
 }
+# A NCCL watchdog line's collective: `WorkNCCL(SeqNum=357826, OpType=_ALLGATHER_BASE, NumelIn=50823168, ...,
+# Timeout(ms)=5400000) ran for 5400036 milliseconds` (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, WorkNCCL's
+# logPrefix/checkTimeout; NumelIn is printed since torch 2.0)
+WATCHDOG_WORK = re.compile(
+    r"OpType=(?P<op>\w+)(?:.*?NumelIn=(?P<nin>\d{1,15}))?(?:.*?Timeout\(ms\)=(?P<timeout>\d{1,15}))?"
+    r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
+)
+_RESUME_FOLDER = re.compile(r"Loading model from \S*checkpoint-\d+")
+# Collectives that only a backward pass issues at gradient-bucket sizes: DDP's gradient all-reduce (buckets of
+# bucket_cap_mb=25 MiB, torch/nn/parallel/distributed.py), ZeRO-1/2's reduction of reduce_bucket_size elements
+# (deepspeed/runtime/zero/stage_1_and_2.py average_tensor / allreduce_bucket), ZeRO-3's and FSDP's gradient
+# reduce-scatter (stage3.py __avg_scatter_grads, torch FSDP _reduce_grad). Evaluation, saving and the loss-scale /
+# grad-norm checks reduce a handful of elements (NumelIn=1 in every save and eval timeout of the corpus), and
+# parameter gathers are ALLGATHERs, which training, evaluation and 16-bit saves all issue: they say nothing.
+_GRADIENT_OPS = frozenset({"ALLREDUCE", "ALLREDUCE_COALESCED", "REDUCE_SCATTER", "_REDUCE_SCATTER_BASE"})
+GRADIENT_NUMEL = 1_000_000
 # Frames that only say "inside the training loop" (they enclose engine start, evaluation and saving too).
 _LOOP_FUNCS = frozenset({"train", "_inner_training_loop", "inner_training_loop", "run", "run_epoch"})
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|proc)[_-]?(\d+)", re.IGNORECASE)
@@ -917,7 +933,26 @@ class Extractor:
             # a forward pass runs in training and in evaluation: evaluation's own markers say which
             at = self.phase_at(ev.line, ev.seq, ev.progress)
             phase = at if at == "evaluation" else "training_step"
-        return phase if phase != "unknown" else self.phase_at(ev.line, ev.seq, ev.progress)
+        if phase == "unknown":
+            phase = self.phase_at(ev.line, ev.seq, ev.progress)
+        if phase == "unknown" and ev.kind in ("watchdog", "nccl"):
+            phase = self._collective_phase(ev)
+        return phase
+
+    def _collective_phase(self, ev: Event) -> str:
+        """A watchdog timeout with no marker before it: a gradient-sized reduction is a backward pass
+        (training_step); any other collective says nothing about the phase."""
+        for other in self.facts.events:
+            if other.kind not in ("watchdog", "nccl") or other.line.source != ev.line.source:
+                continue
+            m = WATCHDOG_WORK.search(other.line.text)
+            if m is None:
+                continue
+            nin = log_int(m.group("nin")) if m.group("nin") else None
+            if m.group("op") in _GRADIENT_OPS and nin is not None and nin >= GRADIENT_NUMEL:
+                return "training_step"
+            return "unknown"  # the first collective named decides
+        return "unknown"
 
     def same_exception(self, tb: Traceback) -> list[Traceback]:
         return same_exception(self.facts.tracebacks, tb)
@@ -1039,6 +1074,12 @@ class Extractor:
         # Evaluation prints progress bars of its own: until its results are logged, it is the phase.
         if marker is not None and marker[0] == "eval":
             return "evaluation"
+        if marker is not None and marker[0] == "eval-open":
+            # an evaluation loop's own header or bar (Lightning's `Validation DataLoader 0:`, `Evaluating`, lm-eval's
+            # `Running loglikelihood requests`): training progress printed after it means evaluation was over
+            if p_line is None or p_line <= marker[1].lineno:
+                return "evaluation"
+            marker = None
         if marker is not None and marker[0] == "guard":
             # the guard names the phase it recorded the exception in
             g = _GUARD.search(marker[1].text)
@@ -1049,7 +1090,10 @@ class Extractor:
             return {
                 "data": "tokenization",
                 "resume": "resume",
-                "load": "load",
+                # HF Trainer's `Loading model from {resume_from_checkpoint}.` (trainer.py _load_from_checkpoint,
+                # transformers 5.23.0 line 3659) names the Trainer's `checkpoint-N` folder: a resume, not the first
+                # load (scripts print `Loading model from` for their first load too, so only that folder counts)
+                "load": "resume" if _RESUME_FOLDER.search(marker[1].text) else "load",
                 "zero-init": "load" if "finished initializing" in marker[1].text else "zero_init",
                 "engine": "engine_init",
                 "train": "first_optimizer_step",

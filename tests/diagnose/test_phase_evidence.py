@@ -1,0 +1,98 @@
+"""Phase and class from evidence the log carries even without a phase marker, and `unknown` where it carries none.
+
+- a NCCL watchdog timeout of a gradient-sized reduction (ALLREDUCE / REDUCE_SCATTER of >= 1M elements) is a
+  backward pass; a 1-element ALLREDUCE (a save's or an evaluation's barrier-like reduction) or a parameter
+  ALLGATHER says nothing;
+- DeepSpeed's launcher tearing the job down while the ranks load shards or ZeRO states, with no rank printing an
+  error, is a rank killed by a signal (host memory), not an unnamed crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.diagnose import diagnose
+
+
+def _watchdog(op: str, numel: int) -> str:
+    return (
+        f"[rank0]:[E217 07:24:07.938443115 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        f"timeout: WorkNCCL(SeqNum=54053, OpType={op}, NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran "
+        "for 600087 milliseconds before timing out.\n"
+        "[rank0]:[E217 07:24:07.938551513 ProcessGroupNCCL.cpp:1785] [PG ID 1 PG GUID 1 Rank 0] Exception (either "
+        "an error or timeout) detected by watchdog at work: 54053, last enqueued NCCL work: 54054, last completed "
+        "NCCL work: 54052.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "op", "numel", "phase"),
+    [
+        # DDP / ZeRO-1/2 gradient bucket, ZeRO-3 / FSDP gradient reduce-scatter: a backward pass
+        ("", "ALLREDUCE", 497464352, "training_step"),
+        ("", "_REDUCE_SCATTER_BASE", 131072000, "training_step"),
+        # a 1-element reduction happens in saves and evaluations alike; parameter gathers in every phase
+        ("", "ALLREDUCE", 1, "unknown"),
+        ("", "_ALLGATHER_BASE", 50823168, "unknown"),
+        ("", "ALLTOALL", 46684160, "unknown"),
+        # a marker before the timeout says more than the collective
+        ("Saving model checkpoint to out/checkpoint-500\n", "ALLREDUCE", 497464352, "checkpoint_save"),
+        ("***** Running Evaluation *****\n", "_ALLGATHER_BASE", 50823168, "evaluation"),
+    ],
+)
+def test_watchdog_phase_from_the_collective_only_when_it_is_evidence(
+    tmp_path: Path, before: str, op: str, numel: int, phase: str
+) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(before + _watchdog(op, numel))
+    d = diagnose([str(log)])
+    assert d.findings[0].id in ("class:collective-timeout", "nccl-timeout-save-eval"), d.findings[0].id
+    assert d.phase == phase, d.findings[0].data
+
+
+_TEARDOWN = (
+    "[2023-07-25 00:38:05,103] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 230\n"
+    "[2023-07-25 00:38:08,243] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 231\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "class_id", "phase"),
+    [
+        (
+            "Loading checkpoint shards:  50%|#####     | 1/2 [00:10<00:10, 10.36s/it]\n",
+            "class:host-oom-kill",
+            "load",
+        ),
+        (
+            "[2023-07-25 00:37:49,180] [INFO] [torch_checkpoint_engine.py:27:load] [Torch] Loading checkpoint from "
+            "/out/checkpoint-10/global_step10/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt...\n",
+            "class:host-oom-kill",
+            "resume",
+        ),
+        # the same silent teardown in the middle of training: nothing says why the rank exited
+        ("{'loss': 1.02, 'learning_rate': 1e-05, 'epoch': 0.5}\n", "class:crash", "training_step"),
+        # a rank that printed its own error while loading is that error, not a kill
+        (
+            "Loading checkpoint shards:  50%|#####     | 1/2 [00:10<00:10, 10.36s/it]\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/train.py", line 3, in <module>\n'
+            "    model = AutoModelForCausalLM.from_pretrained(path)\n"
+            "OSError: Unable to load weights from pytorch checkpoint file\n",
+            "class:crash",
+            "load",
+        ),
+    ],
+)
+def test_silent_teardown_while_loading_is_a_kill(tmp_path: Path, before: str, class_id: str, phase: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(before + _TEARDOWN)
+    d = diagnose([str(log)])
+    assert d.findings[0].id == class_id, [f.id for f in d.findings]
+    assert d.phase == phase, d.findings[0].data
+    if class_id == "class:host-oom-kill":
+        text = d.findings[0].message
+        # what the log proves and what it does not: no exit code is in it
+        assert "no rank printed a Python traceback" in text and "not in these logs" in text
