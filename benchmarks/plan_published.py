@@ -253,6 +253,8 @@ def markdown(outcomes: list[Outcome]) -> str:
             elif o.case["kind"] != "host_oom" and o.case["cluster"].get("host_gib"):
                 pred += f"; host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
             moved = " (moved from held-out)" if o.case.get("moved_from_heldout") else ""
+            if o.case.get("batch", 1) != 1:
+                moved += f" (batch {o.case['batch']})"
             lines.append(
                 f"| [{o.case['id']}]({o.case['source']}){moved} | {o.case['kind']} | {pub} | {pred} | "
                 f"{_fmt_err(o.error)} | {o.plan.status}{'' if o.verdict_right else ' **WRONG**'} |"
