@@ -282,21 +282,28 @@ def load_average() -> str:
         return "?"
 
 
-def measure(log: Path, pats: Path, env: dict[str, str], repeat: int, seeds: list[str]) -> dict[str, object]:
+def measure(
+    log: Path, pats: Path, env: dict[str, str], repeat: int, seeds: list[str], baseline: str | None = None
+) -> dict[str, object]:
     """grep and zerodoctor over one log, alternating, best of `repeat`; zerodoctor's runs cycle through the hash
-    seeds and their outputs are compared byte for byte."""
+    seeds and their outputs are compared byte for byte. With `baseline` (another checkout's src directory), its
+    zerodoctor runs in the same rounds and its output is compared with this one's."""
     with log.open("rb") as f:  # warm the page cache
         while f.read(64 << 20):
             pass
     grep = shutil.which("grep") or "grep"
     zd = [sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never", str(log)]
-    g_runs, z_runs = [], []
+    g_runs, z_runs, b_runs = [], [], []
     outputs: dict[str, set[str]] = {}
+    b_outputs: set[str] = set()
     for i in range(repeat):
         g_runs.append(timed([grep, "-E", "-c", "-f", str(pats), str(log)], env))
         seed = seeds[i % len(seeds)]
         z_runs.append(timed(zd, {**env, "PYTHONHASHSEED": seed}))
         outputs.setdefault(seed, set()).add(z_runs[-1][2])
+        if baseline:
+            b_runs.append(timed(zd, {**env, "PYTHONHASHSEED": seed, "PYTHONPATH": baseline}))
+            b_outputs.add(b_runs[-1][2])
     z_out = z_runs[-1][2]
     try:
         top = json.loads(z_out)["findings"][0]
@@ -307,12 +314,15 @@ def measure(log: Path, pats: Path, env: dict[str, str], repeat: int, seeds: list
     return {
         "grep": min(g_runs),
         "zd": min(z_runs),
+        "base": min(b_runs) if b_runs else None,
         "grep_cpu": min(r[3] for r in g_runs),
         "zd_cpu": min(r[3] for r in z_runs),
+        "base_cpu": min(r[3] for r in b_runs) if b_runs else None,
         "grep_lines": g_runs[-1][2].strip().splitlines()[0] if g_runs[-1][2].strip() else "?",
         "verdict": verdict,
         "severity": severity,
         "identical": len(distinct) == 1,
+        "same_as_baseline": b_outputs == distinct if baseline else None,
         "seeds_used": sorted(outputs),
         "json_bytes": len(z_out.encode()),
     }
@@ -327,44 +337,54 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def compile_bytecode() -> None:
+def compile_bytecode(src: Path | None = None) -> None:
     """The package's bytecode, as an installed wheel has it (with PYTHONDONTWRITEBYTECODE set, a source checkout
     would otherwise compile every module at every start)."""
-    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "src/zerodoctor"), quiet=1)
+    compileall.compile_dir(str((src or Path(__file__).resolve().parents[1] / "src") / "zerodoctor"), quiet=1)
 
 
-def cold_start(runs: int, log_arg: str = COLD_LOG) -> None:
+def cold_start(runs: int, log_arg: str = COLD_LOG, baseline: str | None = None) -> None:
     """Wall and CPU seconds of `zerodoctor diagnose` on a small log, each run a fresh process, the package's
     bytecode compiled first: with the cache (kb.cache: validated KB, hyperscan database) warm, and with
-    ZERODOCTOR_CACHE_DIR=off (YAML parsed and patterns compiled at every start). `grep -c` on the same log is
-    the floor of any process start on this machine."""
+    ZERODOCTOR_CACHE_DIR=off (YAML parsed and patterns compiled at every start); with `baseline`, the same for
+    another checkout's src directory. The variants take turns in every round, so a change in the machine's load
+    falls on all of them. `grep -c` on the same log is the floor of any process start on this machine."""
     log = Path(log_arg)
     if not log.is_absolute():
         log = Path(__file__).resolve().parents[1] / log
     cmd = [sys.executable, "-m", "zerodoctor", "diagnose", "--fail-on", "never", str(log)]
     compile_bytecode()
-    grep = [shutil.which("grep") or "grep", "-c", "Error", str(log)]
-    print(f"cold start on {log.name} ({log.stat().st_size:,} bytes), load average before: {load_average()}")
-    for label, run_cmd, extra in (
+    variants: list[tuple[str, list[str], dict[str, str]]] = [
         ("cache warm", cmd, {}),
         ("cache off", cmd, {"ZERODOCTOR_CACHE_DIR": "off"}),
-        ("grep -c, for scale", grep, {}),
-    ):
-        env = {**os.environ, **extra}
-        subprocess.run(run_cmd, capture_output=True, env=env, check=False)  # fill the cache / the page cache
-        walls, cpus = [], []
-        for _ in range(runs):
+    ]
+    if baseline:
+        compile_bytecode(Path(baseline))
+        variants += [
+            ("baseline, cache warm", cmd, {"PYTHONPATH": baseline}),
+            ("baseline, cache off", cmd, {"PYTHONPATH": baseline, "ZERODOCTOR_CACHE_DIR": "off"}),
+        ]
+    variants.append(("grep -c, for scale", [shutil.which("grep") or "grep", "-c", "Error", str(log)], {}))
+    print(f"cold start on {log.name} ({log.stat().st_size:,} bytes), load average before: {load_average()}")
+    walls: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    cpus: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    for _, run_cmd, extra in variants:  # fill the cache and the page cache
+        subprocess.run(run_cmd, capture_output=True, env={**os.environ, **extra}, check=False)
+    for _ in range(runs):
+        for label, run_cmd, extra in variants:
+            env = {**os.environ, **extra}
             before = os.times()
             t0 = time.perf_counter()
             subprocess.run(run_cmd, capture_output=True, env=env, check=False)
-            walls.append(time.perf_counter() - t0)
+            walls[label].append(time.perf_counter() - t0)
             after = os.times()
-            cpus.append(
-                after.children_user + after.children_system - before.children_user - before.children_system
-            )
+            used = after.children_user + after.children_system - before.children_user - before.children_system
+            cpus[label].append(max(0.0, used))
+    for label, _, _ in variants:
+        w, c = walls[label], cpus[label]
         print(
-            f"  {label:<19} wall min {min(walls):.3f} s, median {_median(walls):.3f} s; CPU min {min(cpus):.3f} s, "
-            f"median {_median(cpus):.3f} s; {runs} fresh processes"
+            f"  {label:<21} wall min {min(w):.3f} s, median {_median(w):.3f} s; CPU min {min(c):.3f} s, "
+            f"median {_median(c):.3f} s; {runs} fresh processes"
         )
     print(f"  load average after: {load_average()}")
 
@@ -466,14 +486,22 @@ def main() -> int:
         help="comma-separated sizes in MiB: fit diagnose's seconds per MiB on both logs at these sizes (cost per MB"
         " against hits); empty: skip",
     )
+    ap.add_argument(
+        "--baseline-src",
+        help="another checkout's src directory (e.g. `git archive OLD src`): its zerodoctor runs beside this one"
+        " in every round, and the outputs are compared",
+    )
     args = ap.parse_args()
+    baseline = str(Path(args.baseline_src).resolve()) if args.baseline_src else None
     sizes = [args.size_mb] if args.size_mb else [int(x) for x in args.sizes.split(",") if x]
     seeds = [x for x in args.seeds.split(",") if x]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.cold_runs:
-        cold_start(args.cold_runs, args.cold_log)
+        cold_start(args.cold_runs, args.cold_log, baseline)
     else:  # the other figures include each process's start too: with the package's bytecode, as installed
         compile_bytecode()
+        if baseline:
+            compile_bytecode(Path(baseline))
     work = args.keep or Path(tempfile.mkdtemp(prefix="zd-speed-"))
     work.mkdir(parents=True, exist_ok=True)
     pats = work / "patterns.ere"
@@ -495,7 +523,7 @@ def main() -> int:
             size = generate(log, size_mb, dense=kind == "dense")
             gen_s = time.perf_counter() - t0
             load_before = load_average()
-            r = measure(log, pats, env, args.repeat, seeds)
+            r = measure(log, pats, env, args.repeat, seeds, baseline)
             g, z = r["grep"], r["zd"]
             assert isinstance(g, tuple) and isinstance(z, tuple)
             gc, zc = r["grep_cpu"], r["zd_cpu"]
@@ -510,7 +538,14 @@ def main() -> int:
                 f"{'':<11}{'':>6}{'':>11}{'zerodoctor diagnose':>22}{z[0]:>8.2f}{mb / z[0]:>7.0f}{zc:>7.2f}"
                 f"{z[1] / 1024:>9.1f}{g[0] / z[0]:>7.2f} wall{gc / zc:>6.2f} CPU"
             )
-            all_identical = all_identical and bool(r["identical"])
+            b, bc = r["base"], r["base_cpu"]
+            if isinstance(b, tuple) and isinstance(bc, float):
+                print(
+                    f"{'':<11}{'':>6}{'':>11}{'baseline diagnose':>22}{b[0]:>8.2f}{mb / b[0]:>7.0f}{bc:>7.2f}"
+                    f"{b[1] / 1024:>9.1f}{g[0] / b[0]:>7.2f} wall{gc / bc:>6.2f} CPU; same JSON as this "
+                    f"checkout: {r['same_as_baseline']}"
+                )
+            all_identical = all_identical and bool(r["identical"]) and r["same_as_baseline"] is not False
             print(
                 f"  {kind} {mb:.0f} MiB: verdict {r['verdict']} ({r['severity']}); JSON {r['json_bytes']} bytes, "
                 f"{'identical' if r['identical'] else 'DIFFERENT'} under seeds {', '.join(map(str, r['seeds_used']))}"
