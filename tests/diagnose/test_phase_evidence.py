@@ -96,3 +96,23 @@ def test_silent_teardown_while_loading_is_a_kill(tmp_path: Path, before: str, cl
         text = d.findings[0].message
         # what the log proves and what it does not: no exit code is in it
         assert "no rank printed a Python traceback" in text and "not in these logs" in text
+
+
+def test_a_traceback_whose_newlines_were_lost_is_read_as_printed(tmp_path: Path) -> None:
+    """A paste in one backtick span: the traceback is one physical line, cut before its exception line."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "`[2021-03-16 13:01:52,899] [INFO] [engine.py:1284:_load_checkpoint] rank: 0 loading checkpoint: "
+        "/x/checkpoint-20/global_step20/mp_rank_00_model_states.pt Traceback (most recent call last): "
+        'File "run_mlm.py", line 592, in <module> main() File "run_mlm.py", line 558, in main train_result = '
+        'trainer.train(resume_from_checkpoint=checkpoint) File "/x/trainer.py", line 1169, in '
+        "_load_optimizer_and_scheduler self.deepspeed.load_checkpoint(checkpoint) "
+        'File "/x/deepspeed/runtime/engine.py", line 1265, in load_checkpoint load_optimizer_states=True) File\n'
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash", [(f.id, f.title) for f in d.findings]
+    assert d.phase == "resume"
+    # one frame header per line: a single frame in a normal line is not split
+    one = tmp_path / "one.log"
+    one.write_text('warning: File "a.py", line 3, in f is deprecated\n')
+    assert diagnose([str(one)]).first_failure is None

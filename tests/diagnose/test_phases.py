@@ -156,3 +156,90 @@ def test_phase_from_what_the_frames_do(tmp_path: Path, text: str, phase: str) ->
     log = tmp_path / "tb.log"
     log.write_text(text, encoding="utf-8")
     assert diagnose([str(log)]).phase == phase
+
+
+# Failure lines and frames a paste keeps when the rest is gone (extract._EVAL_NAME, _SAVE_FUNCS, _RUNPY,
+# _CUDA_ERROR_OOM; reader: inline-code backticks).
+@pytest.mark.parametrize(
+    ("text", "class_id", "phase"),
+    [
+        # a script's own evaluation function, by name
+        (
+            _traceback(
+                ("train.py", 108, "main", "test(epoch, model, testloader, evaluator_val)"),
+                ("train.py", 193, "test", "stats = evaluator.evaluate_predictions(results)"),
+                ("/x/models/common.py", 363, "score_fast_model", "scores[~mask] += bias"),
+                exc="RuntimeError: CUDA out of memory. Tried to allocate 4.18 GiB (GPU 0; 10.92 GiB total capacity; "
+                "4.68 GiB already allocated; 2.44 GiB free; 7.85 GiB reserved in total by PyTorch)",
+            ),
+            "class:gpu-oom",
+            "evaluation",
+        ),
+        # torch.nn.Module.eval() only switches the mode: an RL rollout inside a training iteration calls it
+        (
+            _traceback(
+                ("/x/ppo_trainer.py", 97, "generate_experience", "self.eval()"),
+                ("/x/ppo_trainer.py", 237, "eval", "self.actor_model.eval()"),
+                exc="TypeError: unsupported operand type(s) for *: 'float' and 'NoneType'",
+            ),
+            "class:crash",
+            "unknown",
+        ),
+        # Module.state_dict's per-module hook: a state dict built to be written
+        (
+            _traceback(
+                ("/x/bitsandbytes/nn/modules.py", 336, "_save_to_state_dict", "self.weight.data = undo_layout(w)"),
+                ("/x/bitsandbytes/autograd/_functions.py", 96, "undo_layout", "outputs = torch.empty_like(tensor)"),
+                exc="torch.cuda.OutOfMemoryError: CUDA out of memory.",
+            ),
+            "class:gpu-oom",
+            "checkpoint_save",
+        ),
+        # CUDA's own allocation failure (cudaErrorMemoryAllocation through C10_CUDA_CHECK): a GPU OOM without numbers
+        (
+            _traceback(
+                ("info.py", 409, "<module>", "loss.backward()"),
+                ("/x/torch/autograd/__init__.py", 90, "backward", "allow_unreachable=True)"),
+                exc="RuntimeError: CUDA error: out of memory",
+            ),
+            "class:gpu-oom",
+            "training_step",
+        ),
+        (
+            "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: out of memory\n",
+            "class:gpu-oom",
+            "unknown",
+        ),
+        # `python -m` with a module that is not installed: runpy's one line, no traceback
+        (
+            "/root/env/bin/python: Error while finding module specification for 'axolotl.cli.train' "
+            "(ModuleNotFoundError: No module named 'axolotl')\n",
+            "class:import-error",
+            "unknown",
+        ),
+        # a line pasted as Markdown inline code
+        (
+            "`ImportError: cannot import name 'log' from 'torch.distributed.elastic.agent.server.api' "
+            "(/env/torch/distributed/elastic/agent/server/api.py)` \n",
+            "class:import-error",
+            "unknown",
+        ),
+        # a native stack printed after a crash inside torch.save (its zip writer)
+        (
+            "!!!!!!! Segfault encountered !!!!!!!\n"
+            '  File "<unknown>", line 0, in crc32_16bytes(void const*, unsigned long, unsigned int)\n'
+            '  File "<unknown>", line 0, in mz_zip_writer_add_mem_ex_v2\n'
+            '  File "<unknown>", line 0, in caffe2::serialize::PyTorchStreamWriter::writeRecord(std::string const&, '
+            "void const*, unsigned long, bool)\n",
+            "class:crash",
+            "checkpoint_save",
+        ),
+    ],
+)
+def test_class_and_phase_from_the_lines_a_paste_keeps(tmp_path: Path, text: str, class_id: str, phase: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    d = diagnose([str(log)])
+    assert d.findings[0].id == class_id, [(f.id, f.title) for f in d.findings]
+    assert d.phase == phase, d.findings[0].data
+

@@ -63,6 +63,16 @@ _IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))
 _EXC = re.compile(
     r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)(?:\([A-Za-z_][\w.]*\))?)(?::\s?(.*))?\s*$"
 )
+# `python -m pkg.mod` whose module cannot be found prints no traceback, only runpy's one line:
+# `/usr/bin/python: Error while finding module specification for 'axolotl.cli.train' (ModuleNotFoundError: No module
+# named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
+_RUNPY = re.compile(
+    r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
+)
+# CUDA's own allocation failure outside the caching allocator (cudaErrorMemoryAllocation, which c10's
+# C10_CUDA_CHECK raises as `CUDA error: out of memory`, c10/cuda/CUDAException.cpp): a GPU out of memory, with no
+# numbers
+_CUDA_ERROR_OOM = "CUDA error: out of memory"
 # bounded, and not starting inside a longer number: a 5,000-digit size is no size (and `[\d.]+` on it is
 # quadratic in re.search)
 _SIZE = r"(?<![\d.])([\d.]{1,24}) (GiB|MiB|KiB|bytes|B)"
@@ -170,10 +180,21 @@ _SAVE_FUNCS = frozenset(
         "get_state_dict",
         "_save_checkpoint_files",
         "save_state",
+        # torch.nn.Module.state_dict's per-module hook: building a state dict to write (bitsandbytes' 8-bit layers
+        # convert their weights back here, peft/accelerate gather through it)
+        "_save_to_state_dict",
     }
 )
 _EVAL_FUNCS = frozenset(
     {"evaluate", "evaluation_loop", "prediction_step", "predict", "_evaluate", "val_step"}
+)
+# A script's or a framework's own evaluation function, by its name: `test(epoch, ...)`, `evaluate_predictions`,
+# `validation_step` (Lightning's LightningModule hook), `eval_epoch`, `_run_validation`, `run_evaluation`. Not a
+# bare `eval`: torch.nn.Module.eval() only switches a module's mode, and training loops call it (an RL rollout); and
+# not any `test_*`: pytest's test functions are named so.
+_EVAL_NAME = re.compile(
+    r"^_?(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_?eval_\w+$"
+    r"|^_?run_(?:eval|evaluation|validation)\w*$|^_?(?:test|test_step|test_epoch|test_loop)$"
 )
 _OPT_FUNCS = frozenset({"_optimizer_step", "_init_group", "unscale_and_clip_grads", "_take_model_step"})
 _LOAD_FUNCS = frozenset(
@@ -606,7 +627,9 @@ class Extractor:
             c = self._cpp_type.get(line.source)
             # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
             if w and c is not None and 0 <= line.lineno - c[1] <= 1:
-                self._event("exception", line, hit, f"{c[0]}: {w.group(1).strip()}"[:300])
+                what = w.group(1).strip()
+                kind = "cuda-oom" if _CUDA_ERROR_OOM in what else "exception"
+                self._event(kind, line, hit, f"{c[0]}: {what}"[:300])
         if "x:bare-oserror" in keys and not _EXC.match(line.text):
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
@@ -681,7 +704,7 @@ class Extractor:
         tb.frames.append(Frame(m.group(1), log_int(m.group(2) or "0") or 0, func, line))
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
-        m = _EXC.match(line.text)
+        m = _EXC.match(line.text) or _RUNPY.search(line.text)
         if not m:
             return
         exc_type, message = m.group(1), (m.group(2) or "").strip()
@@ -690,7 +713,7 @@ class Extractor:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
         if exc_type.startswith("ray.") and "OutOfMemoryError" in exc_type or "running low on memory" in message:
             kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
-        elif "OutOfMemoryError" in exc_type or "CUDA out of memory" in message:
+        elif "OutOfMemoryError" in exc_type or "CUDA out of memory" in message or _CUDA_ERROR_OOM in message:
             kind = "cuda-oom"
         else:
             kind = "exception"
@@ -994,7 +1017,9 @@ class Extractor:
         if tb.frames:
             funcs = {f.func for f in tb.frames}
             files = " ".join(f.file for f in tb.frames)
-            if funcs & _SAVE_FUNCS:
+            if funcs & _SAVE_FUNCS or any("PyTorchStreamWriter" in f for f in funcs):
+                # (PyTorchStreamWriter: the zip writer under torch.save, caffe2/serialize/inline_container.cc, as a
+                # native stack prints it after a crash inside torch.save)
                 return "checkpoint_save"
             if funcs & _ZERO_OPT_INIT_FUNCS:
                 return "engine_init"
@@ -1006,7 +1031,7 @@ class Extractor:
                 return "resume"
             if any(f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames):
                 return "tokenization"  # HF datasets' map: the frameworks' tokenization / preprocessing
-            if funcs & _EVAL_FUNCS:
+            if funcs & _EVAL_FUNCS or any(_EVAL_NAME.match(f) for f in funcs):
                 return "evaluation"
             if funcs & _OPT_FUNCS or (
                 "step" in funcs and ("torch/optim/" in files or "zero/stage" in files or "ops/adam/" in files)

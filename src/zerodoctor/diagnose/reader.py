@@ -54,7 +54,11 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("host", re.compile(r"^\(([A-Za-z_][\w.:-]{0,80}) pid=\d+(?:, ip=[\d.]+)?\)\s")),
     # a paste quoted in an issue thread ("> " per line, as GitHub and mail replies quote)
     ("quote", re.compile(r"^> ?(?!>)")),
+    # a line pasted as Markdown inline code (`ImportError: cannot import name ...` between single backticks); a
+    # ``` fence is not inline code
+    ("code", re.compile(r"^`(?!`)")),
 )
+_INLINE_CODE_END = re.compile(r"(?<!`)`\s*$")
 _RANK_IN_TEXT = re.compile(r"\[Rank (\d+)\]|\brank(?: |=)(\d+)\b|\[rank(\d+)\]")
 
 
@@ -125,6 +129,8 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
                     rank = log_int(m.group(1))
             elif kind == "quote":
                 pass
+            elif kind == "code":
+                text = _INLINE_CODE_END.sub("", text)
             elif stamp is None:
                 stamp = m.group(1)
             text = text[m.end() :]
@@ -156,6 +162,19 @@ def _split_glued(segment: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+# A traceback whose newlines were lost (a paste in a single backtick span, a log joined into one line): two or more
+# frame headers on one physical line. No real log line holds two, so the line is cut before `Traceback (most
+# recent call last):` and before each frame header, and the extractor reads the traceback as printed.
+_FRAME_HEAD = re.compile(r'\s(?=File "[^"]+", line \d+, in )|\s(?=Traceback \(most recent call last\))')
+
+
+def _split_lost_newlines(segment: str) -> list[str]:
+    if segment.count('", line ') < 2 or len(_FRAME_HEAD.findall(segment)) < 2:
+        return [segment]
+    parts = _FRAME_HEAD.split(segment)
+    return [p for p in parts if p.strip()]
+
+
 def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
     """Decode and normalise one physical line; tqdm `\\r` updates give one LogLine per non-empty segment, and
     text glued onto the end of a tqdm bar is split off into its own LogLine."""
@@ -164,6 +183,8 @@ def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
     segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else [text]
     if _has_bar(text):
         segments = [p for seg in segments for p in _split_glued(seg)]
+    if '", line ' in text:
+        segments = [p for seg in segments for p in _split_lost_newlines(seg)]
     out: list[LogLine] = []
     outer_rank: int | None = None
     outer_host: str | None = None
