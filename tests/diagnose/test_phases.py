@@ -224,6 +224,27 @@ def test_phase_from_what_the_frames_do(tmp_path: Path, text: str, phase: str) ->
             "class:import-error",
             "unknown",
         ),
+        # a ValueError in accelerate's state/config files is a refused setting only when it names one
+        (
+            _traceback(
+                ("train.py", 910, "main", "accelerator = Accelerator("),
+                ("/env/accelerate/accelerator.py", 322, "__init__", "plugins = AcceleratorState().deepspeed_plugins"),
+                ("/env/accelerate/state.py", 944, "__init__", "raise ValueError("),
+                exc="ValueError: Please make sure to properly initialize your accelerator via `accelerator = "
+                "Accelerator()` before using any functionality from the `accelerate` library.",
+            ),
+            "class:crash",
+            "unknown",
+        ),
+        (
+            _traceback(
+                ("train.py", 20, "main", "model = accelerator.prepare(model)"),
+                ("/env/accelerate/accelerator.py", 1466, "_prepare_deepspeed", "raise ValueError("),
+                exc="ValueError: Please specify the ZeRO optimization config in the DeepSpeed config.",
+            ),
+            "class:config-rejected",
+            "engine_init",
+        ),
         # a native stack printed after a crash inside torch.save (its zip writer)
         (
             "!!!!!!! Segfault encountered !!!!!!!\n"

@@ -95,6 +95,9 @@ _CONFIG_HINTS = (
 )
 
 
+_SETTING_WORDS = ("config", "argument", "option", "setting", "parameter", "flag", "plugin")
+
+
 @dataclass(frozen=True)
 class FailureClass:
     """The class of a failure, its title and message built from the log's values, and the values."""
@@ -441,7 +444,13 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
     )
     if (
-        (config_frame and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception")))
+        (
+            config_frame
+            and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception"))
+            # (a ValueError in those files that names no setting - accelerate's "Please make sure to properly
+            # initialize your accelerator" - is a usage or library error, not a configuration refused)
+            and any(h in message.lower() for h in (*_CONFIG_HINTS, *_SETTING_WORDS))
+        )
         or (_DS_VALIDATION.search(low) is not None or "deepspeedconfigerror" in low)
         or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
     ):
