@@ -74,7 +74,9 @@ def test_one_chunk_and_empty_thread_settings(tmp_path: Path, monkeypatch: pytest
     items, _ = _scan(log, 3, monkeypatch)
     assert items[-1] == log.read_bytes().count(b"\n")  # the line count comes last
     monkeypatch.delenv("ZERODOCTOR_SCAN_THREADS")
-    assert 1 <= scan.scan_threads() <= scan.MAX_SCAN_THREADS
+    assert scan.scan_threads() == 1  # the default: the main thread alone
+    monkeypatch.setenv("ZERODOCTOR_SCAN_THREADS", "64")
+    assert scan.scan_threads() == scan.MAX_SCAN_THREADS
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "many"])

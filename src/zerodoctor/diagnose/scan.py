@@ -18,11 +18,13 @@ benchmarks/RESULTS.md for the 1 GB figures):
     per chunk; correct, about 10-30x slower than hyperscan.
 Set ZERODOCTOR_SCAN_ENGINE=python to force the fallback.
 
-On a log of more than one chunk, hyperscan scans the next chunks on worker threads while the main thread reads
-and handles the current one (hyperscan releases the GIL while it scans; each thread has its own scratch space).
-Chunks are still handled strictly in file order with the engine a one-thread scan would have used, so the hits
-and the output are the same whatever the number of threads (`scan_threads`: min(3, CPUs),
-ZERODOCTOR_SCAN_THREADS=1 scans on the main thread alone); memory grows by one chunk per thread.
+With ZERODOCTOR_SCAN_THREADS=N (2 to MAX_SCAN_THREADS; default 1) and a log of more than one chunk, hyperscan
+scans the next chunks on N-1 worker threads while the main thread reads and handles the current one (hyperscan
+releases the GIL while it scans; each thread has its own scratch space). Chunks are still handled strictly in
+file order with the engine a one-thread scan would have used, so the hits and the output are the same whatever
+N is; memory grows by one chunk per thread. Off by default: on the 2 shared cores it was measured on, with
+other jobs keeping both busy, it made a 1 GiB log slower (benchmarks/RESULTS.md, issue 10); a gain needs idle
+cores.
 
 Training progress (tqdm bars, trainer loss dicts) is on every step, so it is not a pattern: for a failure
 line, the last progress line before it is found with `bytes.rfind` on literals (`PROGRESS_LITERALS`).
@@ -401,30 +403,26 @@ class ScanState:
 REBUILD_AFTER_SKIPPED = 50_000
 
 # The main thread reads, counts lines and handles hits (about 1.3 CPU s per GiB here) while hyperscan scans (about
-# 2 CPU s per GiB): two scanning threads keep up with it, more only hold more chunks in memory.
-MAX_SCAN_THREADS = 3
+# 2 CPU s per GiB): two scanning threads keep up with it; more only hold more chunks in memory.
+MAX_SCAN_THREADS = 4
 
 
 def scan_threads() -> int:
-    """Threads that scan chunks: ZERODOCTOR_SCAN_THREADS, else min(MAX_SCAN_THREADS, the CPUs this process may
-    use). 1 scans on the main thread alone."""
+    """Threads that scan chunks: ZERODOCTOR_SCAN_THREADS (at most MAX_SCAN_THREADS), else 1 (the main thread
+    alone)."""
     env = os.environ.get("ZERODOCTOR_SCAN_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise UsageError(
-                f"ZERODOCTOR_SCAN_THREADS={env!r} is not a positive whole number",
-                hint="set it to 1 (scan on the main thread) or more, or unset it",
-            )
-        return n
+    if not env:
+        return 1
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_SCAN_THREADS, cpus))
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(
+            f"ZERODOCTOR_SCAN_THREADS={env!r} is not a positive whole number",
+            hint="set it to 1 (scan on the main thread) or more, or unset it",
+        )
+    return min(n, MAX_SCAN_THREADS)
 
 
 def _engine_for_chunk(state: ScanState) -> _Engine:
