@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.diagnose import diagnose
+from zerodoctor.diagnose.extract import Extractor, Facts
+from zerodoctor.diagnose.reader import LogLine
+from zerodoctor.diagnose.scan import Hit, Progress
 
 
 def _watchdog(op: str, numel: int) -> str:
@@ -86,7 +89,9 @@ _TEARDOWN = (
         ),
     ],
 )
-def test_silent_teardown_while_loading_is_a_kill(tmp_path: Path, before: str, class_id: str, phase: str) -> None:
+def test_silent_teardown_while_loading_is_a_kill(
+    tmp_path: Path, before: str, class_id: str, phase: str
+) -> None:
     log = tmp_path / "run.log"
     log.write_text(before + _TEARDOWN)
     d = diagnose([str(log)])
@@ -116,3 +121,73 @@ def test_a_traceback_whose_newlines_were_lost_is_read_as_printed(tmp_path: Path)
     one = tmp_path / "one.log"
     one.write_text('warning: File "a.py", line 3, in f is deprecated\n')
     assert diagnose([str(one)]).first_failure is None
+
+
+# The extractor's reading of marker keys the scan hands it (patterns.py names them): fed directly, so the rule is
+# tested whatever the patterns' spelling.
+def _facts(lines: list[tuple[str, set[str], Progress | None]]) -> Facts:
+    ex = Extractor()
+    for i, (text, keys, progress) in enumerate(lines, start=1):
+        ex.feed(Hit(LogLine("run.log", i, text), frozenset(keys), i, 0, progress))
+    return ex.finish()
+
+
+_KILLED = ("Killed", {"x:launch-shell-killed"}, None)
+
+
+@pytest.mark.parametrize(
+    ("lines", "phase"),
+    [
+        # an evaluation loop's own header (Lightning's validation bar, `Evaluating`, lm-eval's requests)...
+        (
+            [
+                (
+                    "Validation DataLoader 0:  40%|####      | 4/10 [00:01<00:02, 3.1it/s]",
+                    {"x:phase-eval-open"},
+                    None,
+                )
+            ],
+            "evaluation",
+        ),
+        # ...is over once training progress is printed after it
+        (
+            [
+                ("Evaluating the results...", {"x:phase-eval-open"}, None),
+                (
+                    "{'loss': 0.5, 'learning_rate': 1e-05, 'epoch': 1.3}",
+                    set(),
+                    Progress("trainer", None, None, 1.3, 2),
+                ),
+            ],
+            "training_step",
+        ),
+    ],
+)
+def test_an_open_evaluation_marker_closes_on_training_progress(
+    lines: list[tuple[str, set[str], Progress | None]], phase: str
+) -> None:
+    last = lines[-1][2]
+    killed = (_KILLED[0], _KILLED[1], last)
+    facts = _facts([*lines, killed])
+    ev = next(e for e in facts.events if e.kind == "exit")
+    assert ev.phase == phase
+
+
+def test_a_size_mismatch_list_without_its_runtime_error_line_is_one_failure() -> None:
+    mismatch = (
+        "size mismatch for model.norm.weight: copying a param with shape torch.Size([1024]) from checkpoint"
+    )
+    facts = _facts(
+        [
+            (mismatch, {"x:load-size-mismatch"}, None),
+            (mismatch.replace("norm", "head"), {"x:load-size-mismatch"}, None),
+        ]
+    )
+    assert [e.kind for e in facts.events] == ["exception"]
+    assert facts.events[0].detail.startswith(
+        "RuntimeError: Error(s) in loading state_dict: size mismatch for model.norm"
+    )
+    # under its RuntimeError line the list adds nothing
+    header = "RuntimeError: Error(s) in loading state_dict for BoringModel:"
+    facts = _facts([(header, {"x:tb-exception"}, None), (mismatch, {"x:load-size-mismatch"}, None)])
+    assert len(facts.events) == 1 and facts.events[0].line.lineno == 1

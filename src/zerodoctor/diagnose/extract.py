@@ -571,6 +571,7 @@ class Extractor:
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
         self._kernel_assert: set[str] = set()  # sources with a CUDA kernel assertion event already
+        self._size_mismatch: set[str] = set()  # sources with a load_state_dict size-mismatch line read already
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
@@ -642,6 +643,14 @@ class Extractor:
                 self._event("exception", line, hit, what[:300])
         if "x:load-copy-error" in keys and not _EXC.match(line.text):
             self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
+        if "x:load-size-mismatch" in keys and line.source not in self._size_mismatch:
+            # torch's load_state_dict error lists one `size mismatch for NAME: ...` line per parameter under its
+            # `RuntimeError: Error(s) in loading state_dict for X:` line; a paste that starts inside that list still
+            # shows the failure: one event per log, unless the RuntimeError line itself was read already
+            self._size_mismatch.add(line.source)
+            if not any(e.line.source == line.source and e.kind == "exception" for e in self.facts.events):
+                what = "RuntimeError: Error(s) in loading state_dict: " + clip(line.text.strip(), 260)
+                self._event("exception", line, hit, what)
         if "x:oom-cuda" in keys:
             oom = parse_oom(line)
             if oom is not None and len(self.facts.ooms) < MAX_EVENTS:
