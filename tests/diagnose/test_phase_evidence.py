@@ -191,3 +191,30 @@ def test_a_size_mismatch_list_without_its_runtime_error_line_is_one_failure() ->
     header = "RuntimeError: Error(s) in loading state_dict for BoringModel:"
     facts = _facts([(header, {"x:tb-exception"}, None), (mismatch, {"x:load-size-mismatch"}, None)])
     assert len(facts.events) == 1 and facts.events[0].line.lineno == 1
+
+
+_PIN_MEMORY_FAILURE = (
+    "Exception in thread Thread-1:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.7/threading.py", line 926, in _bootstrap_inner\n'
+    "    self.run()\n"
+    '  File "/env/site-packages/torch/utils/data/_utils/pin_memory.py", line 28, in _pin_memory_loop\n'
+    "    idx, data = r\n"
+    "ValueError: not enough values to unpack (expected 2, got 0)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "phase"),
+    [
+        # mmengine/mmcv save at an epoch's end; a DataLoader failing after it is the next epoch's start
+        ("INFO:mmcls:Saving checkpoint at 1 epochs\n", _PIN_MEMORY_FAILURE, "epoch_end"),
+        ("Saving model checkpoint to out/checkpoint-500\n", _PIN_MEMORY_FAILURE, "training_step"),
+        # a kill with no frames after the save line: the save may still run
+        ("INFO:mmcls:Saving checkpoint at 1 epochs\n", "Killed\n", "checkpoint_save"),
+    ],
+)
+def test_a_dataloader_failure_after_a_save_is_past_it(tmp_path: Path, before: str, after: str, phase: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("INFO:mmcls:Epoch [1][12/13]  lr: 1.000e-01, loss: 9.0995\n" + before + after)
+    assert diagnose([str(log)]).phase == phase

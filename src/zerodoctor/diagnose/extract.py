@@ -152,6 +152,15 @@ WATCHDOG_WORK = re.compile(
     r"OpType=(?P<op>\w+)(?:.*?NumelIn=(?P<nin>\d{1,15}))?(?:.*?Timeout\(ms\)=(?P<timeout>\d{1,15}))?"
     r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
 )
+_EPOCH_SAVE = re.compile(r"Saving checkpoint at \d+ epochs")
+# torch.utils.data's DataLoader machinery: a worker process, the pin-memory thread, the iterator's next batch
+_DATA_FUNCS = frozenset({"_pin_memory_loop", "_worker_loop", "_next_data", "_get_data", "_try_get_data"})
+
+
+def _fetching_data(tb: Traceback) -> bool:
+    return any(f.func in _DATA_FUNCS and "torch/utils/data/" in f.file.replace("\\", "/") for f in tb.frames)
+
+
 _RESUME_FOLDER = re.compile(r"Loading model from \S*checkpoint-\d+")
 # Collectives that only a backward pass issues at gradient-bucket sizes: DDP's gradient all-reduce (buckets of
 # bucket_cap_mb=25 MiB, torch/nn/parallel/distributed.py), ZeRO-1/2's reduction of reduce_bucket_size elements
@@ -967,9 +976,22 @@ class Extractor:
             phase = at if at == "evaluation" else "training_step"
         if phase == "unknown":
             phase = self.phase_at(ev.line, ev.seq, ev.progress)
+            if phase == "checkpoint_save" and tb is not None and _fetching_data(tb):
+                # the failing frames iterate a DataLoader (its worker or pin-memory loop): the save before it was over
+                # and the next batches were being fetched; mmengine/mmcv save at an epoch's end (CheckpointHook
+                # .after_train_epoch: `Saving checkpoint at N epochs`), so that is where the run was
+                save = self._last_marker(ev.line, ev.seq)
+                phase = "epoch_end" if save is not None and _EPOCH_SAVE.search(save.text) else "training_step"
         if phase == "unknown" and ev.kind in ("watchdog", "nccl"):
             phase = self._collective_phase(ev)
         return phase
+
+    def _last_marker(self, line: LogLine, seq: int) -> LogLine | None:
+        found: LogLine | None = None
+        for _kind, m_line, m_seq in self.facts.markers:
+            if m_line.source == line.source and m_seq < seq:
+                found = m_line
+        return found
 
     def _collective_phase(self, ev: Event) -> str:
         """A watchdog timeout with no marker before it: a gradient-sized reduction is a backward pass
