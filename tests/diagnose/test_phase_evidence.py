@@ -214,7 +214,45 @@ _PIN_MEMORY_FAILURE = (
         ("INFO:mmcls:Saving checkpoint at 1 epochs\n", "Killed\n", "checkpoint_save"),
     ],
 )
-def test_a_dataloader_failure_after_a_save_is_past_it(tmp_path: Path, before: str, after: str, phase: str) -> None:
+def test_a_dataloader_failure_after_a_save_is_past_it(
+    tmp_path: Path, before: str, after: str, phase: str
+) -> None:
     log = tmp_path / "run.log"
     log.write_text("INFO:mmcls:Epoch [1][12/13]  lr: 1.000e-01, loss: 9.0995\n" + before + after)
     assert diagnose([str(log)]).phase == phase
+
+
+@pytest.mark.parametrize(
+    ("launcher", "rank"),
+    [
+        (
+            "[2023-07-04 17:31:27,755] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'infer.py', "
+            "'--local_rank=0'] exits with return code = 1\n",
+            0,
+        ),
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 3 (pid: 91809) of "
+            "binary: /usr/bin/python3\n",
+            3,
+        ),
+        # two ranks reported: which one printed the unprefixed line is not known
+        (
+            "[launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'a.py', '--local_rank=0'] exits with return "
+            "code = 1\n[launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'a.py', '--local_rank=1'] exits "
+            "with return code = 1\n",
+            None,
+        ),
+    ],
+)
+def test_an_unprefixed_failure_takes_the_rank_the_launcher_reports(
+    tmp_path: Path, launcher: str, rank: int | None
+) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0; 4.00 GiB total "
+        "capacity; 1.68 GiB already allocated; 0 bytes free; 2.72 GiB reserved in total by PyTorch)\n"
+        + launcher
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.kind == "cuda-oom"
+    assert d.first_failure.rank == rank

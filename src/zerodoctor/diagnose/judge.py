@@ -148,6 +148,22 @@ def first_failure(events: Sequence[Event]) -> Event | None:
     return min(pool, key=lambda e: e.seq)
 
 
+def _rank_from_launcher(facts: Facts, first: Event) -> int | None:
+    """The rank of a failure printed without a rank prefix, from the launcher's report after it: DeepSpeed's
+    `exits with return code = N` (its argv's --local_rank) or torchrun's `failed (exitcode: N) local_rank: R` / its
+    summary's global rank. Only when every such report in the same log after it names one and the same rank (one
+    process failed); otherwise None."""
+    ranks = {
+        e.rank
+        for e in facts.events
+        if e.kind == "exit"
+        and e.exit_code not in (None, 0)
+        and e.line.source == first.line.source
+        and e.seq > first.seq
+    }
+    return next(iter(ranks)) if len(ranks) == 1 else None
+
+
 def _event_for(facts: Facts, line: LogLine) -> Event | None:
     for ev in facts.events:
         if ev.line is line or (ev.line.source == line.source and ev.line.lineno == line.lineno):
@@ -180,6 +196,8 @@ def judge(
         first.phase = next(
             (e.phase for e in facts.events if e.phase != "unknown" and _same_incident(e, first)), "unknown"
         )
+    if first is not None and first.rank is None:
+        first.rank = _rank_from_launcher(facts, first)
     oom = _primary_oom(facts, first)
     candidates: list[Candidate] = []
     for entry in load_entries():
