@@ -563,7 +563,11 @@ def scan_source(
         state.skipped_since_rebuild += skipped
         if stats is not None:
             stats.counted_only += skipped
-        chunk_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        # (the newlines before the last hit line are counted already: counting the chunk again from its start cost
+        # up to twice the count on chunks whose hits reach their end)
+        chunk_lines = (
+            counted_lines - base_line + chunk.count(b"\n", counted_to) + (0 if chunk.endswith(b"\n") else 1)
+        )
         pending = continues
         if searched_to < len(chunk):
             found = _last_progress(chunk, searched_to, len(chunk), base_line + chunk_lines + 1)
