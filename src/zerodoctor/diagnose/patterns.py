@@ -61,18 +61,27 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|PEFT version|bitsandbytes version): ",
     # phase markers (rare lines)
     # dataset preparation: LLaMA-Factory/HF datasets map, TRL's dataset preparation, XTuner's processing
+    # (HF datasets' map/filter bars, hf_tqdm(unit=" examples"), end in "examples/s]"; SentencePiece's trainer log)
     "phase-data": r"Running tokenizer on dataset|Tokenizing (?:train|eval) dataset|Applying chat template to"
-    r"|Converting format of dataset|Map \(num_proc=\d+\)|Packing (?:train|eval) dataset",
+    r"|Converting format of dataset|Map \(num_proc=\d+\)|Packing (?:train|eval) dataset"
+    r"| examples/s\]|(?:^|\s)Map: +\d+%"
+    r"|trainer_interface\.cc\(\d+\) LOG\(INFO\) (?:Loaded \d+ lines|Loading corpus|Adding meta_piece)",
+    # (transformers >= 5 loads weights under tqdm(desc="Loading weights"))
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
-    r"|While copying the parameter named ",
+    r"|While copying the parameter named |Loading weights: +\d+%",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
     # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
     "cuda-kernel-assert": r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",
     "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
+    # torch's load_state_dict per-parameter error inside `Error(s) in loading state_dict for X:`
+    "load-size-mismatch": r"size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
     # resuming: HF Trainer, DeepSpeed's checkpoint engine, XTuner/mmengine
     "phase-resume": r"Continuing training from checkpoint|\[Torch\] Loading checkpoint from|Resum(?:e|ing) (?:training )?from"
     r" (?:checkpoint|the checkpoint)|resumed from checkpoint|Loading (?:ZeRO|zero) checkpoint"
-    r"|Resume checkpoint from |Auto resumed from |Attempting to resume from ",
+    r"|Resume checkpoint from |Auto resumed from |Attempting to resume from "
+    # DeepSpeed's engine loading ZeRO states (0.19.8 engine.py), accelerate's Accelerator.load_state
+    r"|[Ll]oading \d+ zero partition checkpoints for rank|successfully read \d+ ZeRO state_dicts for rank"
+    r"|loaded universal zero checkpoints from|Loading states from ",
     "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
     r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
     # deepspeed.initialize (any caller: HF Trainer, accelerate, LLaMA-Factory, TRL, XTuner): the engine's own
@@ -83,10 +92,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # the training loop starts: HF Trainer (LLaMA-Factory, TRL), mmengine (XTuner)
     "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
+    # evaluation markers that later training progress closes: Lightning's validation / sanity-check bars,
+    # DeepSpeed-Chat's `***** Evaluating ...`, lm-eval's `Running <type> requests`, `desc="Evaluating"` loops
+    "phase-eval-open": r"Validation DataLoader \d+: |Sanity Checking DataLoader \d+: |\*{5} Evaluating "
+    r"|Running (?:loglikelihood|loglikelihood_rolling|generate_until|greedy_until) requests"
+    r"|(?:^|[\]:|] ?)Evaluating\b",
     "phase-save": r"Saving model checkpoint to|Checkpoint global_step\d+ is (ready now|about to be saved)"
     r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
     r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
-    r"|Saving checkpoint\. This may take some time",
+    r"|Saving checkpoint\. This may take some time"
+    # DeepSpeedEngine._save_checkpoint (0.19.8), transformers >= 5 save_pretrained's tqdm
+    r"|Saving model checkpoint: |Writing model shards: +\d+%",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
     "phase-save-done": r"zero checkpoint saved",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
@@ -149,7 +165,7 @@ _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 # Progress bars of work that is not training (loading, data preparation, generation): not training progress.
 _NOT_TRAINING = re.compile(
     r"Loading checkpoint shards|^\s*Map\b|Map \(num_proc|Tokeniz|Running tokenizer|Generat"
-    r"|Download|Convert|Fetching|Filter|Packing|Preprocess"
+    r"|Download|Convert|Fetching|Filter|Packing|Preprocess|Loading weights|Writing model shards|examples/s\]"
 )
 ACCUM = re.compile(
     r"(?:accumulative_counts\s*=\s*|Gradient Accumulation steps = |\"gradient_accumulation_steps\": )(\d+)"
