@@ -256,3 +256,77 @@ def test_an_unprefixed_failure_takes_the_rank_the_launcher_reports(
     d = diagnose([str(log)])
     assert d.first_failure is not None and d.first_failure.kind == "cuda-oom"
     assert d.first_failure.rank == rank
+
+
+_SIGKILL = (
+    "[2024-06-21 14:00:00,003] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+    "'--local_rank=1'] exits with return code = -9\n"
+)
+_TIMEOUT = _watchdog("ALLREDUCE", 1)
+
+
+@pytest.mark.parametrize(
+    ("before", "failure", "phase"),
+    [
+        # HF datasets' bars (hf_tqdm unit " examples"): any map/filter, with or without a description
+        ("Map:  45%|####5     | 450/1000 [00:01<00:01, 400.00 examples/s]\n", _SIGKILL, "tokenization"),
+        (
+            "Tokenizing train dataset (num_proc=8):  12%|#2  | 1200/10000 [00:03<00:22, 391.2 examples/s]\n",
+            _SIGKILL,
+            "tokenization",
+        ),
+        # SentencePiece training a tokenizer
+        ("trainer_interface.cc(137) LOG(INFO) Loaded 108000000 lines\n", "Killed\n", "tokenization"),
+        # transformers >= 5 loads weights under a "Loading weights" bar: a load, not a finished training epoch
+        ("Loading weights: 100%|##########| 291/291 [00:02<00:00, 120.5it/s]\n", _SIGKILL, "load"),
+        # DeepSpeed's engine writing its model states; transformers >= 5 save_pretrained's bar
+        (
+            "[INFO] [engine.py:3526:_save_checkpoint] Saving model checkpoint: out/global_step500/mp_rank_00_model_states.pt\n",
+            _SIGKILL,
+            "checkpoint_save",
+        ),
+        ("Writing model shards:  50%|#####     | 2/4 [00:09<00:09, 4.6s/it]\n", _SIGKILL, "checkpoint_save"),
+        # DeepSpeed reading ZeRO partitions back; accelerate's load_state
+        (
+            "[INFO] [engine.py:4770:_load_zero_checkpoint] loading 8 zero partition checkpoints for rank 0\n",
+            _SIGKILL,
+            "resume",
+        ),
+        ("INFO:accelerate.accelerator:Loading states from out/step_1000\n", _SIGKILL, "resume"),
+        # evaluation loops' own lines
+        ("Validation DataLoader 0:  40%|####      | 4/10 [00:01<00:02,  3.10it/s]\n", _SIGKILL, "evaluation"),
+        ("Evaluating the results...\n", _TIMEOUT, "evaluation"),
+        ("INFO:lm-eval:Running loglikelihood requests\n", _TIMEOUT, "evaluation"),
+        ("***** Evaluating perplexity, Epoch 1/1 *****\n", _TIMEOUT, "evaluation"),
+        # Lightning's validation is over once the training bar moves again
+        (
+            "Validation DataLoader 0: 100%|##########| 10/10 [00:02<00:00,  4.10it/s]\n"
+            "Epoch 1:   5%|5         | 11/209 [00:20<06:12,  1.78s/it, loss=0.0685, v_num=0]\n",
+            _SIGKILL,
+            "training_step",
+        ),
+    ],
+)
+def test_framework_markers_place_a_failure_without_frames(
+    tmp_path: Path, before: str, failure: str, phase: str
+) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(before + failure)
+    d = diagnose([str(log)])
+    assert d.first_failure is not None
+    assert d.phase == phase, d.findings[0].data
+
+
+def test_a_pasted_size_mismatch_list_is_a_load_failure(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[rank1]:        size mismatch for model.norm.weight: copying a param with shape torch.Size([1024]) from "
+        "checkpoint, the shape in current model is torch.Size([4096]).\n"
+        "[rank1]:        size mismatch for lm_head.weight: copying a param with shape torch.Size([151936, 1024]) from "
+        "checkpoint, the shape in current model is torch.Size([151936, 4096]).\n"
+        "W0527 01:21:26.844000 140472356030272 torch/distributed/elastic/multiprocessing/api.py:851] Sending process "
+        "1056309 closing signal SIGTERM\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:crash", [f.id for f in d.findings]
+    assert d.first_failure is not None and d.first_failure.rank == 1
