@@ -330,3 +330,17 @@ def test_a_pasted_size_mismatch_list_is_a_load_failure(tmp_path: Path) -> None:
     d = diagnose([str(log)])
     assert d.findings[0].id == "class:crash", [f.id for f in d.findings]
     assert d.first_failure is not None and d.first_failure.rank == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("Segmentation fault (core dumped)", -11),
+        ("Aborted (core dumped)", -6),
+        ("[1]    26478 segmentation fault  python train.py", -11),
+        ("Terminated", -15),
+    ],
+)
+def test_the_shells_report_of_a_signal_is_the_exit_it_stands_for(text: str, code: int) -> None:
+    facts = _facts([(text, {"x:launch-shell-signal"}, None)])
+    assert [(e.kind, e.exit_code) for e in facts.events] == [("exit", code)]

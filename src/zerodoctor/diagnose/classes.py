@@ -95,6 +95,14 @@ _CONFIG_HINTS = (
 )
 
 
+# A negative exit code is the signal that ended the process (Python's subprocess and torchrun report -N).
+_SIGNAL_NAMES = {
+    4: "SIGILL: an instruction this CPU does not have",
+    6: "SIGABRT: the process aborted itself, e.g. a C++ exception or a failed check in native code",
+    7: "SIGBUS: a memory-mapped page could not be backed, often a full /dev/shm",
+    8: "SIGFPE: an arithmetic fault in native code",
+    11: "SIGSEGV: a segmentation fault in native code",
+}
 _SETTING_WORDS = ("config", "argument", "option", "setting", "parameter", "flag", "plugin")
 
 
@@ -635,6 +643,8 @@ def classify(
         return _silent_death_while_loading(first)
     if first.kind == "exit":
         code = "an exit code not in these logs" if first.exit_code is None else f"code {first.exit_code}"
+        if first.exit_code is not None and abs(first.exit_code) in _SIGNAL_NAMES:
+            code += f" ({_SIGNAL_NAMES[abs(first.exit_code)]})"
         return FailureClass(
             "crash",
             f"A rank exited with {code}",

@@ -161,6 +161,15 @@ def _fetching_data(tb: Traceback) -> bool:
     return any(f.func in _DATA_FUNCS and "torch/utils/data/" in f.file.replace("\\", "/") for f in tb.frames)
 
 
+# The shell's report of a foreground job a signal ended (bash prints strsignal(3) of it, zsh its own word):
+# the exit code a launcher would have printed for it
+_SHELL_SIGNALS = (
+    ("segmentation fault", -11),
+    ("abort", -6),
+    ("floating point exception", -8),
+    ("illegal", -4),
+    ("terminated", -15),
+)
 _RESUME_FOLDER = re.compile(r"Loading model from \S*checkpoint-\d+")
 # Collectives that only a backward pass issues at gradient-bucket sizes: DDP's gradient all-reduce (buckets of
 # bucket_cap_mb=25 MiB, torch/nn/parallel/distributed.py), ZeRO-1/2's reduction of reduce_bucket_size elements
@@ -818,6 +827,11 @@ class Extractor:
             self._teardown = (line, hit)
         if "x:launch-shell-killed" in keys:
             self._event("exit", line, hit, text.strip()[-300:], exit_code=-9)
+        if "x:launch-shell-signal" in keys:
+            low = text.lower()
+            code = next((c for word, c in _SHELL_SIGNALS if word in low), None)
+            if code is not None:
+                self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
         if "x:launch-slurm" in keys:
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
