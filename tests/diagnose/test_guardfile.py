@@ -46,3 +46,20 @@ def test_other_json_files_are_not_guard_files(tmp_path: Path) -> None:
     odd = tmp_path / "error-rank0.json"
     odd.write_text('{"phase": "train; rm -rf /", "traceback": "Traceback"}')
     assert guard_error_text(str(torchrun)) is None and guard_error_text(str(odd)) is None
+
+
+def training_step() -> None:  # named like HF Trainer's: frames alone would say "training step"
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_the_guards_recorded_phase_outranks_the_frames(tmp_path: Path) -> None:
+    opts = GuardOptions(run_dir=tmp_path, watchdog=False, diagnose_on_error=False)
+    mon = Monitor(opts, rank=1, local_rank=1, world_size=2)
+    mon.phase, mon.step = "evaluation", 40
+    try:
+        training_step()
+    except RuntimeError as exc:
+        record_exception(mon, exc, exc.__traceback__)
+    d = diagnose([str(tmp_path / "zerodoctor" / "error-rank1.json")])
+    assert d.first_failure is not None and d.first_failure.rank == 1
+    assert d.phase == "evaluation"

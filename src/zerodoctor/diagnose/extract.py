@@ -957,6 +957,9 @@ class Extractor:
         ("The above exception was the direct cause of the following exception": the callers, e.g.
         deepspeed.initialize around a failed op build), else from the markers and progress before it."""
         tb = self._traceback_of(ev)
+        guarded = self._guard_phase(ev, tb)
+        if guarded is not None:
+            return guarded
         phase = self._phase_from_frames(tb, ev) if tb is not None else "unknown"
         if phase == "unknown":
             nxt = self._chained_after(ev)
@@ -999,6 +1002,20 @@ class Extractor:
         if phase == "unknown" and ev.kind in ("watchdog", "nccl"):
             phase = self._collective_phase(ev)
         return phase
+
+    def _guard_phase(self, ev: Event, tb: Traceback | None) -> str | None:
+        """The phase the runtime guard recorded for this exception: its `zerodoctor guard [rank R, step S, PHASE]`
+        line heads its error file and follows the traceback on stderr (guard/crash.py). The guard's own state is
+        the run's, so it outranks what frames and markers suggest."""
+        lo = (tb.start.lineno if tb is not None else ev.line.lineno) - 2
+        hi = (self._tb_last(tb) if tb is not None else ev.line.lineno) + 3
+        for kind, m_line, _seq in self.facts.markers:
+            if kind != "guard" or m_line.source != ev.line.source or not lo <= m_line.lineno <= hi:
+                continue
+            g = _GUARD.search(m_line.text)
+            if g and g.group(3) in _GUARD_PHASE and (ev.rank is None or log_int(g.group(1)) == ev.rank):
+                return _GUARD_PHASE[g.group(3)]
+        return None
 
     def _last_marker(self, line: LogLine, seq: int) -> LogLine | None:
         found: LogLine | None = None
