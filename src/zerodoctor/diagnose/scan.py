@@ -433,36 +433,35 @@ def _engine_for_chunk(state: ScanState) -> _Engine:
     return state.eng
 
 
-def _scanned_pieces(
-    src: Source, chunk_bytes: int, state: ScanState
-) -> Iterator[tuple[bytes, bool, _Engine, list[tuple[int, int]]]]:
-    """Each piece of `src` in order with the engine it is handled with and that engine's matches in it.
+# A chunk handed out for scanning ahead: the engine it was given to and the future of its matches.
+_Ahead = tuple["_Engine", "Future[list[tuple[int, int]]]"]
 
-    With more than one scan thread and an engine that releases the GIL, the pieces after the current one are
-    scanned ahead on worker threads (at most `threads` pieces in flight). A piece scanned ahead may have been
-    scanned by an older engine (one that still had patterns saturated since); its matches are cut to the
-    current engine's patterns, so each piece yields exactly what a one-thread scan would have."""
+
+def _pieces_ahead(
+    src: Source, chunk_bytes: int, state: ScanState
+) -> Iterator[tuple[bytes, bool, _Ahead | None]]:
+    """Each piece of `src` in order; with more than one scan thread (and an engine that releases the GIL) also
+    the scan of it started ahead on a worker thread (at most `threads` pieces in flight), else None: the caller
+    scans it (`_matches`)."""
     pieces = iter_pieces(src, chunk_bytes)
     threads = scan_threads() if state.eng.threads_help else 1
     first = next(pieces, None) if threads > 1 else None
     second = next(pieces, None) if first is not None else None
     if second is None:  # one thread, or a log of one chunk (most logs): no pool
         for chunk, continues in pieces if first is None else (first,):
-            eng = _engine_for_chunk(state)
-            yield chunk, continues, eng, eng.find(chunk)
+            yield chunk, continues, None
         return
     assert first is not None
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="zerodoctor-scan") as pool:
-        ahead: deque[tuple[bytes, bool, _Engine, Future[list[tuple[int, int]]]]] = deque()
+        ahead: deque[tuple[bytes, bool, _Ahead]] = deque()
         for chunk, continues in _chain(first, second, pieces):
-            ahead.append((chunk, continues, state.eng, pool.submit(state.eng.find, chunk)))
-            if len(ahead) < threads:
-                continue
-            yield _handled(ahead.popleft(), state)
+            ahead.append((chunk, continues, (state.eng, pool.submit(state.eng.find, chunk))))
+            if len(ahead) >= threads:
+                yield ahead.popleft()
         while ahead:
-            yield _handled(ahead.popleft(), state)
+            yield ahead.popleft()
 
 
 def _chain(
@@ -473,16 +472,19 @@ def _chain(
     yield from rest
 
 
-def _handled(
-    item: tuple[bytes, bool, _Engine, Future[list[tuple[int, int]]]], state: ScanState
-) -> tuple[bytes, bool, _Engine, list[tuple[int, int]]]:
-    chunk, continues, scanned_by, future = item
-    matches = future.result()
+def _matches(chunk: bytes, started: _Ahead | None, state: ScanState) -> tuple[_Engine, list[tuple[int, int]]]:
+    """The engine a one-thread scan would handle `chunk` with, and that engine's matches in it. A chunk scanned
+    ahead by an older engine (one that still had patterns saturated since) has its matches cut to the current
+    engine's patterns, so the result is the same either way."""
     eng = _engine_for_chunk(state)
+    if started is None:
+        return eng, eng.find(chunk)
+    scanned_by, future = started
+    matches = future.result()
     if scanned_by is not eng:  # rebuilt since this chunk was handed out: its ids are a subset
         keep = frozenset(eng.ids)
         matches = [m for m in matches if m[0] in keep]
-    return chunk, continues, eng, matches
+    return eng, matches
 
 
 def scan_source(
@@ -506,7 +508,9 @@ def scan_source(
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     pending = False  # the previous piece ended inside the line this one continues
-    for chunk, continues, eng, matches in _scanned_pieces(src, chunk_bytes, state):
+    for chunk, continues, started in _pieces_ahead(src, chunk_bytes, state):
+        # (the engine is chosen and the chunk scanned here, once the previous chunk is no longer referenced)
+        eng, matches = _matches(chunk, started, state)
         if pending:
             base_line -= 1  # the first line here is the last line of the previous piece
         per_line: dict[tuple[int, int], set[int]] = {}
