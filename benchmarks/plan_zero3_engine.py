@@ -3,9 +3,14 @@
 What a CPU run can show of what a GPU run spends beyond model states:
 
 * the fetched-parameter working set: during forward and backward, the elements of parameters DeepSpeed
-  holds whole (`ds_status == AVAILABLE`, not persistent), sampled after every module's forward and at
-  every gradient hook, for a grid of `stage3_max_live_parameters`, `stage3_max_reuse_distance`,
-  `stage3_prefetch_bucket_size` and gradient checkpointing -- against `phases.zero3_working_set_numel`;
+  holds whole or is gathering (`ds_status` AVAILABLE or INFLIGHT: an in-flight all-gather has its buffer
+  already; not persistent), sampled before and after every module's forward and at every gradient hook, for
+  a grid of `stage3_max_live_parameters`, `stage3_max_reuse_distance`, `stage3_prefetch_bucket_size` and
+  gradient checkpointing -- against `phases.zero3_working_set_numel`;
+* the same on a Llama proportioned like Llama-3-8B (`PROPORTIONED`: embedding and head 2.4 decoder layers
+  each, GQA 4:1, HF "auto" prefetch / persistence / bucket from its hidden size, max_live and max_reuse at
+  1e9 x its layer / Llama-3-8B's layer), with ZeRO-3 + both offloads and checkpointing, three steps: the
+  prefetch loop overshoots max_live by the parameter that crosses it (the head);
 * the persistent parameters (`ds_persist`) against the planner's per-parameter threshold rule;
 * host memory per rank (psutil RSS) from before `deepspeed.initialize` to after the first optimizer step,
   for ZeRO-3 with both offloads, against the planner's offloaded model states per rank (on CPU nothing is
@@ -33,6 +38,10 @@ SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 8, "
 HOST = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4, "num_attention_heads": 8,
         "num_key_value_heads": 8, "vocab_size": 32000}  # fmt: skip
 COMMON = {"model_type": "llama", "max_position_embeddings": 64, "tie_word_embeddings": False}
+PROPORTIONED = {"hidden_size": 256, "intermediate_size": 896, "num_hidden_layers": 8, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "vocab_size": 8000}  # fmt: skip
+LLAMA3_8B_LAYER = 218_103_808
+"""Parameters of one Llama-3-8B decoder layer (4096 hidden, 14336 intermediate, 8 of 32 heads for k/v)."""
 
 # (max_live, max_reuse, prefetch_bucket, persistence_threshold, gradient_checkpointing)
 GRID = [
@@ -86,8 +95,10 @@ def _working_set(grid: tuple[int, int, int, int, bool]) -> dict[str, Any]:
     peak = {"forward": 0, "backward": 0}
     phase = ["forward"]
 
+    held = (ZeroParamStatus.AVAILABLE, ZeroParamStatus.INFLIGHT)
+
     def sample() -> None:
-        n = sum(p.ds_numel for p in params if p.ds_status == ZeroParamStatus.AVAILABLE and not p.ds_persist)
+        n = sum(p.ds_numel for p in params if p.ds_status in held and not p.ds_persist)
         peak[phase[0]] = max(peak[phase[0]], n)
 
     for m in model.modules():  # registered before DeepSpeed's hooks: runs before its release
@@ -109,6 +120,62 @@ def _working_set(grid: tuple[int, int, int, int, bool]) -> dict[str, Any]:
         "largest_module": max(sum(p.ds_numel for p in m.parameters(recurse=False)) for m in model.modules()),
         "persistent": sum(p.ds_numel for p in params if p.ds_persist),
         **peak,
+    }
+    engine.destroy()
+    return out
+
+
+def proportioned_knobs() -> dict[str, int]:
+    """HF "auto" values from the hidden size; max_live and max_reuse scaled from 1e9 by the layer size."""
+    h, i = PROPORTIONED["hidden_size"], PROPORTIONED["intermediate_size"]
+    kv = h * PROPORTIONED["num_key_value_heads"] // PROPORTIONED["num_attention_heads"]
+    layer = 2 * h * h + 2 * h * kv + 3 * h * i
+    window = 10**9 * layer // LLAMA3_8B_LAYER
+    return {"max_live": window, "max_reuse": window, "prefetch": int(0.9 * h * h), "persistence": 10 * h,
+            "bucket": h * h, "layer": layer}  # fmt: skip
+
+
+def _proportioned_working_set(steps: int = 3) -> dict[str, Any]:
+    import deepspeed
+    import torch
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    k = proportioned_knobs()
+    cfg = _ds_config(k["max_live"], k["max_reuse"], k["prefetch"], k["persistence"], offload=True)
+    cfg["zero_optimization"]["reduce_bucket_size"] = k["bucket"]
+    with deepspeed.zero.Init(config_dict_or_path=cfg):
+        model = LlamaForCausalLM(LlamaConfig(**COMMON, **PROPORTIONED))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    params = list(model.parameters())
+    held = (ZeroParamStatus.AVAILABLE, ZeroParamStatus.INFLIGHT)
+    peaks = [0] * steps
+    step = [0]
+
+    def sample() -> None:
+        n = sum(p.ds_numel for p in params if p.ds_status in held and not p.ds_persist)
+        peaks[step[0]] = max(peaks[step[0]], n)
+
+    for m in model.modules():  # before DeepSpeed's own hooks: before its fetch and before its release
+        m.register_forward_pre_hook(lambda *a: sample())
+        m.register_forward_hook(lambda *a: sample())
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg)
+    for p in params:
+        p.register_hook(lambda g: (sample(), g)[1])
+    gen = torch.Generator().manual_seed(0)
+    for s in range(steps):
+        step[0] = s
+        ids = torch.randint(0, PROPORTIONED["vocab_size"], (1, 16), generator=gen)
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        engine.step()
+    out = {
+        **k,
+        "total": sum(p.ds_numel for p in params),
+        "persistent": sum(p.ds_numel for p in params if p.ds_persist),
+        "largest_module": max(sum(p.ds_numel for p in m.parameters(recurse=False)) for m in model.modules()),
+        "largest_param": max(p.ds_numel for p in params),
+        "first_step": peaks[0],
+        "later_steps": max(peaks[1:]),
     }
     engine.destroy()
     return out
@@ -159,7 +226,11 @@ def worker(out_dir: Path, quick: bool) -> int:
 
     deepspeed.init_distributed()
     rank = int(os.environ.get("RANK", "0"))
-    res = {"working_set": [_working_set(g) for g in (QUICK if quick else GRID)], "host": [_host(True)]}
+    res = {
+        "working_set": [_working_set(g) for g in (QUICK if quick else GRID)],
+        "proportioned": _proportioned_working_set(),
+        "host": [_host(True)],
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(res))
     sys.stdout.flush()
@@ -206,6 +277,7 @@ def compare(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             max_reuse=max_reuse,
             prefetch_bucket=prefetch,
             gradient_checkpointing=ckpt,
+            largest_param=spec.params.embedding,
         )
         measured = max(r["forward"], r["backward"])
         rows.append({**r, "measured": measured, "predicted": predicted, "persistent_predicted": persistent,
@@ -224,7 +296,19 @@ def compare(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                          "save_growth": h["after_gather"] - h["after_step"],
                          "save_predicted": 2 * h["total"] if rank == 0 else 0,
                          "state_dict_bytes": h["state_dict_bytes"]})  # fmt: skip
-    return {"working_set": rows, "host": host}
+    pr = ranks[0]["proportioned"]
+    pspec = model_from_config({**COMMON, **PROPORTIONED}, name="proportioned", source=_P("proportioned.json"))
+    ppersist = _persistent_params(PlanInputs(pspec, cluster, Training()), pr["persistence"])
+    knobs = {"partitioned": pspec.params.total - ppersist, "largest_module": pspec.params.largest_module_numel,
+             "max_live": pr["max_live"], "max_reuse": pr["max_reuse"], "prefetch_bucket": pr["prefetch"],
+             "gradient_checkpointing": True}  # fmt: skip
+    proportioned = {
+        **pr,
+        "persistent_predicted": ppersist,
+        "predicted": zero3_working_set_numel(**knobs, largest_param=pspec.params.embedding),
+        "predicted_without_overshoot": zero3_working_set_numel(**knobs),  # type: ignore[arg-type]
+    }
+    return {"working_set": rows, "host": host, "proportioned": [proportioned]}
 
 
 def markdown(cmp: dict[str, list[dict[str, Any]]]) -> str:
@@ -239,6 +323,18 @@ def markdown(cmp: dict[str, list[dict[str, Any]]]) -> str:
             f"| {ml:,} | {mr:,} | {pf:,} | {ps:,} | {'on' if ck else 'off'} | {r['forward']:,} / {r['backward']:,} "
             f"| {r['predicted']:,} | {r['error'] * 100:+.1f} % | {r['persistent']:,} / {r['persistent_predicted']:,} |"
         )
+    for r in cmp.get("proportioned", []):
+        lines += [
+            "",
+            "| Llama proportioned like Llama-3-8B, ZeRO-3 + both offloads | elements |",
+            "|---|---|",
+            f"| max_live = max_reuse (1e9 x layer / Llama-3-8B layer) | {r['max_live']:,} |",
+            f"| decoder layer / largest parameter (head) / model | {r['layer']:,} / {r['largest_param']:,} / "
+            f"{r['total']:,} |",
+            f"| measured, first step (trace recording) / later steps | {r['first_step']:,} / {r['later_steps']:,} |",
+            f"| predicted: max_live + largest parameter / before (max_live) | {r['predicted']:,} / "
+            f"{r['predicted_without_overshoot']:,} |",
+        ]
     lines += ["", "| rank | host RSS growth, init to after first step | predicted offloaded states | error | "
               "16-bit gather for save: RSS growth / state dict held / predicted |", "|---|---|---|---|---|"]  # fmt: skip
     for h in cmp["host"]:

@@ -238,7 +238,8 @@ def test_text_table_shows_whole_strategy_names_in_gib(run_cli):
 def test_emitted_config_keeps_the_users_optimizer_and_says_when_it_adds_a_placeholder(run_cli, tmp_path):
     """A plain-DeepSpeed run that needs optimizer offload: with the user's own config its optimizer and scheduler
     blocks are carried over as written; without one the added AdamW is called a placeholder in the output."""
-    small = ("--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "24", "--host-ram", "1024")
+    # 32 GiB: room for the ZeRO-3 working set of max_live + the 1.05B-element head (24 GiB leaves no strategy)
+    small = ("--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "32", "--host-ram", "1024")
     args = ("plan", "--model", "llama-3.1-70b", *small, "--framework", "deepspeed")
     target = tmp_path / "new.json"
     code, out, err = run_cli(*args, "--emit-ds-config", str(target))

@@ -49,3 +49,15 @@ def test_save_gather_keeps_the_whole_16_bit_model_on_rank_0_only(cmp):
     by_rank = {h["rank"]: h for h in cmp["host"]}
     assert by_rank[0]["state_dict_bytes"] == by_rank[0]["save_predicted"] > 0
     assert by_rank[1]["state_dict_bytes"] == 0
+
+
+def test_prefetch_overshoots_max_live_by_the_parameter_that_crosses_it(cmp):
+    """A Llama proportioned like Llama-3-8B (HF "auto" knobs, max_live/max_reuse scaled by the layer size):
+    after the traced first step, the prefetch loop adds whole parameters until its count passes the room
+    under max_live, and at the end of the forward pass that parameter is the 2.4-layer head."""
+    (r,) = cmp["proportioned"]
+    assert r["persistent"] == r["persistent_predicted"]
+    assert r["first_step"] == r["largest_module"]  # no trace yet: no prefetch, every module released after use
+    assert r["later_steps"] > r["max_live"] + r["layer"]  # more than max_live and a layer: the head on top
+    assert r["later_steps"] <= r["predicted"] == r["max_live"] + r["largest_param"]
+    assert r["later_steps"] >= 0.97 * r["predicted"]

@@ -851,12 +851,17 @@ def _weight_grad(b: _Builder, s: StepShape, numel: int, st: dict[str, list[int]]
     st["bucket"].append(numel)
 
 
+NORM_CHUNK = 250_000_000
+"""Elements per fp64 chunk of `_constant_buffered_norm2` (stage3.py, buffer_size=250000000)."""
+
+
 def _flush(b: _Builder, s: StepShape, st: dict[str, list[int]]) -> None:
     """ZeRO-3 `__reduce_and_partition_ipg_grads`, on the reduce stream: `reduce_scatter_coalesced` concatenates
     the bucket's gradients (padded per rank) into a new flat tensor unless the bucket is one tensor divisible
     by the world size (comm/coalesced_collectives.py); `partition_grads` with offload_optimizer copies each
-    gradient partition back to the GPU (`grad_buffer.to(device)`) and casts it to fp32 before the host copy
-    (`_offload_grad_partition_at_boundary`)."""
+    gradient partition back to the GPU (`grad_buffer.to(device)`), takes its norm in fp64 chunks
+    (`_constant_buffered_norm2`) and casts it to fp32 before the host copy (`_offload_grad_partition_at_boundary`;
+    0.15: the same norm in `partition_grads`)."""
     grads = st["bucket"]
     if s.stage != 3 or not grads:
         grads.clear()
@@ -867,6 +872,9 @@ def _flush(b: _Builder, s: StepShape, st: dict[str, list[int]]) -> None:
     if s.offload_optimizer:
         for n in dict.fromkeys(parts):  # alloc/free pairs: distinct sizes suffice (see _optimizer_step)
             b.a("gpart16", n * s.d, REDUCE_STREAM)
+            # _constant_buffered_norm2: the partition cast to get_norm_dtype() (fp64) in 250M-element chunks
+            b.a("gnorm64", min(n, NORM_CHUNK) * 8, REDUCE_STREAM)
+            b.f("gnorm64")
             b.a("gpart32", n * 4, REDUCE_STREAM)
             b.f("gpart16", "gpart32")
     b.f("rs_flat")
@@ -1173,6 +1181,8 @@ def step_shape(
             prefetch_bucket=zero.prefetch_bucket_size,
             gradient_checkpointing=t.gradient_checkpointing,
         )
+        # max_live's worth of layers kept; the parameter the prefetch loop adds on top of max_live (the head, in
+        # the planner's working-set item) is gathered here as its own tensor at the end of the forward pass
         keep = min(live // layer_numel, p.num_layers)
     components = ms.model_state_components(
         trainable=trainable,

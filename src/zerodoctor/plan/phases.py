@@ -511,6 +511,7 @@ def plan_strategy(
         )
     elif zero.stage == 3:
         persistent = _persistent_params(inputs, zero.param_persistence_threshold)
+        largest_param = _largest_param(inputs)
         live = zero3_working_set_numel(
             partitioned=p.total - persistent,
             largest_module=p.largest_module_numel,
@@ -518,6 +519,7 @@ def plan_strategy(
             max_reuse=zero.max_reuse_distance,
             prefetch_bucket=zero.prefetch_bucket_size,
             gradient_checkpointing=t.gradient_checkpointing,
+            largest_param=largest_param,
         )
         fwd_extra.append(
             Item(
@@ -526,15 +528,16 @@ def plan_strategy(
                 f"{live:,} elements x {gathered_bpp:.2f} B: max(largest module {p.largest_module_name} "
                 f"{p.largest_module_numel:,}, max_reuse_distance {zero.max_reuse_distance:,} / "
                 f"{3 if t.gradient_checkpointing else 2}, prefetch up to max_live_parameters "
-                f"{zero.max_live_parameters:,}), at most the partitioned model"
+                f"{zero.max_live_parameters:,} + the largest parameter {largest_param:,} that can cross it), "
+                "at most the partitioned model"
                 + (
                     " (H2D from the pinned host partitions: offload_param)"
                     if zero.offload_param != "none"
                     else ""
                 ),
-                "deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module (prefetch while "
-                "available < max_live), __params_to_release (keep what recurs within max_reuse_distance); "
-                "measured on the engine: benchmarks/plan_zero3_engine.py",
+                "deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module (prefetch whole "
+                "parameters while the count is under max_live - available), __params_to_release (keep what recurs "
+                "within max_reuse_distance); measured on the engine: benchmarks/plan_zero3_engine.py",
             )
         )
         if zero.offload_param == "cpu":
@@ -1068,8 +1071,9 @@ def zero3_working_set_numel(
     max_reuse: int,
     prefetch_bucket: int,
     gradient_checkpointing: bool,
+    largest_param: int = 0,
 ) -> int:
-    """Elements of ZeRO-3 parameters gathered whole on a GPU at the peak of forward/backward.
+    """Elements of ZeRO-3 parameters gathered whole (or being gathered) on a GPU at the peak of forward/backward.
 
     From DeepSpeed's PartitionedParameterCoordinator (partitioned_param_coordinator.py): a module's
     parameters are fetched whole before it runs (so never less than the largest module); after it runs they
@@ -1077,12 +1081,22 @@ def zero3_working_set_numel(
     recurs in backward (and, with gradient checkpointing, in the recomputed forward first), so at the end of
     the forward pass about R/2 elements are kept (R/3 with checkpointing: each layer appears three times in
     the rest of the trace). Prefetch keeps gathering while fewer than `max_live_parameters` elements are
-    available, in `prefetch_bucket_size` steps, so with prefetch on the set fills up to max_live. Persistent
-    parameters are not counted here. Measured on the engine (2 gloo ranks): benchmarks/plan_zero3_engine.py.
+    available, in `prefetch_bucket_size` steps -- and its loop adds whole parameters until its count reaches
+    the room left (`while numel_prefetching < max_params_to_prefetch`), so the set fills up to max_live plus
+    the parameter that crosses it, at most `largest_param` (the embedding or head of a large-vocabulary model,
+    which the prefetch window reaches at the end of the forward pass). Persistent parameters are not counted
+    here. Measured on the engine (2 gloo ranks, parameters AVAILABLE or INFLIGHT):
+    benchmarks/plan_zero3_engine.py.
     """
     reuse = max_reuse // (3 if gradient_checkpointing else 2)
-    prefetch = max_live if prefetch_bucket > 0 else 0
+    prefetch = max_live + largest_param if prefetch_bucket > 0 and max_live > 0 else 0
     return min(max(partitioned, largest_module), max(largest_module, reuse, prefetch))
+
+
+def _largest_param(inputs: PlanInputs) -> int:
+    """The largest single parameter tensor (a tied head counted once)."""
+    layers, rest = _param_sizes(inputs)
+    return max((n for n, _ in layers + rest), default=0)
 
 
 def _save(
