@@ -344,3 +344,31 @@ def test_a_pasted_size_mismatch_list_is_a_load_failure(tmp_path: Path) -> None:
 def test_the_shells_report_of_a_signal_is_the_exit_it_stands_for(text: str, code: int) -> None:
     facts = _facts([(text, {"x:launch-shell-signal"}, None)])
     assert [(e.kind, e.exit_code) for e in facts.events] == [("exit", code)]
+
+
+@pytest.mark.parametrize(
+    ("tail", "top", "code"),
+    [
+        ("died with <Signals.SIGKILL: 9>.", "host-oom-sigkill", -9),
+        ("returned non-zero exit status -9.", "host-oom-sigkill", -9),
+        ("died with <Signals.SIGSEGV: 11>.", "class:crash", -11),
+    ],
+)
+def test_a_subprocess_launchers_report_of_a_signal_is_the_childs_exit(
+    tmp_path: Path, tail: str, top: str, code: int
+) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(f"subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py']' {tail}\n")
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.kind == "exit"
+    assert d.first_failure.exit_code == code
+    assert d.findings[0].id == top, [f.id for f in d.findings]
+
+
+def test_a_build_commands_exit_status_stays_the_exception_it_is(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n"
+    )
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.kind == "exception"

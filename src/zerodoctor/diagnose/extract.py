@@ -69,6 +69,10 @@ _EXC = re.compile(
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
 )
+# subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
+# <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
+# (commands/launch.py simple_launcher) and wrapper scripts raise it for the training process
+_CALLED_PROCESS_SIGNAL = re.compile(r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|non-zero exit status -(\d{1,3})\b")
 # CUDA's own allocation failure outside the caching allocator (cudaErrorMemoryAllocation, which c10's
 # C10_CUDA_CHECK raises as `CUDA error: out of memory`, c10/cuda/CUDAException.cpp): a GPU out of memory, with no
 # numbers
@@ -744,6 +748,14 @@ class Extractor:
             kind = "cuda-oom"
         else:
             kind = "exception"
+        sig = _CALLED_PROCESS_SIGNAL.search(message) if exc_type.endswith("CalledProcessError") else None
+        if sig is not None:
+            # a launcher (accelerate launch, a wrapper script) reporting that its child was killed by a signal: the
+            # child's exit, as torchrun's `exitcode: -9` would report it
+            code = log_int(sig.group(1) or sig.group(2))
+            detail = f"{exc_type}: {message}"[:300]
+            self._event("exit", line, hit, detail, exit_code=None if code is None else -abs(code), traceback=tb)
+            return
         self._event(kind, line, hit, f"{exc_type}: {message}"[:300] if message else exc_type, traceback=tb)
 
     def _launcher(self, line: LogLine, hit: Hit, keys: frozenset[str]) -> None:
