@@ -171,6 +171,7 @@ _SHELL_SIGNALS = (
     ("segmentation fault", -11),
     ("abort", -6),
     ("floating point exception", -8),
+    ("floating-point exception", -8),  # a DataLoader worker's own report (torch/csrc/DataLoader.cpp)
     ("illegal", -4),
     ("terminated", -15),
 )
