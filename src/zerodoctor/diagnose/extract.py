@@ -598,6 +598,8 @@ class Extractor:
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
+        self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
+        self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -923,6 +925,9 @@ class Extractor:
             line, hit = self._teardown
             self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
         self._cut_traceback()
+        # (read once: phase_of looks at them for every event)
+        self._guard_lines = [m_line for kind, m_line, _seq in self.facts.markers if kind == "guard"]
+        self._gradient_sources = self._gradient_collectives()
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
         last = self.facts.last_progress
@@ -1022,8 +1027,8 @@ class Extractor:
         the run's, so it outranks what frames and markers suggest."""
         lo = (tb.start.lineno if tb is not None else ev.line.lineno) - 2
         hi = (self._tb_last(tb) if tb is not None else ev.line.lineno) + 3
-        for kind, m_line, _seq in self.facts.markers:
-            if kind != "guard" or m_line.source != ev.line.source or not lo <= m_line.lineno <= hi:
+        for m_line in self._guard_lines:
+            if m_line.source != ev.line.source or not lo <= m_line.lineno <= hi:
                 continue
             g = _GUARD.search(m_line.text)
             if g and g.group(3) in _GUARD_PHASE and (ev.rank is None or log_int(g.group(1)) == ev.rank):
@@ -1040,17 +1045,20 @@ class Extractor:
     def _collective_phase(self, ev: Event) -> str:
         """A watchdog timeout with no marker before it: a gradient-sized reduction is a backward pass
         (training_step); any other collective says nothing about the phase."""
+        return "training_step" if ev.line.source in self._gradient_sources else "unknown"
+
+    def _gradient_collectives(self) -> set[str]:
+        """The sources whose first watchdog line that names its collective names a gradient-sized reduction."""
+        decided: dict[str, bool] = {}
         for other in self.facts.events:
-            if other.kind not in ("watchdog", "nccl") or other.line.source != ev.line.source:
+            if other.kind not in ("watchdog", "nccl") or other.line.source in decided:
                 continue
             m = WATCHDOG_WORK.search(other.line.text)
             if m is None:
                 continue
             nin = log_int(m.group("nin")) if m.group("nin") else None
-            if m.group("op") in _GRADIENT_OPS and nin is not None and nin >= GRADIENT_NUMEL:
-                return "training_step"
-            return "unknown"  # the first collective named decides
-        return "unknown"
+            decided[other.line.source] = m.group("op") in _GRADIENT_OPS and nin is not None and nin >= GRADIENT_NUMEL
+        return {source for source, gradient in decided.items() if gradient}
 
     def same_exception(self, tb: Traceback) -> list[Traceback]:
         return same_exception(self.facts.tracebacks, tb)
