@@ -372,3 +372,16 @@ def test_a_build_commands_exit_status_stays_the_exception_it_is(tmp_path: Path) 
     )
     d = diagnose([str(log)])
     assert d.first_failure is not None and d.first_failure.kind == "exception"
+
+
+def test_a_known_failure_message_with_no_failure_event_takes_the_phase_the_markers_end_in(tmp_path: Path) -> None:
+    """A KB message that is no extractor event (a DataLoader worker's SIGBUS report): no progress was printed, so
+    the last marker says where the log ends."""
+    log = tmp_path / "run.log"
+    log.write_text(
+        "***** Running Evaluation *****\n  Num examples = 1000\n"
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "fw-exitcode-7-sigbus-shm"
+    assert d.phase == "evaluation"

@@ -934,6 +934,10 @@ class Extractor:
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, self._last_seq + 1, last)
+        elif self.facts.markers:  # no progress printed: the last marker says where the log ends
+            m_line, m_seq = self.facts.markers[-1][1], self.facts.markers[-1][2]
+            end = LogLine(m_line.source, m_line.lineno + 1, "", None, None, None)
+            self.facts.end_phase = self._phase_from_markers_at(end, m_seq + 1, None)
         return self.facts
 
     def _cut_traceback(self) -> None:
