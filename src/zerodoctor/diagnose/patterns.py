@@ -40,6 +40,14 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
     # `[1]    26478 killed     python train.py`
     "launch-shell-killed": r"(^|\]|[ \t|])Killed[ \t]*\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
+    # the shell's report of a job another signal ended (bash prints strsignal(); zsh `[1]  26478 segmentation fault
+    # python train.py`; Bus error is the KB's fw-exitcode-7-sigbus-shm), and a DataLoader worker's own report
+    # (torch/csrc/DataLoader.cpp SIGSEGV/SIGFPE handlers)
+    "launch-shell-signal": r"(^|\]|[ \t|])(Segmentation fault|Aborted|Floating point exception|Illegal instruction"
+    r"|Terminated)( \(core dumped\))?[ \t]*\r?$"
+    r"|\[\d+\]\s+\d+\s+(segmentation fault|abort|floating point exception|illegal hardware instruction"
+    r"|terminated)\s+\S"
+    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception) encountered in worker",
     # a user stopping the run: the terminal's echo of Ctrl-C (`^C`, often glued onto the next line) or the
     # KeyboardInterrupt it raises
     "interrupt": r"(^|\s)\^C|KeyboardInterrupt",
@@ -50,7 +58,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "nccl-watchdog": r"Watchdog caught collective operation timeout|ProcessGroupNCCL.* (timeout|Timeout|abort)"
     r"|Some NCCL operations have failed or timed out"
     # the heartbeat monitor (torch >= 2.2): the watchdog itself stuck in a NCCL/CUDA call, the process terminated
-    r"|watchdog got stuck for \d+ seconds|Terminating the process after attempting to dump debug info",
+    r"|watchdog got stuck for \d+ seconds|Terminating the process after attempting to dump debug info"
+    # the watchdog's own C++ stack (WorkNCCL::checkTimeout), for pastes that keep only the frames of the timeout
+    r"|Exception raised from checkTimeout at |ProcessGroupNCCL::WorkNCCL::checkTimeout\(",
     "nccl-peer": r"Connection (reset|closed) by (peer|remote peer)|remote process exited or there was a network error",
     # versions printed by the run
     "ver-ds-info": r"DeepSpeed info: version=",

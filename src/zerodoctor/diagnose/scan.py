@@ -69,6 +69,16 @@ FAILURE_KEYS = frozenset(
         "x:nccl-error",
         "x:nccl-watchdog",
         "x:nccl-peer",
+        # lines the extractor also makes failure events of: they get the progress context too
+        "x:launch-shell-killed",
+        "x:launch-shell-signal",
+        "x:launch-killing",
+        "x:load-copy-error",
+        "x:load-size-mismatch",
+        "x:cuda-kernel-assert",
+        "x:cpp-what",
+        "x:bare-oserror",
+        "x:config-validation",
     }
 )
 
