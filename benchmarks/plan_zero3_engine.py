@@ -125,27 +125,32 @@ def _working_set(grid: tuple[int, int, int, int, bool]) -> dict[str, Any]:
     return out
 
 
-def proportioned_knobs() -> dict[str, int]:
-    """HF "auto" values from the hidden size; max_live and max_reuse scaled from 1e9 by the layer size."""
+PROPORTIONED_VARIANTS = [(8000, 1.0), (8000, 0.5), (2000, 1.0)]
+"""(vocabulary, max_live as a fraction of the scaled 1e9) of the full run; `--quick` runs the first."""
+
+
+def proportioned_knobs(live_scale: float = 1.0) -> dict[str, int]:
+    """HF "auto" values from the hidden size; max_live and max_reuse scaled from 1e9 by the layer size (max_live
+    further by `live_scale`)."""
     h, i = PROPORTIONED["hidden_size"], PROPORTIONED["intermediate_size"]
     kv = h * PROPORTIONED["num_key_value_heads"] // PROPORTIONED["num_attention_heads"]
     layer = 2 * h * h + 2 * h * kv + 3 * h * i
     window = 10**9 * layer // LLAMA3_8B_LAYER
-    return {"max_live": window, "max_reuse": window, "prefetch": int(0.9 * h * h), "persistence": 10 * h,
-            "bucket": h * h, "layer": layer}  # fmt: skip
+    return {"max_live": int(window * live_scale), "max_reuse": window, "prefetch": int(0.9 * h * h),
+            "persistence": 10 * h, "bucket": h * h, "layer": layer}  # fmt: skip
 
 
-def _proportioned_working_set(steps: int = 3) -> dict[str, Any]:
+def _proportioned_working_set(vocab: int, live_scale: float, steps: int = 3) -> dict[str, Any]:
     import deepspeed
     import torch
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    k = proportioned_knobs()
+    k = proportioned_knobs(live_scale)
     cfg = _ds_config(k["max_live"], k["max_reuse"], k["prefetch"], k["persistence"], offload=True)
     cfg["zero_optimization"]["reduce_bucket_size"] = k["bucket"]
     with deepspeed.zero.Init(config_dict_or_path=cfg):
-        model = LlamaForCausalLM(LlamaConfig(**COMMON, **PROPORTIONED))
+        model = LlamaForCausalLM(LlamaConfig(**COMMON, **{**PROPORTIONED, "vocab_size": vocab}))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = list(model.parameters())
     held = (ZeroParamStatus.AVAILABLE, ZeroParamStatus.INFLIGHT)
@@ -165,11 +170,12 @@ def _proportioned_working_set(steps: int = 3) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(0)
     for s in range(steps):
         step[0] = s
-        ids = torch.randint(0, PROPORTIONED["vocab_size"], (1, 16), generator=gen)
+        ids = torch.randint(0, vocab, (1, 16), generator=gen)
         engine.backward(engine(input_ids=ids, labels=ids).loss)
         engine.step()
     out = {
         **k,
+        "vocab": vocab,
         "total": sum(p.ds_numel for p in params),
         "persistent": sum(p.ds_numel for p in params if p.ds_persist),
         "largest_module": max(sum(p.ds_numel for p in m.parameters(recurse=False)) for m in model.modules()),
@@ -228,7 +234,9 @@ def worker(out_dir: Path, quick: bool) -> int:
     rank = int(os.environ.get("RANK", "0"))
     res = {
         "working_set": [_working_set(g) for g in (QUICK if quick else GRID)],
-        "proportioned": _proportioned_working_set(),
+        "proportioned": [
+            _proportioned_working_set(v, scale) for v, scale in PROPORTIONED_VARIANTS[: 1 if quick else None]
+        ],
         "host": [_host(True)],
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -296,19 +304,22 @@ def compare(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                          "save_growth": h["after_gather"] - h["after_step"],
                          "save_predicted": 2 * h["total"] if rank == 0 else 0,
                          "state_dict_bytes": h["state_dict_bytes"]})  # fmt: skip
-    pr = ranks[0]["proportioned"]
-    pspec = model_from_config({**COMMON, **PROPORTIONED}, name="proportioned", source=_P("proportioned.json"))
-    ppersist = _persistent_params(PlanInputs(pspec, cluster, Training()), pr["persistence"])
-    knobs = {"partitioned": pspec.params.total - ppersist, "largest_module": pspec.params.largest_module_numel,
-             "max_live": pr["max_live"], "max_reuse": pr["max_reuse"], "prefetch_bucket": pr["prefetch"],
-             "gradient_checkpointing": True}  # fmt: skip
-    proportioned = {
-        **pr,
-        "persistent_predicted": ppersist,
-        "predicted": zero3_working_set_numel(**knobs, largest_param=pspec.params.embedding),
-        "predicted_without_overshoot": zero3_working_set_numel(**knobs),  # type: ignore[arg-type]
-    }
-    return {"working_set": rows, "host": host, "proportioned": [proportioned]}
+    proportioned = []
+    for pr in ranks[0]["proportioned"]:
+        pspec = model_from_config(
+            {**COMMON, **PROPORTIONED, "vocab_size": pr["vocab"]}, name="proportioned", source=_P("p.json")
+        )
+        ppersist = _persistent_params(PlanInputs(pspec, cluster, Training()), pr["persistence"])
+        knobs = {"partitioned": pspec.params.total - ppersist, "largest_module": pspec.params.largest_module_numel,
+                 "max_live": pr["max_live"], "max_reuse": pr["max_reuse"], "prefetch_bucket": pr["prefetch"],
+                 "gradient_checkpointing": True}  # fmt: skip
+        proportioned.append({
+            **pr,
+            "persistent_predicted": ppersist,
+            "predicted": zero3_working_set_numel(**knobs, largest_param=pspec.params.embedding),
+            "predicted_without_overshoot": zero3_working_set_numel(**knobs),  # type: ignore[arg-type]
+        })  # fmt: skip
+    return {"working_set": rows, "host": host, "proportioned": proportioned}
 
 
 def markdown(cmp: dict[str, list[dict[str, Any]]]) -> str:
@@ -323,18 +334,19 @@ def markdown(cmp: dict[str, list[dict[str, Any]]]) -> str:
             f"| {ml:,} | {mr:,} | {pf:,} | {ps:,} | {'on' if ck else 'off'} | {r['forward']:,} / {r['backward']:,} "
             f"| {r['predicted']:,} | {r['error'] * 100:+.1f} % | {r['persistent']:,} / {r['persistent_predicted']:,} |"
         )
-    for r in cmp.get("proportioned", []):
+    if cmp.get("proportioned"):
         lines += [
             "",
-            "| Llama proportioned like Llama-3-8B, ZeRO-3 + both offloads | elements |",
-            "|---|---|",
-            f"| max_live = max_reuse (1e9 x layer / Llama-3-8B layer) | {r['max_live']:,} |",
-            f"| decoder layer / largest parameter (head) / model | {r['layer']:,} / {r['largest_param']:,} / "
-            f"{r['total']:,} |",
-            f"| measured, first step (trace recording) / later steps | {r['first_step']:,} / {r['later_steps']:,} |",
-            f"| predicted: max_live + largest parameter / before (max_live) | {r['predicted']:,} / "
-            f"{r['predicted_without_overshoot']:,} |",
+            "| Llama proportioned like Llama-3-8B, ZeRO-3 + both offloads: max_live / vocabulary | decoder layer / "
+            "head / model | measured: first step / later steps | predicted: max_live + largest parameter / "
+            "max_live only |",
+            "|---|---|---|---|",
         ]
+    for r in cmp.get("proportioned", []):
+        lines.append(
+            f"| {r['max_live']:,} / {r['vocab']:,} | {r['layer']:,} / {r['largest_param']:,} / {r['total']:,} | "
+            f"{r['first_step']:,} / {r['later_steps']:,} | {r['predicted']:,} / {r['predicted_without_overshoot']:,} |"
+        )
     lines += ["", "| rank | host RSS growth, init to after first step | predicted offloaded states | error | "
               "16-bit gather for save: RSS growth / state dict held / predicted |", "|---|---|---|---|---|"]  # fmt: skip
     for h in cmp["host"]:

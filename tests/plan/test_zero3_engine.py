@@ -55,7 +55,7 @@ def test_prefetch_overshoots_max_live_by_the_parameter_that_crosses_it(cmp):
     """A Llama proportioned like Llama-3-8B (HF "auto" knobs, max_live/max_reuse scaled by the layer size):
     after the traced first step, the prefetch loop adds whole parameters until its count passes the room
     under max_live, and at the end of the forward pass that parameter is the 2.4-layer head."""
-    (r,) = cmp["proportioned"]
+    (r,) = cmp["proportioned"]  # --quick: vocabulary 8000, max_live = 1e9 scaled
     assert r["persistent"] == r["persistent_predicted"]
     assert r["first_step"] == r["largest_module"]  # no trace yet: no prefetch, every module released after use
     assert r["later_steps"] > r["max_live"] + r["layer"]  # more than max_live and a layer: the head on top
