@@ -374,7 +374,9 @@ def test_a_build_commands_exit_status_stays_the_exception_it_is(tmp_path: Path) 
     assert d.first_failure is not None and d.first_failure.kind == "exception"
 
 
-def test_a_known_failure_message_with_no_failure_event_takes_the_phase_the_markers_end_in(tmp_path: Path) -> None:
+def test_a_known_failure_message_with_no_failure_event_takes_the_phase_the_markers_end_in(
+    tmp_path: Path,
+) -> None:
     """A KB message that is no extractor event (a DataLoader worker's SIGBUS report): no progress was printed, so
     the last marker says where the log ends."""
     log = tmp_path / "run.log"
@@ -385,3 +387,35 @@ def test_a_known_failure_message_with_no_failure_event_takes_the_phase_the_marke
     d = diagnose([str(log)])
     assert d.findings[0].id == "fw-exitcode-7-sigbus-shm"
     assert d.phase == "evaluation"
+
+
+@pytest.mark.parametrize(
+    ("text", "top", "code"),
+    [
+        ("Segmentation fault (core dumped)\n", "class:crash", -11),
+        ("[1]    26478 segmentation fault  python train.py\n", "class:crash", -11),
+        ("ERROR: Unexpected segmentation fault encountered in worker.\n", "class:crash", -11),
+        ("Aborted (core dumped)\n", "class:crash", -6),
+    ],
+)
+def test_the_shells_signal_report_is_a_failure(tmp_path: Path, text: str, top: str, code: int) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("{'loss': 1.02, 'learning_rate': 1e-05, 'epoch': 0.5}\n" + text)
+    d = diagnose([str(log)])
+    assert d.first_failure is not None and d.first_failure.exit_code == code
+    assert d.findings[0].id == top, [f.id for f in d.findings]
+    assert d.phase == "training_step"
+
+
+def test_a_watchdog_paste_of_only_its_cpp_frames_is_a_collective_timeout(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+        "std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in /env/lib/python3.11/site-packages/torch/lib/"
+        "libtorch_cuda.so)\n"
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in /env/torch/lib/libtorch_cuda.so)\n"
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 (most "
+        "recent call first):\n"
+    )
+    d = diagnose([str(log)])
+    assert d.findings[0].id == "class:collective-timeout", [f.id for f in d.findings]
