@@ -144,6 +144,10 @@ def build(case: dict[str, Any]) -> tuple[PlanInputs, ZeroSettings]:
         training=_training(case),
         framework=case.get("framework"),
         zero3_init=bool(case.get("zero3_init", True)),
+        # Library versions only where the source states them (a pinned requirements file, a thread's env dump);
+        # otherwise the planner takes current releases.
+        deepspeed_version=case.get("deepspeed_version"),
+        transformers_version=case.get("transformers_version"),
     )
     return inputs, _zero(case, spec)
 

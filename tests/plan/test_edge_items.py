@@ -176,3 +176,22 @@ def test_one_rank_zero3_fetches_no_parameters_unless_they_are_offloaded():
     offload = ZeroSettings(stage=3, offload_param="cpu", offload_optimizer="cpu")
     assert _item(plan_strategy(_inputs(gpus=1), offload), "steady", name).bytes > 0
     assert _item(plan_strategy(_inputs(gpus=2), ZeroSettings(stage=3)), "steady", name).bytes > 0
+
+
+@pytest.mark.parametrize(
+    ("offload", "version", "cloned"),
+    [
+        ("none", "0.11.1", True),  # no offload: `.to(cuda).clone()` was always a GPU copy
+        ("cpu", "0.11.1", False),  # `.to("cpu").clone()`: moved to the host before the copy
+        ("cpu", "0.18.2", False),
+        ("cpu", "0.18.3", True),  # deepspeedai/DeepSpeed#7700: `.detach().clone().to(device)`
+        ("cpu", None, True),  # an unknown version is taken as a current one
+    ],
+)
+def test_zero2_master_clone_on_the_gpu_follows_the_deepspeed_version(offload, version, cloned):
+    i = replace(_inputs(), deepspeed_version=version)
+    plan = plan_strategy(i, ZeroSettings(stage=2, offload_optimizer=offload))
+    item = _item(plan, "load", "16-bit partition cloned for the fp32 master")
+    assert (item is not None) is cloned
+    if item is not None:
+        assert item.bytes == -(-i.model.params.total // 8) * 2  # the rank's 16-bit partition

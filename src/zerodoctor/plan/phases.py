@@ -28,6 +28,7 @@ from zerodoctor.models.spec import LINEAR, is_output_layer
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import ActivationEstimate, activation_bytes, loss_shift_for
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+from zerodoctor.versions import in_range, parse_version
 
 PHASES = ("load", "first_step", "steady", "save")
 PHASE_TITLES = {
@@ -281,6 +282,21 @@ class StrategyPlan:
             ],
             "activation_notes": list(self.activation_notes),
         }
+
+
+MASTER_CLONE_ON_GPU_WITH_OFFLOAD = "0.18.3"
+"""From this DeepSpeed release on, ZeRO-1/2 clones the 16-bit partition on the GPU before moving the fp32 master to
+the host (`.detach().clone().to(device=self.device, ...)`, deepspeedai/DeepSpeed#7700, first in v0.18.3); before,
+`.to(self.device).clone().float()` moved it to the host first when offloading, so no GPU copy was made."""
+
+
+def _master_cloned_on_gpu(zero: ZeroSettings, deepspeed_version: str | None) -> bool:
+    """Whether ZeRO-1/2's init clones the rank's 16-bit partition on the GPU (always without optimizer offload; with
+    it only from DeepSpeed 0.18.3; an unknown version is taken as a current one)."""
+    if zero.offload_optimizer == "none":
+        return True
+    version = parse_version(deepspeed_version)
+    return version is None or not in_range(version, fixed=MASTER_CLONE_ON_GPU_WITH_OFFLOAD)
 
 
 def _steady_host(plan: StrategyPlan) -> int:
@@ -710,7 +726,7 @@ def plan_strategy(
                 "(flatten_on_accelerator)",
             )
         )
-        if flat:
+        if flat and _master_cloned_on_gpu(zero, inputs.deepspeed_version):
             # The fp32 master partition starts as a 16-bit clone of the rank's partition made on the GPU
             # (`parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(device, fp32)`, line 560).
             part16 = -(-trainable // world) * pb
