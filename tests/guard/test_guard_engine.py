@@ -209,6 +209,7 @@ def test_real_hang_is_diagnosed_as_stuck_with_the_rank_that_never_arrived(tmp_pa
     import time
 
     from zerodoctor.cli.main import main
+    from zerodoctor.engine.launch import kill_leftovers, launched_processes
 
     from .conftest import HANG_JOB, torchrun_cmd
 
@@ -228,11 +229,14 @@ def test_real_hang_is_diagnosed_as_stuck_with_the_rank_that_never_arrived(tmp_pa
             time.sleep(0.5)
         time.sleep(1.0)  # the dump is complete and nothing follows it
     finally:
+        ranks = launched_processes(proc.pid)  # torchrun runs each rank in a session of its own
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        kill_leftovers(ranks)
     assert main(["diagnose", str(out), "--format", "json"]) == 1
     (hang,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "guard.hang"]
     assert hang["severity"] == "error" and hang["data"]["ranks_stuck"] == [0, 1]
     assert hang["title"] == "rank(s) [0] wait in barrier for rank(s) [1]"
     assert "rank 1 never arrived: it was in stuck_elsewhere (hang_job.py:" in hang["message"]
     assert "the run was stuck there" in hang["message"]
+    assert not any(p.is_running() and p.status() != "zombie" for p in ranks), "ranks left running after the launch"

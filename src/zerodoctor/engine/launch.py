@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,9 +45,14 @@ def run_tiny_job(
     cmd = torchrun_command(["-m", "zerodoctor.engine.tiny_job", str(cfg), str(out), "--steps", str(steps)], nproc)
     if client_optimizer:
         cmd.append("--client-optimizer")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=work)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        end_launch(proc)  # never leave its ranks behind (subprocess.run would kill torchrun alone)
+        raise
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))] if out.exists() else []
-    return JobResult(proc.returncode, ranks, proc.stdout + proc.stderr)
+    return JobResult(proc.returncode, ranks, stdout + stderr)
 
 
 def torchrun_command(args: list[str], nproc: int = 2) -> list[str]:
@@ -71,3 +77,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def launched_processes(pid: int) -> list[Any]:
+    """Every process under `pid` now (psutil.Process objects). Read it before ending a launcher: torchrun starts
+    each rank in a session of its own (torch/distributed/elastic/multiprocessing/subprocess_handler/
+    subprocess_handler.py: `start_new_session=True`), so its ranks are neither in its process group nor its
+    children any more once it is gone."""
+    import psutil  # type: ignore[import-untyped]
+
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def kill_leftovers(processes: list[Any], wait_s: float = 5.0) -> None:
+    """SIGKILL whichever of `processes` still run (a rank stuck in a collective ignores nothing else reliably)."""
+    import psutil
+
+    alive = []
+    for p in processes:
+        try:
+            p.send_signal(signal.SIGKILL)
+            alive.append(p)
+        except psutil.Error:  # already gone (or its pid reused by a process we may not signal)
+            continue
+    psutil.wait_procs(alive, timeout=wait_s)
+
+
+def end_launch(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
+    """End a launcher started with `start_new_session=True` and every rank under it: SIGTERM first (torchrun then
+    ends its ranks and writes its failure summary), SIGKILL after `grace_s`, then any rank it left behind."""
+    processes = launched_processes(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    kill_leftovers(processes)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerodoctor.engine.launch import torchrun_command
+from zerodoctor.engine.launch import end_launch, torchrun_command
 from zerodoctor.errors import UsageError
 from zerodoctor.selftest.result import SelftestResult
 from zerodoctor.selftest.shrink import TINY_VOCAB
@@ -203,18 +203,6 @@ def stale_build_locks(older_than: float) -> list[tuple[Path, float]]:
     return found
 
 
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """End torchrun and every rank it started (they share the session we gave it)."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def launch(
@@ -293,11 +281,11 @@ def launch(
                     }
                 if watchdog is not None:
                     _ask_for_stacks(logs, out)
-                    _end_group(proc)
+                    end_launch(proc)
                     break
         finally:
             if proc.poll() is None:
-                _end_group(proc)
+                end_launch(proc)
     wall = round(time.time() - t0, 2)
     if watchdog is not None and watchdog.get("phase") in ("distributed-init", "engine-init"):
         watchdog["stale_locks"] = [(str(p), m) for p, m in stale_build_locks(t0)]
