@@ -26,11 +26,11 @@ while True:
 """
 
 
-def test_end_launch_ends_ranks_that_run_in_sessions_of_their_own(tmp_path: Path) -> None:
+def _start_launcher(tmp_path: Path, *, own_session: bool) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER)
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=own_session
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
     deadline = time.monotonic() + 10
@@ -39,7 +39,22 @@ def test_end_launch_ends_ranks_that_run_in_sessions_of_their_own(tmp_path: Path)
         ranks = psutil.Process(proc.pid).children(recursive=True)
         time.sleep(0.05)
     assert len(ranks) == 2
+    return proc, ranks
+
+
+def test_end_launch_ends_ranks_that_run_in_sessions_of_their_own(tmp_path: Path) -> None:
+    proc, ranks = _start_launcher(tmp_path, own_session=True)
     assert all(os.getsid(r.pid) == r.pid != os.getsid(proc.pid) for r in ranks)  # outside the launcher's group
+
+    end_launch(proc, grace_s=0.5)
+
+    assert proc.poll() is not None
+    assert not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_end_launch_ends_a_launcher_that_leads_no_process_group(tmp_path: Path) -> None:
+    """`run_tiny_job` starts torchrun in the caller's group: the launcher itself is signalled, then its ranks."""
+    proc, ranks = _start_launcher(tmp_path, own_session=False)
 
     end_launch(proc, grace_s=0.5)
 

@@ -107,13 +107,16 @@ def kill_leftovers(processes: list[Any], wait_s: float = 5.0) -> None:
 
 
 def end_launch(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
-    """End a launcher started with `start_new_session=True` and every rank under it: SIGTERM first (torchrun then
-    ends its ranks and writes its failure summary), SIGKILL after `grace_s`, then any rank it left behind."""
+    """End a launcher and every rank under it: SIGTERM first (torchrun then ends its ranks and writes its failure
+    summary), SIGKILL after `grace_s`, then any rank it left behind. The launcher's process group is signalled when
+    it leads one (started with `start_new_session=True`), else the launcher alone."""
     processes = launched_processes(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:  # no group of its own (or already gone: then send_signal does nothing)
+            proc.send_signal(sig)
+        except PermissionError:
             break
         try:
             proc.wait(timeout=grace_s)
