@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.diagnose import diagnose
-from zerodoctor.diagnose.reader import MAX_LINE_BYTES, log_float, log_int, parse_line, read_lines
+from zerodoctor.diagnose.reader import log_float, log_int, parse_line, read_lines
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
+from zerodoctor.diagnose.source import MAX_LINE_BYTES
 
 
 def _wrap(text: str, width: int, pad: bool) -> str:

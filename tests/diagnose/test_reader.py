@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnose.reader import iter_chunks, open_source, parse_line, read_lines, split_prefixes
+from zerodoctor.diagnose.reader import parse_line, read_lines, split_prefixes
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
+from zerodoctor.diagnose.source import iter_chunks, open_source
 from zerodoctor.errors import DiagnoseError
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from zerodoctor.cli.main import main
 from zerodoctor.diagnose import scan
-from zerodoctor.diagnose.reader import open_source
 from zerodoctor.diagnose.scan import Hit, ScanState, ScanStats, engine, scan_source
+from zerodoctor.diagnose.source import open_source
 
 CORPUS = Path(__file__).parent / "corpus"
 

@@ -14,7 +14,7 @@ import re
 import stat
 from pathlib import Path
 
-from zerodoctor.diagnose.reader import Source
+from zerodoctor.diagnose.source import Source
 
 MAX_GUARD_FILE_BYTES = 4 << 20
 _NAME = re.compile(r"^error-rank(\d+)(?:-[\w.-]+)?\.json$")

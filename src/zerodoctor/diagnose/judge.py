@@ -24,8 +24,9 @@ from typing import Any
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.classes import FailureClass, classify
 from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
-from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine
+from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
+from zerodoctor.diagnose.source import CHUNK_BYTES
 from zerodoctor.facts import Tri
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.kb.loader import load_entries

@@ -19,7 +19,7 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from zerodoctor.diagnose.reader import Source
+from zerodoctor.diagnose.source import Source
 from zerodoctor.errors import DiagnoseError
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 

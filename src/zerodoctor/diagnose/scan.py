@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
-from zerodoctor.diagnose.reader import CHUNK_BYTES, LogLine, Source, iter_pieces, open_source, parse_line
+from zerodoctor.diagnose.reader import LogLine, parse_line
 from zerodoctor.diagnose.rundir import error_file_source
+from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_pieces, open_source
 from zerodoctor.errors import UsageError
 from zerodoctor.kb import cache
 from zerodoctor.kb.loader import load_entries

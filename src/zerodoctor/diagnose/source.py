@@ -1,0 +1,254 @@
+"""Open training logs as bytes in bounded memory: plain files, `.gz` files, named pipes or stdin, handed on as
+newline-aligned chunks (`iter_pieces`).
+
+Bad input is a `DiagnoseError` naming the file and what to do: a path that cannot be opened, an empty file,
+a binary file (NUL bytes in the first block), a device or socket. A truncated or corrupt `.gz` is read up to its
+last good byte and the stop is noted on the `Source`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from zerodoctor.errors import DiagnoseError
+
+CHUNK_BYTES = 8 << 20
+# A "line" longer than this (a minified dump, a binary blob) is cut, so memory stays bounded.
+MAX_LINE_BYTES = 1 << 20
+_SNIFF_BYTES = 8192
+
+
+@dataclass
+class Source:
+    """An opened log: its display name and a binary stream positioned at the start."""
+
+    name: str
+    stream: BinaryIO
+    notes: list[str] = field(default_factory=list)
+    offset: int = 0  # bytes of text handed on so far (for "stopped reading after N bytes")
+
+    def close(self) -> None:
+        if self.stream is not sys.stdin.buffer:
+            self.stream.close()
+
+
+def open_source(path: str) -> Source:
+    """Open `path` ('-' = stdin; gzip detected by its magic bytes) and check the first block."""
+    if path == "-":
+        stream: BinaryIO = sys.stdin.buffer
+        name = "<stdin>"
+        head = _peek(stream, name)
+        if head[:2] == b"\x1f\x8b":
+            stream = _Gunzip(_Prepend(head, stream))  # type: ignore[arg-type,assignment]
+            head = _peek(stream, name)
+    else:
+        p = Path(path)
+        name = path
+        try:
+            is_dir = p.is_dir()
+        except (OSError, ValueError):  # a name too long for the file system: reported by the open below
+            is_dir = False
+        if is_dir:
+            raise DiagnoseError(
+                f"{path}: is a directory", hint="give the log files themselves, e.g. DIR/*.log"
+            )
+        try:
+            raw = _open_log(path)
+            magic = raw.read(2)
+        except FileNotFoundError:
+            raise DiagnoseError(f"{path}: no such file", hint="check the path") from None
+        except OSError as exc:
+            raise DiagnoseError(
+                f"{path}: cannot open: {exc.strerror or exc}", hint="check the permissions"
+            ) from None
+        # no seek: a named pipe or a process substitution (/dev/fd/63) cannot seek
+        joined = _Prepend(magic, raw)
+        stream = _Gunzip(joined) if magic == b"\x1f\x8b" else joined  # type: ignore[assignment,arg-type]
+        head = _peek(stream, name)
+    if not head:
+        raise DiagnoseError(f"{name}: the log is empty", hint="give the file the job's stdout/stderr went to")
+    if b"\x00" in head[:_SNIFF_BYTES]:
+        raise DiagnoseError(
+            f"{name}: this is a binary file, not a text log (NUL bytes in the first {_SNIFF_BYTES} bytes)",
+            hint="give the text log; for a core dump or a checkpoint, diagnose the job's stdout/stderr",
+        )
+    src = Source(name, _Prepend(head, stream))  # type: ignore[arg-type]
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a multi-byte character cut by the block end
+            src.notes.append(
+                f"{name}: not valid UTF-8 (first bad byte at offset {exc.start}); "
+                "undecodable bytes are shown as U+FFFD"
+            )
+    return src
+
+
+def _open_log(path: str) -> BinaryIO:
+    """Open a log for reading: a regular file, or a named pipe / process substitution (streamed). A pipe with
+    no writer is opened without blocking and then reads as empty (no hang); devices and sockets are refused."""
+    st = os.stat(path)
+    if stat.S_ISFIFO(st.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        raise DiagnoseError(
+            f"{path}: is a device or socket, not a log file",
+            hint="give the file the job's output went to, or pipe it in with -",
+        )
+    return open(path, "rb")  # noqa: SIM115 - closed by Source.close
+
+
+def _peek(stream: BinaryIO, name: str) -> bytes:
+    try:
+        return stream.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DiagnoseError(
+            f"{name}: cannot read: {exc}", hint="is it a complete, uncorrupted file?"
+        ) from None
+
+
+class _Gunzip:
+    """A streaming gzip reader that hands on every byte it could decompress before it raises.
+
+    `gzip.GzipFile.read(n)` raises on a truncated member and the bytes it decompressed in that call are lost
+    (up to a whole 8 MB chunk). Here the compressed input is fed to zlib in 256 KB pieces, decompressed output
+    is returned as it comes, and the error (truncated, corrupt) is raised only on the read after the last good
+    byte. Concatenated members (`cat a.gz b.gz`) are read one after another."""
+
+    _IN = 256 << 10
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buf = bytearray()
+        self._error: Exception | None = None
+        self._done = False
+
+    def _fill(self, n: int) -> None:
+        while len(self._buf) < n and not self._done and self._error is None:
+            data = self._d.unconsumed_tail or self._raw.read(self._IN)
+            if not data:
+                if not self._d.eof:
+                    self._error = EOFError(
+                        "compressed file ended before the end-of-stream marker was reached"
+                    )
+                self._done = True
+                break
+            try:
+                self._buf += self._d.decompress(data, max(n - len(self._buf), 1 << 16))
+            except zlib.error as exc:
+                self._error = exc
+                break
+            if self._d.eof:
+                rest = self._d.unused_data
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if rest.lstrip(b"\x00"):  # another member follows (trailing zero padding is not one)
+                    try:
+                        self._buf += self._d.decompress(rest, 1 << 16)
+                    except zlib.error as exc:
+                        self._error = exc
+                        break
+                else:
+                    more = self._raw.read(self._IN)
+                    if not more.lstrip(b"\x00"):
+                        self._done = True
+                        break
+                    try:
+                        self._buf += self._d.decompress(more, 1 << 16)
+                    except zlib.error as exc:
+                        self._error = exc
+                        break
+
+    def read(self, n: int = -1) -> bytes:
+        want = n if n >= 0 else 1 << 62
+        self._fill(want)
+        if not self._buf and self._error is not None:
+            err, self._error = self._error, None
+            self._done = True
+            raise err
+        out = bytes(self._buf[:want])
+        del self._buf[:want]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _Prepend:
+    """A read-only stream that first returns `head`, then the rest of `stream`."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            if n < 0:
+                return head + self._stream.read()
+            if len(head) >= n:
+                self._head = head[n:]
+                return head[:n]
+            return head + self._stream.read(n - len(head))
+        return self._stream.read(n)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def iter_pieces(src: Source, size: int = CHUNK_BYTES) -> Iterator[tuple[bytes, bool]]:
+    """Newline-aligned chunks of about `size` bytes, each with `continues`: True when the chunk ends inside a
+    line that the next chunk continues (same line number).
+
+    Memory stays bounded and nothing is skipped: a line longer than MAX_LINE_BYTES (a stream of tqdm `\\r`
+    updates with no newline, a dump) is cut at its last `\\r` before that length (so progress segments stay
+    whole), else at that length, and handed on in pieces. The last chunk may end without a newline (a
+    truncated log): it is complete, `continues` False."""
+    carry = b""
+    while True:
+        try:
+            block = src.stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            # A truncated or corrupt .gz: diagnose what was readable, say where it stopped.
+            src.notes.append(
+                f"{src.name}: stopped reading after {src.offset + len(carry):,} bytes of text: {exc} (the file "
+                "looks truncated or corrupt); every line before that point was read"
+            )
+            block = b""
+        if not block:
+            if carry:
+                src.offset += len(carry)
+                yield carry, False
+            return
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) > MAX_LINE_BYTES:
+                cr = data.rfind(b"\r", 0, MAX_LINE_BYTES)
+                at = cr + 1 if cr > 0 else MAX_LINE_BYTES
+                src.offset += at
+                yield data[:at], True
+                carry = data[at:]
+            else:
+                carry = data
+            continue
+        carry = data[cut + 1 :]
+        src.offset += cut + 1
+        yield data[: cut + 1] if carry else data, False
+
+
+def iter_chunks(src: Source, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The chunks of `iter_pieces` without the continuation flag."""
+    for chunk, _continues in iter_pieces(src, size):
+        yield chunk
