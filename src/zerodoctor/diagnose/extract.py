@@ -76,23 +76,78 @@ _CALLED_PROCESS_SIGNAL = re.compile(r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|
 # CUDA's own allocation failure outside the caching allocator (cudaErrorMemoryAllocation, which c10's
 # C10_CUDA_CHECK raises as `CUDA error: out of memory`, c10/cuda/CUDAException.cpp): a GPU out of memory, with no
 # numbers
-_CUDA_ERROR_OOM = "CUDA error: out of memory"
+# A device's memory ran out, on every accelerator and framework users run, in each one's own words (patterns.py
+# "oom-cuda" scans for the same forms; tests/diagnose/test_device_oom.py holds one line of each):
+#  - torch's caching allocators raise torch.OutOfMemoryError with `<DEV> out of memory. Tried to allocate ...`:
+#    CUDA and ROCm's hipified copy (c10/cuda/CUDACachingAllocator.cpp, `HIP out of memory` under ROCm), XPU
+#    (c10/xpu/XPUCachingAllocator.cpp), Ascend (torch_npu/csrc/core/npu/NPUCachingAllocator.cpp, `NPU out of
+#    memory`); MPS prints `MPS backend out of memory (MPS allocated: ...)` (aten/src/ATen/mps/MPSAllocator.mm)
+#  - CUDA's own error string for cudaErrorMemoryAllocation / hipErrorOutOfMemory / CUDA_ERROR_OUT_OF_MEMORY, as
+#    C10_CUDA_CHECK (`CUDA error: out of memory`, c10/cuda/CUDAException.cpp), the driver-API check
+#    (`CUDA driver error: out of memory`), NCCL's CUDACHECK (`Cuda failure 'out of memory'`, src/include/checks.h)
+#    and PaddlePaddle's legacy glog check (`Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of
+#    memory`, paddle/cuda/src/hl_cuda_device.cc) print it
+#  - cuBLAS/cuDNN handles that could not allocate their workspace (`CUBLAS_STATUS_ALLOC_FAILED when calling
+#    cublasCreate(handle)`, aten/src/ATen/cuda/CublasHandlePool.cpp; CUDNN_STATUS_ALLOC_FAILED)
+#  - PaddlePaddle 2.x's allocator (`ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate
+#    27.000000MB memory on GPU 0, 10.906372GB memory has been allocated and available memory is only 4.062500MB`,
+#    paddle/fluid/memory/allocation/cuda_allocator.cc)
+#  - JAX/XLA (`RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes`, xla/tsl BFC allocator;
+#    `RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB`), TensorFlow (`OOM when allocating tensor`)
+#  - DeepSpeed's inference kernels' workspace (`Workspace can't be allocated, no enough memory.`,
+#    deepspeed/ops/csrc/transformer/inference/includes/inference_context.h:139 and :156 at 0.19.8)
+# Not one: Triton's `OutOfResources: out of resource: shared memory` (a kernel's block size exceeds the SM's
+# shared memory, triton/runtime/errors.py): no allocation failed, the kernel's configuration does not fit.
+DEVICE_OOM = re.compile(
+    r"(?:CUDA|HIP|NPU|XPU) out of memory|MPS backend out of memory|(?:CUDA|HIP|CUDA driver) error: out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|Cuda failure (?:\d{1,3} )?'out of memory'"
+    r"|[Cc]uda [Ee]rror: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY"
+    r"|Out of memory error on GPU \d|RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)"
+    r"|OOM when allocating tensor|Workspace can't be allocated, no?t? enough memory"
+)
+
+
+def device_oom(exc_type: str, message: str) -> bool:
+    """Whether an exception (type and message) is a device running out of memory (not Ray's host-memory kill)."""
+    if exc_type.startswith("ray.") or "running low on memory" in message:
+        return False
+    return "OutOfMemoryError" in exc_type or DEVICE_OOM.search(message) is not None
+
+
 # bounded, and not starting inside a longer number: a 5,000-digit size is no size (and `[\d.]+` on it is
-# quadratic in re.search)
-_SIZE = r"(?<![\d.])([\d.]{1,24}) (GiB|MiB|KiB|bytes|B)"
-_UNITS = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3, "B": 1 / 1024**3}
+# quadratic in re.search). PaddlePaddle (string::HumanReadableSize: `27.000000MB`, `39.250000kB`) and XLA
+# (`1.00GiB`) print no space before the unit; their units are binary too.
+_SIZE = r"(?<![\d.])([\d.]{1,24}) ?(GiB|MiB|KiB|GB|MB|kB|TB|bytes|B)\b"
+_UNITS = {
+    "GiB": 1.0,
+    "MiB": 1 / 1024,
+    "KiB": 1 / 1024**2,
+    "GB": 1.0,
+    "MB": 1 / 1024,
+    "kB": 1 / 1024**2,
+    "TB": 1024.0,
+    "bytes": 1 / 1024**3,
+    "B": 1 / 1024**3,
+}
 _OOM_FIELDS = {
-    "tried": re.compile(r"Tried to allocate " + _SIZE),
+    # torch's allocators; PaddlePaddle's `Cannot allocate X memory on GPU N`; XLA's BFC allocator
+    "tried": re.compile(
+        r"Tried to allocate " + _SIZE + r"|Cannot allocate " + _SIZE + r" memory on"
+        r"|Out of memory while trying to allocate " + _SIZE + r"|Failed to allocate request for " + _SIZE
+    ),
     "total": re.compile(r"total capacity of " + _SIZE + r"|" + _SIZE + r" total capacity"),
-    "free": re.compile(r"of which " + _SIZE + r" is free|; " + _SIZE + r" free"),
+    "free": re.compile(
+        r"of which " + _SIZE + r" is free|; " + _SIZE + r" free|available memory is only " + _SIZE
+    ),
     "in_use": re.compile(r"this process has " + _SIZE + r" memory in use"),
     "allocated": re.compile(
-        r"memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated"
+        r"memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated|, " + _SIZE
+        + r" memory has been allocated"
     ),
     "reserved_unallocated": re.compile(_SIZE + r" is reserved by PyTorch but unallocated"),
     "reserved_total": re.compile(_SIZE + r" reserved in total by PyTorch"),
 }
-_GPU = re.compile(r"GPU (\d+)")
+_GPU = re.compile(r"(?:GPU|NPU|XPU) (\d+)")
 _VALIDATION = re.compile(r"\d{1,6} validation errors? for [A-Za-z_]\w{0,80}")
 _DS_RC = re.compile(r"exits with return code = (-?\d+)")
 _LOCAL_RANK_ARG = re.compile(r"--local_rank=(\d+)")
@@ -654,7 +709,7 @@ class Extractor:
             # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
             if w and c is not None and 0 <= line.lineno - c[1] <= 1:
                 what = w.group(1).strip()
-                kind = "cuda-oom" if _CUDA_ERROR_OOM in what else "exception"
+                kind = "cuda-oom" if DEVICE_OOM.search(what) else "exception"
                 self._event(kind, line, hit, f"{c[0]}: {what}"[:300])
         if "x:bare-oserror" in keys and not _EXC.match(line.text):
             b = _BARE_OSERROR.match(line.text)
@@ -676,18 +731,22 @@ class Extractor:
             if not any(e.line.source == line.source and e.kind == "exception" for e in self.facts.events):
                 what = "RuntimeError: Error(s) in loading state_dict: " + clip(line.text.strip(), 260)
                 self._event("exception", line, hit, what)
+        device_oom_line = False
         if "x:oom-cuda" in keys:
             oom = parse_oom(line)
             if oom is not None and len(self.facts.ooms) < MAX_EVENTS:
                 self.facts.ooms.append(oom)
-                if not _EXC.match(line.text):  # an OOM printed without "...Error:" (logged, not raised)
-                    self._event("cuda-oom", line, hit, clip(line.text, 300))
+            # an OOM printed without "...Error:" (logged, not raised; a glog FATAL line; NCCL's WARN; the message
+            # line under `ResourceExhaustedError:`): with its numbers, or in words only a failed allocation prints
+            device_oom_line = not _EXC.match(line.text) and (oom is not None or DEVICE_OOM.search(line.text) is not None)
+            if device_oom_line:
+                self._event("cuda-oom", line, hit, clip(line.text.strip(), 300))
         if "x:oom-host" in keys:
             self._event("host-oom", line, hit, clip(line.text, 300))
         self._launcher(line, hit, keys)
         if "x:nccl-watchdog" in keys:
             self._event("watchdog", line, hit, clip(line.text, 300))
-        elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text):
+        elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text) and not device_oom_line:
             self._event("nccl", line, hit, clip(line.text, 300))
         if any(k.startswith("x:ver-") for k in keys):
             self._version(line)
@@ -747,7 +806,7 @@ class Extractor:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
         if exc_type.startswith("ray.") and "OutOfMemoryError" in exc_type or "running low on memory" in message:
             kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
-        elif "OutOfMemoryError" in exc_type or "CUDA out of memory" in message or _CUDA_ERROR_OOM in message:
+        elif device_oom(exc_type, message):
             kind = "cuda-oom"
         else:
             kind = "exception"
@@ -925,6 +984,7 @@ class Extractor:
             line, hit = self._teardown
             self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
         self._cut_traceback()
+        self._oom_messages()
         # (read once: phase_of looks at them for every event)
         self._guard_lines = [m_line for kind, m_line, _seq in self.facts.markers if kind == "guard"]
         self._gradient_sources = self._gradient_collectives()
@@ -939,6 +999,29 @@ class Extractor:
             end = LogLine(m_line.source, m_line.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, m_seq + 1, None)
         return self.facts
+
+    def _oom_messages(self) -> None:
+        """An exception line whose message continues on the next lines with a device OOM: PaddlePaddle's
+        `ResourceExhaustedError: ` then `Out of memory error on GPU 0. Cannot allocate ...`, torch's
+        `DistBackendError: NCCL error ... ncclUnhandledCudaError: Call to CUDA function failed.` then `Last error:`
+        / `Cuda failure 'out of memory'`: that exception is the device running out of memory."""
+        excs = {
+            (e.line.source, e.rank, e.line.lineno): e for e in self.facts.events if e.kind == "exception"
+        }
+        if not excs:
+            return
+        for ev in self.facts.events:
+            if ev.kind != "cuda-oom" or ev.traceback is not None:
+                continue
+            at = ev.line.lineno
+            while True:  # the exception lines that chain above it (`DistBackendError` over `ncclUnhandledCudaError`)
+                exc = next(
+                    (e for b in range(1, 5) if (e := excs.pop((ev.line.source, ev.rank, at - b), None)) is not None),
+                    None,
+                )
+                if exc is None:
+                    break
+                exc.kind, at = "cuda-oom", exc.line.lineno
 
     def _cut_traceback(self) -> None:
         """A paste that ends inside a traceback (its exception line cut off) with nothing else failing: the run

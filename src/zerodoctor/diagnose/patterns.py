@@ -25,8 +25,14 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
-    # CUDA and host OOM
-    "oom-cuda": r"CUDA out of memory|OutOfMemoryError",
+    # a device out of memory, in the words of each accelerator's allocator or runtime (extract.DEVICE_OOM lists
+    # their sources; Triton's OutOfResources is no allocation failure and is not here), and host OOM
+    "oom-cuda": r"CUDA out of memory|OutOfMemoryError|(HIP|NPU|XPU) out of memory|MPS backend out of memory"
+    r"|(CUDA|HIP|CUDA driver) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    r"|Cuda failure (\d{1,3} )?'out of memory'|[Cc]uda [Ee]rror: out of memory|cudaErrorMemoryAllocation"
+    r"|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY|Out of memory error on GPU \d"
+    r"|RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|OOM when allocating tensor"
+    r"|Workspace can't be allocated, no?t? enough memory",
     "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory",
     # launcher outcomes
     "launch-ds-rc": r"exits with return code = -?\d+",
