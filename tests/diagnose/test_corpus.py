@@ -1,7 +1,9 @@
 """The diagnose corpus: realistic multi-rank logs, each with the diagnosis `zerodoctor diagnose` must produce.
 
-`corpus/expected*.yaml` list every log with its expected top finding (null = healthy or nothing known), the ids
-that must also be candidates, the look-alike ids that must not appear, the first failing rank and the phase.
+`corpus/expected*.yaml` list every log with its expected top finding (null = healthy or nothing known), the
+ids that must also be candidates, the look-alike ids that must not appear, the first failing rank and the
+phase, with where that phase label comes from (`phase_evidence: log` when a pasted line shows it, quoted in
+`why`; `thread` when only the thread's prose says it).
 The coverage tests (every knowledge-base entry has a log, enough logs, enough healthy logs) run even before the
 diagnose command exists; the per-log tests need it.
 """
@@ -98,7 +100,21 @@ def test_expected_yaml_is_well_formed():
         # where the phase label comes from: the pasted lines themselves, or only the thread's prose
         assert case.get("phase_evidence") in (None, "log", "thread"), case["log"]
         assert case.get("phase_evidence") is None or case.get("phase") is not None, case["log"]
-        assert not case.get("known_miss") or case.get("split") == "tune", f"{case['log']}: known_miss is for tune"
+        if case.get("phase") is not None:
+            assert case.get("phase_evidence") in ("log", "thread"), (
+                f"{case['log']}: a phase label needs phase_evidence: log (a pasted line shows it) or thread"
+            )
+        if case.get("phase_evidence") == "log":
+            # the line (or frame) that shows the phase is quoted in why, so that a reader can point at it
+            assert '"' in case["why"], f"{case['log']}: phase_evidence log without the quoted line in why"
+        if case.get("phase") is not None and not case.get("split"):
+            # the project's own logs assert their phase exactly (test_corpus_log), so their lines must show it
+            assert case.get("phase_evidence") == "log", (
+                f"{case['log']}: an asserted phase must be shown by the log"
+            )
+        assert not case.get("known_miss") or case.get("split") == "tune", (
+            f"{case['log']}: known_miss is for tune"
+        )
         rank = case.get("first_failure_rank")
         assert rank is None or (isinstance(rank, int) and rank >= 0), case["log"]
         if case.get("env"):
@@ -152,8 +168,8 @@ def test_corpus_log(case, capsys):
         first = findings[0].get("data", {}).get("first_failure") or {}
         assert first.get("rank") == case["first_failure_rank"], f"{case['log']}: first failure {first}"
     if case.get("phase") is not None and not case.get("split"):
-        # thread logs: the phase the thread names is measured as a rate (benchmarks/diagnose_accuracy.py);
-        # some of them have no marker of it in the pasted lines
+        # thread logs: the phase is measured as a rate (benchmarks/diagnose_accuracy.py), over all labels
+        # and apart where the pasted lines show the phase (phase_evidence: log) or only the thread does
         assert findings[0].get("data", {}).get("phase") == case["phase"], (
             f"{case['log']}: {findings[0].get('data')}"
         )
