@@ -92,7 +92,9 @@ def test_every_truth_set_file_is_read_and_batches_filter():
     assert len({c["id"] for c in everything}) == len(everything)  # ids unique across batches
     batch1, batch2 = pp.load_all_cases(1), pp.load_all_cases(2)
     assert [c["id"] for c in batch1] == [c["id"] for c in pp.load_cases()]
-    assert len(batch1) + len(batch2) == len(everything)
+    batches = {c.get("batch", 1) for c in everything}
+    assert batches == set(range(1, max(batches) + 1))  # no gap, every later file marks its batch
+    assert sum(len(pp.load_all_cases(b)) for b in batches) == len(everything)
     assert batch2 and all(c["batch"] == 2 for c in batch2)
 
 
@@ -132,4 +134,55 @@ def test_batch2_cases_build_plan_inputs():
     for c in pp.load_cases(BATCH2):
         inputs, zero = pp.build(c)
         assert inputs.cluster.gpus_per_node == c["cluster"]["gpus_per_node"], c["id"]
+        assert zero.stage in (0, 1, 2, 3), c["id"]
+
+
+BATCH3 = BENCH / "plan_published_batch3.yaml"
+KINDS = ("gpu_peak", "gpu_oom", "host_oom", "fits")
+
+
+def test_batch3_schema_sources_units_and_hash_split():
+    """Batch 3 (published GPU peaks near capacity, OOMs with numbers, host RAM) is read with the others, is new, and was
+    split by the SHA-1 of each id before any prediction."""
+    cases = pp.load_cases(BATCH3)
+    assert len(cases) >= 10
+    assert BATCH3 in pp.data_files()
+    earlier = {c["id"] for c in pp.load_all_cases() if c.get("batch", 1) != 3}
+    assert [c["id"] for c in pp.load_all_cases(3)] == [c["id"] for c in cases]
+    for c in cases:
+        assert c["batch"] == 3, c["id"]
+        assert c["id"] not in earlier, c["id"]
+        assert c["source"].startswith("https://"), c["id"]
+        assert c["unit"] and c["config"], c["id"]
+        assert c["kind"] in KINDS, c["id"]
+        assert (c["measured"] is not None) == (c["kind"] == "gpu_peak"), c["id"]
+        assert c["split"] == _hash_split(c["id"]), c["id"]
+        assert bool(c.get("zero") and c.get("fsdp")) is False, c["id"]  # one strategy per case
+        if c.get("host_measured") is not None:
+            assert c["host_unit"], c["id"]
+            assert c.get("host_phase", "steady") in ("steady", "train", "load", "peak"), c["id"]
+        if c["kind"] == "host_oom":
+            assert c["cluster"]["host_gib"], c["id"]
+    heldout = [c for c in cases if c["split"] == "heldout"]
+    assert len(cases) // 5 <= len(heldout) <= len(cases) // 2  # the hash puts about a third aside
+
+
+def test_batch3_models_resolve_offline_from_the_bundled_catalog(tmp_path, monkeypatch):
+    """`zerodoctor plan --model <id>` resolves each batch-3 model with an empty Hugging Face cache and no network."""
+    from zerodoctor.models import resolve_model
+
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.setenv(var, str(tmp_path / "empty-hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for c in pp.load_cases(BATCH3):
+        assert resolve_model(c["model"]).params.total > 0, c["id"]
+
+
+def test_batch3_cases_build_plan_inputs():
+    """Every batch-3 case turns into planner inputs (without running the planner: the held-out part stays blind)."""
+    for c in pp.load_cases(BATCH3):
+        inputs, zero = pp.build(c)
+        assert inputs.cluster.gpus_per_node == c["cluster"]["gpus_per_node"], c["id"]
+        assert inputs.cluster.nodes == c["cluster"]["nodes"], c["id"]
+        assert (zero.fsdp is not None) == bool(c.get("fsdp")), c["id"]
         assert zero.stage in (0, 1, 2, 3), c["id"]
