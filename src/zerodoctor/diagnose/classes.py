@@ -103,7 +103,114 @@ _SIGNAL_NAMES = {
     8: "SIGFPE: an arithmetic fault in native code",
     11: "SIGSEGV: a segmentation fault in native code",
 }
+_VERSION_WORD = re.compile(r"\bversions?\b")
 _SETTING_WORDS = ("config", "argument", "option", "setting", "parameter", "flag", "plugin")
+
+# Where the libraries users run judge a configuration: a ValueError / assertion raised in one of these places is a
+# setting refused, and the frame that raised it is what judged it. Enumerated from the sources (the test
+# tests/diagnose/test_config_sites.py walks every raise and assert of these files and functions at the installed
+# versions - DeepSpeed 0.19.8, transformers 5.23.0, accelerate 1.15.0, PEFT 0.21.2 - and checks each is named so):
+#  - whole files whose code is configuration checking: DeepSpeed's config parsing and its pydantic models
+#    (deepspeed/runtime/config.py _batch_assertion / _set_batch_related_parameters / _do_error_check / get_*,
+#    runtime/zero/config.py and zero/offload_config.py validators, runtime/config_utils.py), accelerate's plugins
+#    (accelerate/utils/dataclasses.py: DeepSpeedPlugin, FSDP, TP, bnb __post_init__ / deepspeed_config_process),
+#    TrainingArguments (transformers/training_args.py __post_init__ / _validate_args), PEFT's configs
+#    (peft/config.py, peft/tuners/*/config.py, LoraConfig.__post_init__), TRL's (trl/trainer/*_config.py),
+#    LLaMA-Factory's argument parsing (llamafactory/hparams/parser.py get_train_args and its _verify_model_args /
+#    _check_extra_dependencies; hparams/*_args.py __post_init__; src/llmtuner/hparams before the rename)
+_CONFIG_JUDGE_FILES = (
+    "deepspeed/runtime/config.py",
+    "deepspeed/runtime/zero/config.py",
+    "deepspeed/runtime/zero/offload_config.py",
+    "deepspeed/runtime/config_utils.py",
+    "deepspeed/inference/config.py",
+    "transformers/training_args.py",
+    "accelerate/utils/dataclasses.py",
+    "/hparams/",
+)
+#  - the functions of other files that check the configuration: DeepSpeedEngine's sanity checks and optimizer set-up
+#    (deepspeed/runtime/engine.py _do_sanity_check, _do_args_sanity_check, _configure_with_arguments,
+#    _configure_optimizer / _configure_basic_optimizer / _configure_zero_optimizer), transformers' DeepSpeed
+#    integration (integrations/deepspeed.py HfTrainerDeepSpeedConfig.fill_match, trainer_config_process,
+#    trainer_config_finalize - the "mismatch TrainingArguments values" list -, deepspeed_optim_sched - the
+#    "optimizer but no scheduler" refusal of transformers 4.30 -, deepspeed_init), accelerate's
+#    Accelerator._prepare_deepspeed, and any dataclass config's __post_init__ inside these libraries
+_CONFIG_JUDGE_FUNCS = frozenset(
+    {
+        "_do_sanity_check",
+        "_do_args_sanity_check",
+        "_configure_with_arguments",
+        "_configure_optimizer",
+        "_configure_basic_optimizer",
+        "_configure_zero_optimizer",
+        "_batch_assertion",
+        "_set_batch_related_parameters",
+        "_do_error_check",
+        "fill_match",
+        "trainer_config_process",
+        "trainer_config_finalize",
+        "deepspeed_optim_sched",
+        "deepspeed_init",
+        "_prepare_deepspeed",
+        "deepspeed_config_process",
+        "_validate_args",
+        "__post_init__",
+        "get_train_args",
+        "get_infer_args",
+        "get_eval_args",
+        "_verify_model_args",
+        "_check_extra_dependencies",
+    }
+)
+# (file, function) pairs: Accelerator.__init__ checks its own arguments (mixed_precision, kwargs_handlers, devices)
+_CONFIG_JUDGE_SITES = frozenset({("accelerate/accelerator.py", "__init__")})
+_CONFIG_JUDGE_LIBS = ("deepspeed/", "transformers/", "accelerate/", "peft/", "trl/", "llamafactory/", "llmtuner/")
+# (what a configuration check raises; an AttributeError or RuntimeError there is a bug or a runtime failure)
+_CONFIG_EXC = ("ValueError", "AssertionError", "TypeError", "NotImplementedError", "ConfigError", "Exception")
+# A message with no frames that names the configuration it refuses: the DeepSpeed config, TrainingArguments, a
+# config class or file, a command-line flag
+_NAMES_CONFIG = re.compile(
+    r"(?i:\b(?:deepspeed|ds)[ _]config(?:uration)?\b|\bzero_optimization\b|\bconfig(?:uration)? file\b"
+    r"|\baccelerate config\b|\bin (?:the|your) config\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
+    r"|(?<![\w-])--[a-z][a-z0-9_]{2,60}\b"
+)
+# A refusal of a setting in a configuration check's own words (the raise sites above share them): with a setting's
+# name beside it (snake_case, `quoted`, key=value, a ZeRO stage), a frameless exception line is a config refusal
+_REFUSAL = re.compile(
+    r"(?i:\bmust be\b|\bis not supported\b|\bnot supported (?:with|for|on|by|yet)\b|\bonly supported\b|\bsupported only\b|\brequires\b"
+    r"|\bhas to be\b|\bcannot be (?:used|set|both|combined|enabled)\b|\bcan't be both\b|\bshould be\b"
+    r"|\bneeds? to be (?:provided|set|specified)\b|\binvalid\b|\bplease (?:set|use|adjust|configure|switch|pass"
+    r"|disable|enable|specify|provide|correct)\b|\bis only available\b|\bnot (?:yet )?implemented\b"
+    r"|\bare not compatible\b|\bis not compatible\b|\bis incompatible\b|\bmismatch)"
+)
+_SETTING_NAME = re.compile(
+    r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|`[^`\s]{2,60}`|\b[A-Za-z_]\w*=\S|(?i:\bZeRO(?:[- ]?stage)?[- ]?\d\b)"
+    r"|\b(?:fp16|bf16|fp32|fp8)\b"
+)
+_KEY_VALUE = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})(?:=[^`'\"\s]{0,40})?[`'\"]|(?<![\w-])--(?P<flag>[a-z][a-z0-9_]{2,60})\b"
+    r"|\b(?P<kv>[a-z][a-z0-9_]*_[a-z0-9_.]{1,60})=\S")
+
+
+def _config_judge(tb: Traceback | None) -> str | None:
+    """The frame that judged a configuration, as `lib/path.py:line in func`, when the innermost frame is one of
+    the libraries' configuration checks (a file that only checks settings, or a checking function in one)."""
+    if tb is None or not tb.frames:
+        return None
+    fr = tb.frames[-1]
+    path = fr.file.replace("\\", "/")
+    lib = next((m for m in _CONFIG_JUDGE_LIBS if f"/{m}" in path or path.startswith(m)), None)
+    if lib is None:
+        return None
+    judged = (
+        any(f in path for f in _CONFIG_JUDGE_FILES)
+        or fr.func in _CONFIG_JUDGE_FUNCS
+        or any(path.endswith(f) and fr.func == fn for f, fn in _CONFIG_JUDGE_SITES)
+        # PEFT's and TRL's config modules (peft/tuners/lora/config.py, trl/trainer/sft_config.py)
+        or (lib in ("peft/", "trl/") and path.endswith("config.py"))
+    )
+    if not judged:
+        return None
+    return f"{lib}{path.split('/' + lib, 1)[-1]}:{fr.lineno} in {fr.func}"
 
 
 @dataclass(frozen=True)
@@ -432,7 +539,8 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "DS_BUILD_OPS=1 / DS_BUILD_CPU_ADAM=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
             data,
         )
-    if exc_type.endswith(("ImportError", "ModuleNotFoundError")) or "requires" in low and "version" in low:
+    # ("version" as a word: `requires fsdp_version=2` is a setting, not a package version)
+    if exc_type.endswith(("ImportError", "ModuleNotFoundError")) or "requires" in low and _VERSION_WORD.search(low):
         m = _MODULE.search(message)
         name = (m.group("mod") or m.group("name")) if m else None
         data["missing"] = name
@@ -451,8 +559,24 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         and ev.phase != "resume"
         and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
     )
+    judge = _config_judge(tb) if ev.phase != "resume" and exc_type.endswith(_CONFIG_EXC) else None
+    frameless = not (tb and tb.frames)
     if (
-        (
+        judge is not None
+        or (
+            frameless
+            and exc_type.endswith(("ValueError", "AssertionError", "TypeError", "ConfigError", "NotImplementedError"))
+            and (
+                _NAMES_CONFIG.search(message) is not None
+                # (a bare assertion needs its config named: DeepSpeed's runtime invariants share the refusal words)
+                or (
+                    exc_type.endswith(("ValueError", "NotImplementedError", "ConfigError"))
+                    and _REFUSAL.search(message) is not None
+                    and _SETTING_NAME.search(message) is not None
+                )
+            )
+        )
+        or (
             config_frame
             and exc_type.endswith(("ValueError", "AssertionError", "Error", "Exception"))
             # (a ValueError in those files that names no setting - accelerate's "Please make sure to properly
@@ -462,16 +586,31 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         or (_DS_VALIDATION.search(low) is not None or "deepspeedconfigerror" in low)
         or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
     ):
-        keys = [k.group("key") for k in _QUOTED_KEY.finditer(message)][:5]
+        keys = list(
+            dict.fromkeys(k.group("key") or k.group("flag") or k.group("kv") for k in _KEY_VALUE.finditer(message))
+        )[:5]
         data["keys"] = keys
         cm = _CONFIG_CLASS.search(message)
         if cm:
             data["config_class"] = cm.group("cls")
-        who = "DeepSpeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
+        if judge is not None:
+            data["judged_by"] = judge
+            judge_lib = judge.split("/", 1)[0]
+        else:
+            judge_lib = "deepspeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
+        who = {
+            "deepspeed": "DeepSpeed",
+            "llamafactory": "LLaMA-Factory",
+            "llmtuner": "LLaMA-Factory",
+            "peft": "PEFT",
+            "trl": "TRL",
+        }.get(judge_lib, judge_lib)
         return FailureClass(
             "config-rejected",
             f"{who} rejected the configuration" + (f" ({keys[0]})" if keys else ""),
-            f"{where}: {exc_type}: {clip(message, 240)}" + (f" (key: {', '.join(keys)})." if keys else "."),
+            f"{where}: {exc_type}: {clip(message, 240)}"
+            + (f" (key: {', '.join(keys)})" if keys else "")
+            + (f"; judged at {judge}." if judge else "."),
             "which file set the value (DeepSpeed JSON, TrainingArguments, accelerate YAML, or an `auto` resolved "
             "from another argument).",
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
