@@ -331,8 +331,20 @@ _FAMILY_WORDS: tuple[tuple[str, str], ...] = (
     (r"distill-llama", "llama"),
     (r"distill-qwen3", "qwen3"),
     (r"distill-qwen", "qwen2"),
-    (r"llava", "llava_next"),
+    (r"llava-?v?1\.[67]|llava-next|llava-onevision", "llava_next"),
+    (r"llava", "llava"),
     (r"minicpm-?v|minicpm-llama3-v", "minicpmv"),
+    # vision-language and newer families: a text-only model of the same maker is another architecture
+    (r"qwen3-vl", "qwen3_vl"),
+    (r"qwen2\.5-vl", "qwen2_5_vl"),
+    (r"qwen2-vl", "qwen2_vl"),
+    (r"qwen-vl", "qwen_vl"),
+    (r"internvl", "internvl"),
+    (r"llama-?3\.2-\d+b-vision", "mllama"),
+    (r"llama-?4", "llama4"),
+    (r"gpt-?oss", "gpt_oss"),
+    (r"gemma-?3-(4|12|27)b", "gemma3"),
+    (r"glm-?4\.[56]", "glm4_moe"),
     (r"qwen3-[\d.]+b-a[\d.]+b|qwen3-coder-30b", "qwen3_moe"),
     (r"qwen1\.5-moe|qwen2-57b-a14b", "qwen2_moe"),
     (r"qwen3", "qwen3"),
@@ -367,10 +379,18 @@ def family_from_name(name: str) -> str | None:
     return None
 
 
+_TYPO_CUTOFF = 0.85
+"""difflib ratio above which a name whose architecture is unknown is taken as a misspelling of a bundled
+one (`qwen2.5-7b-instrcut`); below it, a look-alike name (`gpt-oss-20b` / `gpt-neox-20b`) may be any
+architecture, so nothing is offered."""
+
+
 def close_matches(name: str, n: int = 5) -> list[str]:
     """Catalog slugs and hub ids that look like `name` (difflib), best first -- only of the architecture the
-    name denotes when it denotes one (`family_from_name`), so a distilled Llama is never offered a MoE."""
+    name denotes when it denotes one (`family_from_name`), so a distilled Llama is never offered a MoE;
+    for a name that denotes none, only near-identical spellings (`_TYPO_CUTOFF`)."""
     family = family_from_name(name)
+    cutoff = 0.5 if family is not None else _TYPO_CUTOFF
     entries = [e for e in catalog() if family is None or e.model_type == family]
     spelled = {e.slug.lower(): e.slug for e in entries}
     for e in entries:
@@ -381,7 +401,7 @@ def close_matches(name: str, n: int = 5) -> list[str]:
     base = key.rsplit("/", 1)[-1]
     found: list[str] = []
     for probe in (key, base):
-        for hit in difflib.get_close_matches(probe, list(spelled), n=n, cutoff=0.5):
+        for hit in difflib.get_close_matches(probe, list(spelled), n=n, cutoff=cutoff):
             if spelled[hit] not in found:
                 found.append(spelled[hit])
     return found[:n]
@@ -469,6 +489,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         family = family_from_name(text)
         same = f" of the same architecture ({family})" if family else ""
         similar = f"; close matches{same}: {', '.join(matches)}" if matches else ""
+        if family and not matches:
+            similar = f"; the name denotes a {family} model and none is bundled (no other architecture is offered)"
         raise PlanError(
             f"unknown model '{text if len(text) <= 200 else text[:200] + '...'}': not a file here and not in the "
             f"bundled catalog{similar}",
@@ -518,12 +540,34 @@ def model_from_config(
     model_type = cfg.str_("model_type")
     builder = _BUILDERS.get(model_type)
     count_method = _ANALYTIC_ONLY.get(model_type, _TESTED_AGAINST_META)
-    if builder is None:
+    layer_sizes: tuple[int, int] | None = None
+    from zerodoctor.models import meta_build  # imports torch only when asked to build
+
+    if builder is None and meta_build.knows(model_type):
+        # No builder of its own, but transformers knows the architecture: its meta-device build is exact --
+        # of the sizes the config states; one that states none would be transformers' default model.
+        if len(meta_build.defaulted_sizes(config)) == len(meta_build.SIZE_KEYS):
+            raise PlanError(
+                f"{source}: the {model_type} config states no size (none of "
+                f"{', '.join(row[0] for row in meta_build.SIZE_KEYS)}, also not in text_config)",
+                hint="pass the model's full config.json as published with its weights, or a catalog name",
+            )
+        modules, shape, layer_sizes, built = meta_build.build_shapes(config, source)
+        count_method = (
+            f"exact: transformers {meta_build.transformers_version()} built {built} on the meta device "
+            f"('{model_type}' has no analytic counter here; shapes read from the built modules)"
+        )
+        defaulted = meta_build.defaulted_sizes(config)
+        if defaulted:
+            count_method += f"; the config does not state {', '.join(defaulted)}: transformers' defaults used"
+    elif builder is None:
         if any(k in config for k in _MOE_KEYS) or not all(k in config for k in _GENERIC_KEYS):
             raise PlanError(
                 f"{source}: model_type '{model_type}' is not supported by the parameter counter",
-                hint=f"supported model types: {', '.join(sorted(_BUILDERS))}; any other decoder-only model "
-                f"is counted approximately when its config has {', '.join(_GENERIC_KEYS)} and no MoE keys",
+                hint=f"supported model types: {', '.join(sorted(_BUILDERS))}; with torch and transformers "
+                "installed, every model type transformers registers is counted exactly from its meta-device "
+                f"build; otherwise a decoder-only model is counted approximately when its config has "
+                f"{', '.join(_GENERIC_KEYS)} and no MoE keys",
             )
         builder = _dense_decoder
         cfg = _Cfg({**config, "model_type": _GENERIC}, source)
@@ -533,8 +577,10 @@ def model_from_config(
             "attention_bias, mlp_bias, tie_word_embeddings) -- LayerNorm biases, fused or GELU MLPs and "
             "learned position embeddings are not counted"
         )
-    modules, shape = builder(cfg)
-    params = _summarise(modules, shape)
+    if layer_sizes is None:
+        assert builder is not None
+        modules, shape = builder(cfg)
+    params = _summarise(modules, shape, layer_sizes)
     return ModelSpec(
         name=name,
         display_name=display_name or name,
@@ -1551,8 +1597,15 @@ def is_output_layer(path: str) -> bool:
     return "{i}" not in path and path.endswith(_HEAD_NAMES)
 
 
-def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
-    """Fold module shapes into ParamCounts (the invariant total == sum of parts is tested)."""
+def _summarise(
+    mods: Sequence[ModuleShape], shape: _Shape, layer_sizes: tuple[int, int] | None = None
+) -> ParamCounts:
+    """Fold module shapes into ParamCounts (the invariant total == sum of parts is tested).
+
+    `layer_sizes` = (dense, MoE) parameters per layer, measured by the caller (the meta-device build, whose
+    layers need not follow the builders' naming); then text parameters outside the layers that are neither
+    embeddings nor the head count with the final norm, and so do the few left over when layers of one kind
+    differ in size (the per-layer figures are then the floor of the mean)."""
     total = sum(m.total for m in mods)
     text_mods = [m for m in mods if m.component == TEXT]
     outside = [m for m in text_mods if "{i}" not in m.path]
@@ -1562,6 +1615,11 @@ def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
     layer_total = sum(m.total for m in text_mods if "{i}" in m.path)
     vision = sum(m.total for m in mods if m.component == VISION)
     projector = sum(m.total for m in mods if m.component == PROJECTOR)
+    if layer_sizes is not None:
+        dense_layer, moe_layer = layer_sizes
+        final_norm = total - embedding - lm_head - vision - projector
+        final_norm -= dense_layer * shape.num_dense_layers + moe_layer * shape.num_moe_layers
+        return _counts(mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer)
 
     def is_moe_mlp(path: str) -> bool:
         return (
@@ -1586,7 +1644,21 @@ def _summarise(mods: Sequence[ModuleShape], shape: _Shape) -> ParamCounts:
         dense_layer, moe_layer = layer_total // shape.num_dense_layers, 0
     if dense_layer * shape.num_dense_layers + moe_layer * shape.num_moe_layers != layer_total:
         raise AssertionError("per-layer counts do not add up")  # a bug in a builder, not user input
+    return _counts(mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer)
 
+
+def _counts(
+    mods: Sequence[ModuleShape],
+    shape: _Shape,
+    total: int,
+    embedding: int,
+    lm_head: int,
+    final_norm: int,
+    vision: int,
+    projector: int,
+    dense_layer: int,
+    moe_layer: int,
+) -> ParamCounts:
     biggest = max(mods, key=lambda m: m.numel)
     linears = [m for m in mods if m.kind == LINEAR]
     biggest_linear = max(linears, key=lambda m: m.in_features * m.out_features)
