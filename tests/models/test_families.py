@@ -106,7 +106,7 @@ def test_unknown_decoder_is_counted_approximately_and_says_so(
     # are labelled approximate. With transformers they are exact (tests/models/test_meta_build.py).
     from zerodoctor.models import meta_build
 
-    monkeypatch.setattr(meta_build, "knows", lambda model_type: False)
+    monkeypatch.setattr(meta_build, "transformers_version", lambda: None)
     config = {**BASE, "model_type": model_type}
     spec = model_from_config(config, name=model_type, source=Path(f"{model_type}.json"))
     assert spec.count_method.startswith("approximate")

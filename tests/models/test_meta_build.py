@@ -135,7 +135,7 @@ def test_a_config_transformers_cannot_build_is_a_plan_error(config: dict[str, An
 
 
 def test_without_transformers_the_generic_decoder_is_approximate_and_says_so(monkeypatch) -> None:
-    monkeypatch.setattr(meta_build, "knows", lambda model_type: False)
+    monkeypatch.setattr(meta_build, "transformers_version", lambda: None)
     spec = model_from_config({**TEXT, "model_type": "olmo2"}, name="o", source=Path("o.json"))
     assert spec.count_method.startswith("approximate")
     with pytest.raises(PlanError, match="counted exactly from its meta-device build"):
@@ -159,3 +159,19 @@ def test_close_matches_never_cross_architectures(name: str) -> None:
         h: e.model_type for e in catalog() for h in e.hub_ids
     }
     assert {by_name[m] for m in close_matches(name)} <= ({family} if family else set())
+
+
+def test_a_second_count_is_read_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZERODOCTOR_CACHE_DIR", str(tmp_path))
+    first = model_from_config(CASES["gpt_oss"], name="g", source=Path("g.json"))
+    assert list(tmp_path.glob("meta-build-*.bin"))
+
+    def no_build(*args: object) -> None:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(meta_build, "build_shapes", no_build)
+    again = model_from_config(CASES["gpt_oss"], name="g", source=Path("g.json"))
+    assert again.params == first.params and again.modules == first.modules
+    # Another config is another key.
+    with pytest.raises(AssertionError, match="built again"):
+        model_from_config({**CASES["gpt_oss"], "num_hidden_layers": 2}, name="g", source=Path("g.json"))

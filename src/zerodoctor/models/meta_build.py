@@ -18,6 +18,8 @@ sizes, experts per token.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -53,23 +55,81 @@ _TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "expe
 _EXPERT_INTER_KEYS = ("moe_intermediate_size", "expert_intermediate_size", "intermediate_size")
 
 
+_CACHE_NAME = "meta-build-v1"
+
+
 def transformers_version() -> str | None:
-    """The installed transformers' version, or None when torch or transformers cannot be imported."""
+    """The installed transformers' version (from its metadata: no import), or None when torch or
+    transformers is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import torch  # noqa: F401
-        import transformers
-    except Exception:  # an absent or broken install: the analytic path still works
+        version("torch")
+        return version("transformers")
+    except PackageNotFoundError:
         return None
-    return str(transformers.__version__)
 
 
 def knows(model_type: str) -> bool:
     """True when the installed transformers registers `model_type` itself (no remote code needed)."""
     if transformers_version() is None:
         return False
-    from transformers import CONFIG_MAPPING
-
+    try:
+        from transformers import CONFIG_MAPPING
+    except Exception:  # a broken install: the analytic path still works
+        return False
     return model_type in CONFIG_MAPPING
+
+
+def count_shapes(
+    config: Mapping[str, Any], source: Path
+) -> tuple[list[ModuleShape], _Shape, tuple[int, int], str] | None:
+    """`build_shapes` through the on-disk cache (keyed by the config and the zerodoctor, torch and
+    transformers versions: importing torch and transformers costs seconds, the cached answer milliseconds);
+    None when the installed transformers does not know the model type."""
+    from zerodoctor import __version__
+    from zerodoctor.kb import cache
+
+    version = transformers_version()
+    if version is None:
+        return None
+    key = cache.key_of(
+        [json.dumps(config, sort_keys=True, default=str).encode(), version.encode(), __version__.encode()]
+    )
+    hit = cache.read(_CACHE_NAME, key)
+    if hit is not None:
+        try:
+            return _loads(hit)
+        except (ValueError, KeyError, TypeError):  # a damaged or older entry: rebuild
+            pass
+    if not knows(str(config.get("model_type"))):
+        return None
+    built = build_shapes(config, source)
+    cache.write(_CACHE_NAME, key, _dumps(built))
+    return built
+
+
+def _dumps(built: tuple[list[ModuleShape], _Shape, tuple[int, int], str]) -> bytes:
+    modules, shape, layer_sizes, name = built
+    return json.dumps(
+        {
+            "modules": [dataclasses.astuple(m) for m in modules],
+            "shape": dataclasses.asdict(shape),
+            "layer_sizes": list(layer_sizes),
+            "built": name,
+        }
+    ).encode()
+
+
+def _loads(payload: bytes) -> tuple[list[ModuleShape], _Shape, tuple[int, int], str]:
+    data = json.loads(payload)
+    dense, moe = data["layer_sizes"]
+    return (
+        [ModuleShape(*m) for m in data["modules"]],
+        _Shape(**data["shape"]),
+        (int(dense), int(moe)),
+        str(data["built"]),
+    )
 
 
 def build_shapes(

@@ -543,16 +543,17 @@ def model_from_config(
     layer_sizes: tuple[int, int] | None = None
     from zerodoctor.models import meta_build  # imports torch only when asked to build
 
-    if builder is None and meta_build.knows(model_type):
-        # No builder of its own, but transformers knows the architecture: its meta-device build is exact --
-        # of the sizes the config states; one that states none would be transformers' default model.
-        if len(meta_build.defaulted_sizes(config)) == len(meta_build.SIZE_KEYS):
-            raise PlanError(
-                f"{source}: the {model_type} config states no size (none of "
-                f"{', '.join(row[0] for row in meta_build.SIZE_KEYS)}, also not in text_config)",
-                hint="pass the model's full config.json as published with its weights, or a catalog name",
-            )
-        modules, shape, layer_sizes, built = meta_build.build_shapes(config, source)
+    if builder is None and len(meta_build.defaulted_sizes(config)) == len(meta_build.SIZE_KEYS):
+        # Built from such a config, transformers would answer with its default model's sizes.
+        raise PlanError(
+            f"{source}: the {model_type} config states no size (none of "
+            f"{', '.join(row[0] for row in meta_build.SIZE_KEYS)}, also not in text_config)",
+            hint="pass the model's full config.json as published with its weights, or a catalog name",
+        )
+    built_on_meta = meta_build.count_shapes(config, source) if builder is None else None
+    if built_on_meta is not None:
+        # No builder of its own, but transformers knows the architecture: its meta-device build is exact.
+        modules, shape, layer_sizes, built = built_on_meta
         count_method = (
             f"exact: transformers {meta_build.transformers_version()} built {built} on the meta device "
             f"('{model_type}' has no analytic counter here; shapes read from the built modules)"
