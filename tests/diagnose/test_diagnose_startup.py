@@ -1,5 +1,6 @@
-"""What `zerodoctor diagnose LOG` loads at start: PyYAML only when the knowledge-base cache misses, the config
-readers only when --config (or an option's choices) needs them; the options still check their values."""
+"""What `zerodoctor diagnose LOG` loads at start: PyYAML and pydantic only when the knowledge-base cache misses,
+rich only for text output, the config readers only when --config (or an option's choices) needs them; the options
+still check their values."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ _PROBE = (
     "from zerodoctor.cli.main import main\n"
     "with contextlib.redirect_stdout(io.StringIO()):\n"
     "    rc = main(['diagnose', '--format', 'json', '--fail-on', 'never', sys.argv[1]])\n"
-    "print(rc, *(m in sys.modules for m in ('yaml', 'zerodoctor.setup.model')))\n"
+    "print(rc, *(m in sys.modules for m in ('yaml', 'pydantic', 'rich', 'zerodoctor.setup.model')))\n"
 )
 
 
@@ -33,11 +34,11 @@ def _loaded(cache: Path) -> list[str]:
     return p.stdout.split()
 
 
-def test_cache_hit_loads_neither_yaml_nor_the_config_readers(tmp_path: Path) -> None:
-    rc, yaml_loaded, setup_loaded = _loaded(tmp_path)  # first run: the cache is empty, YAML is parsed
-    assert (rc, yaml_loaded, setup_loaded) == ("0", "True", "False")
+def test_cache_hit_loads_neither_yaml_pydantic_rich_nor_the_config_readers(tmp_path: Path) -> None:
+    # first run: the cache is empty, the YAML is parsed and validated
+    assert _loaded(tmp_path) == ["0", "True", "True", "False", "False"]
     assert list(tmp_path.glob("kb-*.bin"))
-    assert _loaded(tmp_path) == ["0", "False", "False"]  # from the cache
+    assert _loaded(tmp_path) == ["0", "False", "False", "False", "False"]  # from the cache
 
 
 def test_kind_and_framework_still_checked_and_used(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from zerodoctor.errors import UsageError
 from zerodoctor.findings import Finding, Severity
-from zerodoctor.report.render import envelope, render_markdown, render_text, to_json
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
@@ -67,6 +66,8 @@ def emit(
     extra: dict[str, Any] | None = None,
     clean_message: str = "No problems found.",
 ) -> None:
+    from zerodoctor.report.render import envelope, render_markdown, render_text, to_json
+
     out = sys.stdout
     if args.format == "json":
         out.write(to_json(envelope(command, findings, **(extra or {}))))

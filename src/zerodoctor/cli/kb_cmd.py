@@ -38,6 +38,7 @@ def _find_rule(key: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from zerodoctor.kb.loader import load_entries
+    from zerodoctor.kb.schema import entry_data
     from zerodoctor.lint.rules import RULES
 
     entries = load_entries()
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             out.write(
                 json.dumps(
-                    {"schema_version": JSON_SCHEMA_VERSION, "entry": e.model_dump(mode="json")},
+                    {"schema_version": JSON_SCHEMA_VERSION, "entry": entry_data(e)},
                     indent=2,
                     ensure_ascii=False,
                 )

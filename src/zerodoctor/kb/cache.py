@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -64,6 +63,8 @@ def write(name: str, key: str, payload: bytes) -> None:
     d = cache_dir()
     if d is None:
         return
+    import tempfile  # only to write: a start that finds its cache files does not load it
+
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".tmp")

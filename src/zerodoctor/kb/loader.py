@@ -1,35 +1,42 @@
 """Load and validate the bundled knowledge-base entries (one YAML file per entry).
 
-The entries stay YAML (people edit them). Parsing them is the larger part of a cold start, so a validated copy
-is cached as JSON (`kb.cache`, keyed by the SHA-256 of every entry file's name and bytes and the versions of
-zerodoctor and pydantic): an edited, added or removed entry changes the key and the cache is rebuilt from the
-YAML. YAML is read with libyaml's C loader where PyYAML has it, and PyYAML is imported only when YAML is read: a
-start that finds the cache (every `diagnose` but the first after an install or an edit) does not load it.
+The entries stay YAML (people edit them). Parsing and validating them is the larger part of a cold start, so the
+validated data is cached as JSON (`kb.cache`, keyed by the SHA-256 of every entry file's name and bytes, the
+zerodoctor version and the source of the schema and its validation): an edited, added or removed entry, or a
+changed schema, changes the key and the cache is rebuilt from the YAML. A cache hit is read into the plain
+runtime types of `kb.schema` and imports neither PyYAML nor pydantic (together about 0.1 s of CPU); the YAML
+path reads with libyaml's C loader where PyYAML has it and validates every entry with `kb.validate`'s pydantic
+models, as before.
 """
 
 from __future__ import annotations
 
 import functools
-from importlib import resources
+import json
 from pathlib import Path
-
-import pydantic
-from pydantic import TypeAdapter, ValidationError
+from typing import Any
 
 from zerodoctor import __version__
 from zerodoctor.errors import KnowledgeBaseError
 from zerodoctor.kb import cache
-from zerodoctor.kb.schema import Entry
+from zerodoctor.kb.schema import Entry, entry_from_data
 
-ENTRIES_DIR = Path(str(resources.files("zerodoctor.kb") / "entries"))
+# (next to this module; importlib.resources would cost ~15 ms of imports for the same path)
+ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
+# Changes when the cached data's layout changes (the pydantic models' JSON, read by `entry_from_data`).
+_CACHE_FORMAT = b"kb-json-2"
 
 
 def load_entry_file(path: Path) -> Entry:
-    return _entry_from_text(path, path.read_text(encoding="utf-8"))
+    return entry_from_data(_validated(path, path.read_text(encoding="utf-8")))
 
 
-def _entry_from_text(path: Path, text: str) -> Entry:
-    import yaml  # only here: about 20 ms of a start that reads the KB from the cache
+def _validated(path: Path, text: str) -> dict[str, Any]:
+    """The entry in `text` checked by the schema (`kb.validate`), as plain JSON-ready data."""
+    import yaml  # only here, like pydantic: a start that reads the KB from the cache needs neither
+    from pydantic import ValidationError
+
+    from zerodoctor.kb import validate
 
     loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
@@ -39,41 +46,52 @@ def _entry_from_text(path: Path, text: str) -> Entry:
         line = mark.line + 1 if mark else None
         raise KnowledgeBaseError(f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     try:
-        entry = Entry.model_validate(raw)
+        entry = validate.Entry.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise KnowledgeBaseError(f"{path}: {where}: {first['msg']}") from None
     if path.stem != entry.id:
         raise KnowledgeBaseError(f"{path}: file name must be the entry id {entry.id!r}")
-    return entry
-
-
-@functools.cache
-def _adapter() -> TypeAdapter[list[Entry]]:
-    return TypeAdapter(list[Entry])
+    return entry.model_dump(mode="json")
 
 
 def _parse_all(files: list[tuple[Path, bytes]], key: str) -> tuple[Entry, ...]:
-    entries = tuple(_entry_from_text(p, b.decode("utf-8")) for p, b in files)
-    cache.write("kb", key, _adapter().dump_json(list(entries)))
-    return entries
+    data = [_validated(p, b.decode("utf-8")) for p, b in files]
+    cache.write("kb", key, json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return tuple(entry_from_data(d) for d in data)
+
+
+def _from_cache(payload: bytes) -> tuple[Entry, ...] | None:
+    """The entries of a cache file, or None when it does not hold the expected data (then the YAML is read)."""
+    try:
+        data = json.loads(payload)
+        return tuple(entry_from_data(d) for d in data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _schema_source() -> list[bytes]:
+    """The source of the runtime types and of the validation: a change to either rebuilds the cache."""
+    here = Path(__file__).parent
+    out = []
+    for name in ("schema.py", "validate.py"):
+        try:
+            out.append((here / name).read_bytes())
+        except OSError:  # no source installed (bytecode only): the zerodoctor version still keys the cache
+            out.append(b"")
+    return out
 
 
 @functools.cache
 def _load_all(directory: str) -> tuple[Entry, ...]:
     files = [(p, p.read_bytes()) for p in sorted(Path(directory).glob("*.yaml"))]
     key = cache.key_of(
-        [__version__.encode(), pydantic.VERSION.encode()]
+        [__version__.encode(), _CACHE_FORMAT, *_schema_source()]
         + [x for p, b in files for x in (p.name.encode(), b)]
     )
     cached = cache.read("kb", key)
-    entries: tuple[Entry, ...] | None = None
-    if cached is not None:
-        try:
-            entries = tuple(_adapter().validate_json(cached, context={"from_cache": True}))
-        except (ValidationError, ValueError):
-            entries = None
+    entries = _from_cache(cached) if cached is not None else None
     if entries is None or len(entries) != len(files):
         entries = _parse_all(files, key)
     ids = [e.id for e in entries]

@@ -1,7 +1,12 @@
-"""Schema of a knowledge-base entry (`kb/entries/<id>.yaml`), checked by pydantic when loaded and in CI.
+"""Schema of a knowledge-base entry (`kb/entries/<id>.yaml`): the runtime types every command reads.
 
 Modelled on pypa/advisory-database: one file per fact, an id that never changes once published, version
 ranges as `introduced`/`fixed`, typed references, and examples that the tests run.
+
+An entry is checked once, by the pydantic models of `kb.validate`, when it is read from its YAML (a cache miss,
+and in CI); the validated data is cached as JSON and read back into these plain immutable records
+(`entry_from_data`), so a start that finds the cache does not import pydantic. The field names and types are
+those of `kb.validate` (whose defaults have been filled in by then).
 
 Fact keys used by `conditions.config` (see `zerodoctor.facts`):
   ds.<dotted.path>   the effective DeepSpeed config (HF "auto" resolved where the framework would resolve it;
@@ -16,15 +21,10 @@ A key whose value is not known evaluates to "unknown", never to false: unknown f
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from typing import Any, Literal, NamedTuple
 
 ENTRY_ID = r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"
 REFERENCE = r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(#\d+|@[0-9a-f]{7,40}|:[^\s]+)|https?://\S+)$"
-# Patterns must stay within what RE2/hyperscan accept, so the log reader can use a multi-pattern engine.
-_FORBIDDEN_REGEX = re.compile(r"\(\?[=!<]|\\[1-9]")
 
 Phase = Literal[
     "config",
@@ -41,143 +41,169 @@ Phase = Literal[
     "any",
 ]
 Op = Literal["eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "truthy", "falsy", "present", "absent"]
+SignatureKind = Literal["message", "frame", "launcher", "warning", "context", "version"]
+FixTarget = Literal["deepspeed", "hf", "accelerate", "llamafactory", "xtuner", "env", "code"]
+ReferenceKind = Literal["issue", "pr", "doc", "source", "commit", "thread"]
+Severity = Literal["error", "warning", "info"]
+Status = Literal["verified", "partly-unconfirmed", "unconfirmed"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# The runtime types are NamedTuples: light, immutable records whose classes cost about a tenth of a frozen
+# dataclass's to create at import (a start of `diagnose` creates every class of every module it imports). Every
+# field is given when an entry is built (`entry_from_data`): no defaults, so no list is shared between entries.
 
 
-class VersionRange(_Strict):
+class VersionRange(NamedTuple):
     """Affected if introduced <= v < fixed (or v <= last_affected). `introduced: "0"` means every release."""
 
-    introduced: str = "0"
-    fixed: str | None = None
-    last_affected: str | None = None
-
-    @model_validator(mode="after")
-    def _one_end(self) -> VersionRange:
-        if self.fixed and self.last_affected:
-            raise ValueError("give either fixed or last_affected, not both")
-        return self
+    introduced: str
+    fixed: str | None
+    last_affected: str | None
 
 
-class PackageCondition(_Strict):
+class PackageCondition(NamedTuple):
     package: str
-    ranges: list[VersionRange] = Field(min_length=1)
-    note: str | None = None
+    ranges: list[VersionRange]
+    note: str | None
 
 
-class ConfigPredicate(_Strict):
-    key: str = Field(pattern=r"^(ds|hf|quant|setup|env)\.[A-Za-z0-9_.]+$")
+class ConfigPredicate(NamedTuple):
+    key: str
     op: Op
-    value: Any = None
+    value: Any
 
 
-class Conditions(_Strict):
+class Conditions(NamedTuple):
     """All listed conditions must hold (AND). Empty means the entry is recognised from logs alone."""
 
-    packages: list[PackageCondition] = []
-    config: list[ConfigPredicate] = []
-    note: str | None = None
+    packages: list[PackageCondition]
+    config: list[ConfigPredicate]
+    note: str | None
 
 
-class Signature(_Strict):
+class Signature(NamedTuple):
     """A regex matched against single log lines (after rank prefixes, ANSI codes and timestamps are removed)."""
 
-    id: str = Field(pattern=r"^[a-z0-9-]+$")
+    id: str
     pattern: str
-    kind: Literal["message", "frame", "launcher", "warning", "context", "version"]
-    weight: float = 1.0
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str, info: ValidationInfo) -> str:
-        if info.context and info.context.get("from_cache"):
-            return (
-                v  # checked when the cache was written from the YAML (kb.loader); compiling costs the start
-            )
-        if _FORBIDDEN_REGEX.search(v):
-            raise ValueError("no lookaround or back-references: patterns must be RE2/hyperscan compatible")
-        re.compile(v)
-        return v
+    kind: SignatureKind
+    weight: float
 
 
-class Symptoms(_Strict):
+class Symptoms(NamedTuple):
     """`require_any`: at least one of these signature ids must appear; `require_all`: every one must;
     `exclude`: if any of these appears the entry does not match (it is a look-alike)."""
 
-    signatures: list[Signature] = []
-    require_any: list[str] = []
-    require_all: list[str] = []
-    exclude: list[str] = []
-
-    @model_validator(mode="after")
-    def _ids_exist(self) -> Symptoms:
-        ids = [s.id for s in self.signatures]
-        if len(ids) != len(set(ids)):
-            raise ValueError("signature ids must be unique")
-        for name in (*self.require_any, *self.require_all, *self.exclude):
-            if name not in ids:
-                raise ValueError(f"unknown signature id {name!r}")
-        if self.signatures and not (self.require_any or self.require_all):
-            raise ValueError("signatures given but neither require_any nor require_all")
-        return self
+    signatures: list[Signature]
+    require_any: list[str]
+    require_all: list[str]
+    exclude: list[str]
 
 
-class KbFix(_Strict):
+class KbFix(NamedTuple):
     """A ranked remedy; `patch` maps dotted keys of the `target` file kind to new values (null removes)."""
 
     text: str
-    command: str | None = None
-    target: Literal["deepspeed", "hf", "accelerate", "llamafactory", "xtuner", "env", "code"] | None = None
-    patch: dict[str, Any] | None = None
-    caveat: str | None = None
+    command: str | None
+    target: FixTarget | None
+    patch: dict[str, Any] | None
+    caveat: str | None
 
 
-class Reference(_Strict):
-    ref: str = Field(pattern=REFERENCE)
-    kind: Literal["issue", "pr", "doc", "source", "commit", "thread"]
-    note: str | None = None
+class Reference(NamedTuple):
+    ref: str
+    kind: ReferenceKind
+    note: str | None
 
 
-class Example(_Strict):
+class Example(NamedTuple):
     """A case the tests run. With `log`, it matches when the symptoms match and no condition is false.
     Without `log`, it matches when every condition is known and true (the preflight reading)."""
 
     name: str
-    log: str | None = None
-    facts: dict[str, Any] = {}
-    env: dict[str, str] = {}
+    log: str | None
+    facts: dict[str, Any]
+    env: dict[str, str]
 
 
-class Examples(_Strict):
-    match: list[Example] = Field(min_length=1)
-    no_match: list[Example] = Field(min_length=1)
+class Examples(NamedTuple):
+    match: list[Example]
+    no_match: list[Example]
 
 
-class Entry(_Strict):
-    id: str = Field(pattern=ENTRY_ID)
+class Entry(NamedTuple):
+    id: str
     title: str
-    severity: Literal["error", "warning", "info"]
+    severity: Severity
     phase: Phase
     summary: str
-    status: Literal["verified", "partly-unconfirmed", "unconfirmed"]
-    symptoms: Symptoms = Symptoms()
-    conditions: Conditions = Conditions()
+    status: Status
+    symptoms: Symptoms
+    conditions: Conditions
     root_cause: str
-    fixes: list[KbFix] = Field(min_length=1)
-    references: list[Reference] = Field(min_length=1)
-    unconfirmed: list[str] = []
-    related: list[str] = []
-    seed_cases: list[int] = []
+    fixes: list[KbFix]
+    references: list[Reference]
+    unconfirmed: list[str]
+    related: list[str]
+    seed_cases: list[int]
     examples: Examples
 
-    @model_validator(mode="after")
-    def _recognisable(self) -> Entry:
-        if not self.symptoms.signatures and not (self.conditions.packages or self.conditions.config):
-            raise ValueError("an entry needs log signatures or conditions, or nothing can ever match it")
-        if self.status != "verified" and not self.unconfirmed:
-            raise ValueError(
-                f"status {self.status!r} needs an `unconfirmed` list saying what is not confirmed"
-            )
-        return self
+
+def _example(d: dict[str, Any]) -> Example:
+    return Example(d["name"], d["log"], d["facts"], d["env"])
+
+
+def entry_from_data(d: dict[str, Any]) -> Entry:
+    """An entry from its validated data (`kb.validate.Entry.model_dump(mode="json")`, every field present), as
+    read back from the cache. It does not validate: only data pydantic has checked may come here."""
+    sym, cond, ex = d["symptoms"], d["conditions"], d["examples"]
+    return Entry(
+        id=d["id"],
+        title=d["title"],
+        severity=d["severity"],
+        phase=d["phase"],
+        summary=d["summary"],
+        status=d["status"],
+        symptoms=Symptoms(
+            [Signature(s["id"], s["pattern"], s["kind"], s["weight"]) for s in sym["signatures"]],
+            sym["require_any"],
+            sym["require_all"],
+            sym["exclude"],
+        ),
+        conditions=Conditions(
+            [
+                PackageCondition(
+                    p["package"],
+                    [VersionRange(r["introduced"], r["fixed"], r["last_affected"]) for r in p["ranges"]],
+                    p["note"],
+                )
+                for p in cond["packages"]
+            ],
+            [ConfigPredicate(c["key"], c["op"], c["value"]) for c in cond["config"]],
+            cond["note"],
+        ),
+        root_cause=d["root_cause"],
+        fixes=[KbFix(f["text"], f["command"], f["target"], f["patch"], f["caveat"]) for f in d["fixes"]],
+        references=[Reference(r["ref"], r["kind"], r["note"]) for r in d["references"]],
+        unconfirmed=d["unconfirmed"],
+        related=d["related"],
+        seed_cases=d["seed_cases"],
+        examples=Examples([_example(x) for x in ex["match"]], [_example(x) for x in ex["no_match"]]),
+    )
+
+
+def _data(value: Any) -> Any:
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # one of the records above
+        return {name: _data(v) for name, v in zip(value._fields, value, strict=True)}
+    if isinstance(value, list):
+        return [_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _data(v) for k, v in value.items()}
+    return value
+
+
+def entry_data(entry: Entry) -> dict[str, Any]:
+    """The entry as plain JSON-ready data (copies), every field in the schema's order: the inverse of
+    `entry_from_data`, and what `zerodoctor kb ID --format json` prints."""
+    data: dict[str, Any] = _data(entry)
+    return data

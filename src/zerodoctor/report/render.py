@@ -6,13 +6,14 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from zerodoctor import __version__
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
@@ -43,6 +44,8 @@ def to_json(doc: dict[str, Any]) -> str:
 
 
 def finding_text(f: Finding) -> Text:
+    from rich.text import Text  # rich only where text is rendered: JSON output does not load it (~25 ms)
+
     t = Text()
     where = f.evidence[0].location() if f.evidence else ""
     if where:
@@ -90,6 +93,8 @@ def append_fixes(t: Text, fixes: Sequence[Fix], indent: str, *, patches: bool) -
 def text_console(buf: io.StringIO, *, width: int = 100, color: bool = False) -> Console:
     """The console every text report prints to: a buffer, colour only for terminals, long lines kept whole
     (soft wrap: a terminal wraps them, nothing is cut)."""
+    from rich.console import Console
+
     return Console(
         file=buf,
         width=width,
