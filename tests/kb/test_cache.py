@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.kb import cache
+from zerodoctor.errors import KnowledgeBaseError
+from zerodoctor.kb import cache, schema
 from zerodoctor.kb.loader import ENTRIES_DIR, _load_all, _parse_all
 
 
@@ -59,3 +60,22 @@ def test_cache_off_and_unwritable(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     monkeypatch.setenv("ZERODOCTOR_CACHE_DIR", str(blocker / "sub"))
     cache.write("x", "k", b"data")  # cannot create the directory: silently no cache
     assert cache.read("x", "k") is None
+
+
+def test_cached_entries_have_the_runtime_types(entries_copy: Path) -> None:
+    _load_all(str(entries_copy))  # writes the cache
+    _load_all.cache_clear()
+    for e in _load_all(str(entries_copy)):  # read back without pydantic
+        assert type(e) is schema.Entry and type(e.symptoms) is schema.Symptoms
+        assert all(type(s) is schema.Signature for s in e.symptoms.signatures)
+        assert all(type(f) is schema.KbFix for f in e.fixes)
+        assert type(e.examples.match[0]) is schema.Example
+
+
+def test_a_bad_entry_is_still_refused_when_a_cache_exists(entries_copy: Path) -> None:
+    _load_all(str(entries_copy))  # the cache of the good entries
+    path = entries_copy / "host-oom-sigkill.yaml"
+    path.write_text(path.read_text().replace("severity: error", "severity: fatal", 1))
+    _load_all.cache_clear()
+    with pytest.raises(KnowledgeBaseError, match=r"host-oom-sigkill.yaml: severity: Input should be"):
+        _load_all(str(entries_copy))
