@@ -85,7 +85,8 @@ _CALLED_PROCESS_SIGNAL = re.compile(r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|
 #  - CUDA's own error string for cudaErrorMemoryAllocation / hipErrorOutOfMemory / CUDA_ERROR_OUT_OF_MEMORY, as
 #    C10_CUDA_CHECK (`CUDA error: out of memory`, c10/cuda/CUDAException.cpp), the driver-API check
 #    (`CUDA driver error: out of memory`), NCCL's CUDACHECK (`Cuda failure 'out of memory'`, src/include/checks.h)
-#    and PaddlePaddle's legacy glog check (`Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of
+#    , vLLM's cumem allocator (`CUDA Error: out of memory at csrc/cumem_allocator.cpp:62`) and PaddlePaddle's
+#    legacy glog check (`Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of
 #    memory`, paddle/cuda/src/hl_cuda_device.cc) print it
 #  - cuBLAS/cuDNN handles that could not allocate their workspace (`CUBLAS_STATUS_ALLOC_FAILED when calling
 #    cublasCreate(handle)`, aten/src/ATen/cuda/CublasHandlePool.cpp; CUDNN_STATUS_ALLOC_FAILED)
@@ -101,7 +102,7 @@ _CALLED_PROCESS_SIGNAL = re.compile(r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|
 DEVICE_OOM = re.compile(
     r"(?:CUDA|HIP|NPU|XPU) out of memory|MPS backend out of memory|(?:CUDA|HIP|CUDA driver) error: out of memory"
     r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|Cuda failure (?:\d{1,3} )?'out of memory'"
-    r"|[Cc]uda [Ee]rror: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY"
+    r"|(?:CUDA|[Cc]uda) [Ee]rror: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY"
     r"|Out of memory error on GPU \d|RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)"
     r"|OOM when allocating tensor|Workspace can't be allocated, no?t? enough memory"
 )
@@ -211,6 +212,9 @@ WATCHDOG_WORK = re.compile(
     r"OpType=(?P<op>\w+)(?:.*?NumelIn=(?P<nin>\d{1,15}))?(?:.*?Timeout\(ms\)=(?P<timeout>\d{1,15}))?"
     r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
 )
+_NINJA_EXT = re.compile(r"-DTORCH_EXTENSION_NAME=(\w{1,64})")
+_WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
+_TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
 _EPOCH_SAVE = re.compile(r"Saving checkpoint at \d+ epochs")
 # torch.utils.data's DataLoader machinery: a worker process, the pin-memory thread, the iterator's next batch
 _DATA_FUNCS = frozenset({"_pin_memory_loop", "_worker_loop", "_next_data", "_get_data", "_try_get_data"})
@@ -318,6 +322,14 @@ _ENGINE_FUNCS = frozenset(
         "_do_sanity_check",
         "_prepare_deepspeed",
         "deepspeed_init",  # transformers' wrapper around deepspeed.initialize
+        # accelerate's prepare (accelerator.py Accelerator._prepare_one / prepare_model) and the DistributedDataParallel
+        # wrapping it does without DeepSpeed (torch/nn/parallel/distributed.py DistributedDataParallel.__init__:
+        # _verify_param_shape_across_processes, _sync_module_states, _ddp_init_helper building the Reducer's buckets)
+        "prepare_model",
+        "_prepare_one",
+        "_ddp_init_helper",
+        "_sync_module_states",
+        "_verify_param_shape_across_processes",
     }
 )
 # ZeRO optimizers' constructors (inside deepspeed.initialize): they create the optimizer states by calling the
@@ -350,6 +362,7 @@ _TRAIN_FUNCS = frozenset(
         "compute_loss",
         "forward",
         "backward",
+        "_engine_run_backward",  # torch/autograd/graph.py, under every loss.backward() (torch >= 2.3)
         "_inner_training_loop",
         "train_step",
         "run_iter",
@@ -424,21 +437,25 @@ class OomNumbers:
 
     @property
     def verdict(self) -> str:
-        """'fragmentation' when the allocator holds at least twice the request reserved but unallocated,
+        """'fragmentation' when the allocator holds at least four times the request reserved but unallocated,
         'lack' when the memory is really not there, 'unknown' without the numbers.
 
-        Twice, not once: a cache barely larger than the request on a full device (0.35 GiB cached for a 0.25 GiB
-        request on a 14.56 GiB GPU holding 13.30 GiB, deepspeedai/DeepSpeed#3208) is a full device, and
-        expandable_segments would only move the OOM to the next allocation; the maintainers' answer there was
-        that the model needs more memory than the GPU has. And a cache that is a sliver of the device is not
-        fragmentation either, however small the request: 0.15 GiB cached for a 0.05 GiB request on a 79.33 GiB GPU
-        holding 77.92 GiB (LlamaFactory#9510, the whole model loading on each GPU) is a full device, so the cache
-        must also be at least 1 % of the device (0.5 GiB when the message does not give the device size)."""
+        Four times, not once: expandable_segments turns that cache into usable memory, and the allocation that
+        failed is one of many of its size in the step (a layer's activations, a gathered parameter), so a cache that
+        holds only two or three more of them moves the OOM to the next ones. The threads where the cache held 1.4 to
+        2.9 times the request were answered "the GPU is too small": 0.35 GiB cached for 0.25 GiB on a 14.56 GiB GPU
+        (deepspeedai/DeepSpeed#3208), 0.57 GiB for 0.22 GiB on a 14.75 GiB L4 (FineTune-LLaVA-NeXT#2), 2.06 GiB for
+        0.71 GiB on a 24 GiB RTX 3090 with 0 bytes free (abacaj/fine-tune-mistral#3, "needs multiple GPUs or qlora");
+        the ones fixed by the allocator setting held 4.3 to 155 times the request (3.10 GiB for 20 MiB). And a cache
+        that is a sliver of the device is not fragmentation either, however small the request: 0.15 GiB cached for a
+        0.05 GiB request on a 79.33 GiB GPU holding 77.92 GiB (LlamaFactory#9510, the whole model loading on each
+        GPU) is a full device, so the cache must also be at least 1 % of the device (0.5 GiB when the message does
+        not give the device size)."""
         if self.tried is None or self.reserved_unallocated is None:
             return "unknown"
         floor = 0.01 * self.total if self.total else 0.5
         cached = self.reserved_unallocated
-        return "fragmentation" if cached >= 2 * self.tried and cached >= floor else "lack"
+        return "fragmentation" if cached >= 4 * self.tried and cached >= floor else "lack"
 
     @property
     def missing_gib(self) -> float | None:
@@ -652,6 +669,8 @@ class Extractor:
         self._size_mismatch: set[str] = set()  # sources with a load_state_dict size-mismatch line read already
         self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
+        self._ninja_ext: dict[str, str] = {}  # source -> the last JIT-built extension's name (ninja's compile line)
+        self._ninja_stop: tuple[LogLine, Hit] | None = None  # ninja's `build stopped: subcommand failed`
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
@@ -744,7 +763,18 @@ class Extractor:
         if "x:oom-host" in keys:
             self._event("host-oom", line, hit, clip(line.text, 300))
         self._launcher(line, hit, keys)
-        if "x:nccl-watchdog" in keys:
+        if "x:ninja-ext" in keys:
+            x = _NINJA_EXT.search(line.text)
+            if x:
+                self._ninja_ext[line.source] = x.group(1)
+        if "x:phase-engine" in keys and "ninja: build stopped" in line.text and self._ninja_stop is None:
+            self._ninja_stop = (line, hit)
+        w = _WATCHDOG_EXC.search(line.text) if "x:nccl-watchdog-exc" in keys else None
+        if w is not None and not _TIMEOUT_WORDS.search(w.group(1)):
+            # the watchdog thread died of a CUDA fault it surfaced (not a timeout): that fault is the failure
+            what = w.group(1).strip()
+            self._event("cuda-oom" if DEVICE_OOM.search(what) else "exception", line, hit, f"c10::Error: {what}"[:300])
+        elif "x:nccl-watchdog" in keys:
             self._event("watchdog", line, hit, clip(line.text, 300))
         elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text) and not device_oom_line:
             self._event("nccl", line, hit, clip(line.text, 300))
@@ -978,6 +1008,18 @@ class Extractor:
                     detail = f"{tb.exc_type}: {tb.exc_message}" if tb.exc_message else tb.exc_type
                     self._event("exception", line, hit, detail[:300], traceback=tb)
                     break
+        if self._ninja_stop is not None:
+            # ninja stopped a JIT op build and the paste ends before torch's `Error building extension` exception:
+            # the build failed (torch/utils/cpp_extension.py _run_ninja_build raises RuntimeError("Error building
+            # extension '{name}'") right after ninja's exit), named from ninja's compile line
+            line, hit = self._ninja_stop
+            if not any(
+                e.kind == "exception" and e.line.source == line.source and e.line.lineno > line.lineno
+                for e in self.facts.events
+            ):
+                op = self._ninja_ext.get(line.source)
+                what = f"Error building extension '{op}'" if op else "Error building extension"
+                self._event("exception", line, hit, f"RuntimeError: {what} (ninja: build stopped: subcommand failed)")
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)
@@ -1262,6 +1304,8 @@ class Extractor:
                 or (m[2] == seq and m[1].text != line.text)
                 # a kill glued onto a loading or tokenization bar (`...it/s]Killed`): that bar is the phase
                 or (m[2] == seq and m[0] in ("load", "data") and line.text.find(m[1].text[:20]) == 0)
+                # an op build's own failure line (`Error building extension`, ninja's stop) is its phase's marker
+                or (m[2] == seq and m[0] == "engine" and m[1].text == line.text)
             ):
                 marker = m
         p = progress

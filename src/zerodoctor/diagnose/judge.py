@@ -165,12 +165,28 @@ def _rank_from_launcher(facts: Facts, first: Event) -> int | None:
     return next(iter(ranks)) if len(ranks) == 1 else None
 
 
+# An exception's message goes on below its line (Ray's ActorDiedError prints its fields and then the cause: `The actor
+# is dead because ... Worker exit type: SYSTEM_ERROR ...`; ray/exceptions.py ActorDiedError.__init__): a signature
+# line this close below an exception line, with no other failure line between, belongs to that exception.
+_MESSAGE_TAIL_LINES = 12
+
+
 def _event_for(facts: Facts, line: LogLine) -> Event | None:
+    above: Event | None = None
     for ev in facts.events:
         if ev.line is line or (ev.line.source == line.source and ev.line.lineno == line.lineno):
             return ev
         if ev.traceback is not None and ev.traceback.contains(line):
             return ev
+        if (
+            ev.line.source == line.source
+            and ev.rank == line.rank
+            and 0 < line.lineno - ev.line.lineno <= _MESSAGE_TAIL_LINES
+            and (above is None or ev.line.lineno > above.line.lineno)
+        ):
+            above = ev
+    if above is not None and above.kind in ("exception", "cuda-oom"):
+        return above
     return None
 
 

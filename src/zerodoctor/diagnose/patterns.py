@@ -29,7 +29,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # their sources; Triton's OutOfResources is no allocation failure and is not here), and host OOM
     "oom-cuda": r"CUDA out of memory|OutOfMemoryError|(HIP|NPU|XPU) out of memory|MPS backend out of memory"
     r"|(CUDA|HIP|CUDA driver) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-    r"|Cuda failure (\d{1,3} )?'out of memory'|[Cc]uda [Ee]rror: out of memory|cudaErrorMemoryAllocation"
+    r"|Cuda failure (\d{1,3} )?'out of memory'|(CUDA|[Cc]uda) [Ee]rror: out of memory|cudaErrorMemoryAllocation"
     r"|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY|Out of memory error on GPU \d"
     r"|RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|OOM when allocating tensor"
     r"|Workspace can't be allocated, no?t? enough memory",
@@ -127,7 +127,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "phase-guard": r"zerodoctor guard \[rank \d+, step \S+, \w+\]",
     # source lines of traceback frames that name what the run was doing (read only inside a traceback)
     "code-engine": r"accelerator\.prepare\(|deepspeed\.initialize\(|deepspeed_init\(|_prepare_deepspeed\(",
-    "code-train": r"\.backward\(|\.training_step\(|\.compute_loss\(",
+    # (torch.autograd.backward / graph._engine_run_backward's source line, the frame under every `loss.backward()`)
+    "code-train": r"\.backward\(|\.training_step\(|\.compute_loss\(|_execution_engine\.run_backward\(",
     "code-eval": r"\.evaluate\(|\.evaluation_loop\(|\.prediction_step\(|\.predict\(",
     "code-step": r"optimizer\.step\(\)|engine\.step\(\)|model\.step\(\)",
     # an assert / raise statement as a frame's source line (a paste cut before its exception line)
@@ -138,6 +139,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # an OSError printed as its str() alone (`[Errno 2] No such file or directory: 'x'`), as scripts log it
     "bare-oserror": r"\[Errno \d+\] [A-Z][a-z]",
     "cpp-terminate": r"terminate called after throwing an instance of '",
+    # a JIT op build: the extension's name on ninja's compile command (torch/utils/cpp_extension.py
+    # _write_ninja_file_to_build_library puts -DTORCH_EXTENSION_NAME={name} on every compile line)
+    "ninja-ext": r"-DTORCH_EXTENSION_NAME=\w+",
+    # ProcessGroupNCCL's watchdog thread ending on an exception that is no timeout (a CUDA fault it surfaced:
+    # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ncclCommWatchdog, "Process group watchdog thread terminated
+    # with exception: " + e.what())
+    "nccl-watchdog-exc": r"[Ww]atchdog thread terminated with exception: ",
     "cpp-what": r"what\(\):\s+\S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
     # a model's forward as its frames' source lines show it (torch.nn.functional and the HF decoder layers): a
@@ -169,6 +177,8 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     b"] step=",
     b"Iter(train) [",
     b"Epoch(train)",
+    # pytorch/examples' ProgressMeter (imagenet/main.py, copied into many training scripts): `Epoch: [0][ 415/1736]`
+    b"Epoch: [",
 )
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 _TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
@@ -176,6 +186,7 @@ _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
 _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
+_METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 
 
 # Progress bars of work that is not training (loading, data preparation, generation): not training progress.
@@ -206,6 +217,9 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
     m4 = _MM_ITER.search(text)
     if m4:
         return ("mmengine", log_int(m4.group(1)), log_int(m4.group(2)), None)
+    m6 = _METER.search(text)
+    if m6:
+        return ("meter", log_int(m6.group(2)), log_int(m6.group(3)), log_float(m6.group(1)))
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):

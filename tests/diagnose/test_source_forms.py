@@ -1,0 +1,120 @@
+"""Failure and phase forms read from the frameworks' sources rather than from one thread's log: each test writes
+the lines as the source prints them (the function or file named beside it) and checks what diagnose makes of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zerodoctor.diagnose import diagnose
+from zerodoctor.diagnose.extract import OomNumbers
+from zerodoctor.diagnose.reader import LogLine
+
+
+def _top(tmp_path: Path, text: str) -> tuple[str, dict[str, object], str]:
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    d = diagnose([str(log)])
+    top = d.findings[0]
+    fc = top.data.get("failure_class") or {"id": top.id, **top.data}
+    return top.id, fc, d.phase
+
+
+def test_watchdog_thread_ending_on_a_cuda_fault_is_that_fault_not_a_timeout(tmp_path: Path) -> None:
+    # ProcessGroupNCCL.cpp ncclCommWatchdog: LOG(ERROR) << "Process group watchdog thread terminated with exception: "
+    top, fc, _ = _top(
+        tmp_path,
+        "[rank1]:[E107 10:50:18.780482185 ProcessGroupNCCL.cpp:1504] [PG 0 (default_pg) Rank 1] Process group "
+        "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call\n",
+    )
+    assert fc["id"] == "class:crash", top
+    assert "illegal memory access" in str(fc["message"])
+
+
+def test_watchdog_thread_ending_on_a_timeout_stays_a_collective_timeout(tmp_path: Path) -> None:
+    _top_id, fc, _ = _top(
+        tmp_path,
+        "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Process group watchdog thread terminated with exception: "
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n",
+    )
+    assert fc["id"] == "class:collective-timeout"
+
+
+def test_ninja_stopping_a_jit_build_names_the_op_from_its_compile_line(tmp_path: Path) -> None:
+    # torch/utils/cpp_extension.py: -DTORCH_EXTENSION_NAME={name} on each compile line; ninja's own stop line; the
+    # paste ends inside _run_ninja_build's traceback (before `Error building extension`)
+    top, fc, phase = _top(
+        tmp_path,
+        "[1/3] c++ -MMD -MF cpu_adam_impl.o.d -DTORCH_EXTENSION_NAME=transformer_inference -DTORCH_API_INCLUDE_EXTENSION_H "
+        "-c /x/deepspeed/ops/csrc/transformer/inference/csrc/pt_binding.cpp -o pt_binding.o\n"
+        "ninja: build stopped: subcommand failed.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/utils/cpp_extension.py", line 1893, in _run_ninja_build\n'
+        "    subprocess.run(\n",
+    )
+    assert fc["id"] == "class:op-build-failure", top
+    assert fc["op"] == "transformer_inference"
+    assert phase == "engine_init"
+
+
+def test_progress_meter_steps_place_a_kill_in_training(tmp_path: Path) -> None:
+    # pytorch/examples imagenet/main.py ProgressMeter: `Epoch: [0][ 415/1736]`
+    _top_id, fc, phase = _top(
+        tmp_path,
+        "Epoch: [0][415/1736]\t Loss 0.5844 MAE 0.6568\n"
+        "Epoch: [0][447/1736]\t Loss 0.5504 MAE 0.6353\n"
+        "Killed\n",
+    )
+    assert fc["id"] in ("host-oom-sigkill", "class:host-oom-kill")
+    assert phase == "training_step"
+
+
+def test_autograd_engine_source_line_is_a_backward_pass(tmp_path: Path) -> None:
+    # torch/autograd/graph.py _engine_run_backward's source line, pasted without its frame
+    _top_id, fc, phase = _top(
+        tmp_path,
+        "Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the backward pass\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 732.00 MiB (GPU 0; 24.00 GiB total "
+        "capacity; 20.62 GiB already allocated; 0 bytes free; 22.68 GiB reserved in total by PyTorch)\n",
+    )
+    assert fc["id"] == "class:gpu-oom"
+    assert phase == "training_step"
+
+
+def test_ray_actor_died_fields_belong_to_its_exception(tmp_path: Path) -> None:
+    # ray/exceptions.py ActorDiedError: the fields, then the cause, under the exception line
+    top, _fc, _ = _top(
+        tmp_path,
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "        class_name: WorkerDict\n"
+        "        pid: 1504364\n"
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+        "Worker unexpectedly exits with a connection error code 2. End of file.\n",
+    )
+    assert top == "fw-ray-worker-died-system-error"
+
+
+def test_ddp_wrapping_in_accelerate_prepare_is_engine_init(tmp_path: Path) -> None:
+    _top_id, fc, phase = _top(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "/x/accelerate/accelerator.py", line 1433, in prepare_model\n'
+        "    model = torch.nn.parallel.DistributedDataParallel(\n"
+        '  File "/x/torch/nn/parallel/distributed.py", line 1100, in _ddp_init_helper\n'
+        "    self.reducer = dist.Reducer(\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.10 GiB. GPU 0 has a total capacity of "
+        "39.39 GiB of which 13.58 GiB is free.\n",
+    )
+    assert fc["id"] == "class:gpu-oom"
+    assert phase == "engine_init"
+
+
+def _oom(tried: float, cached: float, total: float) -> OomNumbers:
+    return OomNumbers(tried, total, 0.0, total - cached, cached, None, 0, LogLine("x", 1, "", None, None, None))
+
+
+def test_fragmentation_needs_a_cache_that_holds_several_more_such_allocations() -> None:
+    assert _oom(0.71, 2.06, 24.0).verdict == "lack"  # 2.9x: the next allocations fail after it
+    assert _oom(0.02, 3.10, 79.32).verdict == "fragmentation"
+    assert _oom(2.32, 9.96, 23.69).verdict == "fragmentation"  # 4.3x
