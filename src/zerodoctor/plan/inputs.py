@@ -107,6 +107,14 @@ class Training:
     (LLaMA-Factory / TRL collators, `padding=True`) and `seq_len` (`cutoff_len`, `max_length`) is only the cap,
     so the peak is planned at min(seq_len, longest_sample_tokens); None = at the cap (packing fills it)."""
 
+    weights_dtype: str | None = None
+    """The dtype the model's weights are loaded in (`from_pretrained(torch_dtype=...)` / `dtype=...`): "bf16",
+    "fp16" or "fp32"; None = not stated. It decides the model states of a run without DeepSpeed or FSDP, whose
+    torch optimizer steps those very weights (`phases.loaded_weight_bytes` resolves None)."""
+    pure_bf16: bool = False
+    """LLaMA-Factory `pure_bf16`: trainable parameters stay in the loaded 16-bit dtype (otherwise LLaMA-Factory
+    upcasts them to fp32 when neither DeepSpeed ZeRO-3 nor FSDP manages them)."""
+
     @property
     def param_bytes(self) -> int:
         return 4 if self.precision == "fp32" else 2
@@ -236,6 +244,7 @@ class PlanInputs:
     deepspeed_version: str | None = None
     torch_version: str | None = None
     transformers_version: str | None = None
+    safetensors_version: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     zero3_init: bool = True
@@ -373,6 +382,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         deepspeed_version=(env.version_of("deepspeed") or None) if env is not None else None,
         torch_version=(env.version_of("torch") or None) if env is not None else None,
         transformers_version=(env.version_of("transformers") or None) if env is not None else None,
+        safetensors_version=(env.version_of("safetensors") or None) if env is not None else None,
         sources=run.sources(),
         notes=tuple(notes),
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,

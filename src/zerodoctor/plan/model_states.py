@@ -592,6 +592,50 @@ def _stage0(trainable: int, pb: int, optimizer: str) -> list[Component]:
     return out
 
 
+def torch_optimizer_components(
+    *,
+    trainable: int,
+    frozen: int,
+    trainable_bytes: int,
+    frozen_bytes_per_param: float,
+    optimizer: str = "adamw",
+) -> list[Component]:
+    """Model states of a run without DeepSpeed or FSDP (HF Trainer, DDP, plain PyTorch), all on the GPU.
+
+    The torch optimizer steps the model's own parameters in the dtype they hold (`trainable_bytes`: 2 when the
+    model was loaded in bf16/fp16 and nothing upcast it, 4 for fp32 weights under autocast); there is no fp32
+    master copy. Gradients are `param.grad` in the parameter's dtype (autograd accumulates in the leaf's
+    dtype) and the optimizer state follows it too: torch/optim/adam.py `_init_group` builds `exp_avg` and
+    `exp_avg_sq` with `torch.zeros_like(p, memory_format=torch.preserve_format)` at the first step.
+    DeepSpeed's stage 0 (an fp32 master in FP16_Optimizer / BF16_Optimizer) is `model_state_components`."""
+    _validate(0, 1, "none", "none", trainable_bytes, optimizer, trainable, frozen)
+    out: list[Component] = []
+    if frozen:
+        out.append(
+            Component(FROZEN16, math.ceil(frozen * frozen_bytes_per_param), GPU, source="frozen model parameters")
+        )
+    if not trainable:
+        return out
+    src = "torch/optim/adam.py _init_group (torch.zeros_like(p): the parameter's dtype)"
+    return out + [
+        Component(PARAM16, trainable * trainable_bytes, GPU, source="model parameters (the optimizer steps them)"),
+        Component(
+            GRAD16,
+            trainable * trainable_bytes,
+            GPU,
+            lazy=True,
+            source="param.grad (the parameter's dtype), from the first backward",
+        ),
+        Component(
+            OPTIMIZER_STATES,
+            math.ceil(trainable * optimizer_state_bytes_per_param(optimizer, trainable_bytes)),
+            GPU,
+            lazy=True,
+            source=f"{src}, first step (lazy)",
+        ),
+    ]
+
+
 def _zero2_grad_partition(numels: list[int], n: int, flat: int) -> int:
     """Largest `grads_in_partition` over ranks: full numel of every param overlapping the rank's slice."""
     part = flat // n

@@ -299,6 +299,54 @@ def _master_cloned_on_gpu(zero: ZeroSettings, deepspeed_version: str | None) -> 
     return version is None or not in_range(version, fixed=MASTER_CLONE_ON_GPU_WITH_OFFLOAD)
 
 
+DTYPE_AUTO_DEFAULT = "5.0.0"
+"""From transformers 5, `from_pretrained` loads `dtype="auto"` when no dtype is given: the checkpoint's own dtype
+(modeling_utils.py `if dtype is None: dtype = "auto"`, read in 5.23); up to 4.x it built the model in torch's default
+dtype, fp32, unless `torch_dtype` was passed."""
+
+
+def without_engine(inputs: PlanInputs, zero: ZeroSettings) -> bool:
+    """Whether this strategy runs without DeepSpeed and FSDP (HF Trainer / DDP / plain PyTorch): the planner's
+    stage 0 when the user gave no DeepSpeed configuration. A DeepSpeed config with stage 0 is DeepSpeed's
+    FP16/BF16 optimizer, with its fp32 master (`model_states._stage0`)."""
+    return zero.stage == 0 and zero.fsdp is None and inputs.zero is None and inputs.framework != "deepspeed"
+
+
+def loaded_weight_bytes(inputs: PlanInputs, t: Training) -> tuple[int, str]:
+    """Bytes per weight as the model is loaded, and why: the run's own dtype when it states one, else what the
+    installed (or, unknown, the current) transformers loads by default. Only a run without DeepSpeed or FSDP keeps
+    these weights as the ones its optimizer steps."""
+    if t.precision == "fp32":
+        return ms.FP32_BYTES, "fp32 training"
+    if t.weights_dtype is not None:
+        wb = ms.FP32_BYTES if t.weights_dtype == "fp32" else 2
+        return wb, f"loaded in {t.weights_dtype} (the run's torch_dtype)"
+    version = parse_version(inputs.transformers_version)
+    if version is not None and in_range(version, fixed=DTYPE_AUTO_DEFAULT):
+        return ms.FP32_BYTES, (
+            f"transformers {inputs.transformers_version} loads fp32 when no torch_dtype is given (assumed: none given)"
+        )
+    which = f"transformers {inputs.transformers_version}" if version is not None else "a current transformers"
+    return 2, (
+        f"{which} loads dtype='auto', the checkpoint's 16-bit dtype (assumed: no torch_dtype given, a 16-bit "
+        "checkpoint)"
+    )
+
+
+def trainable_weight_bytes(inputs: PlanInputs, t: Training) -> tuple[int, str]:
+    """Bytes per trainable weight in a run without DeepSpeed or FSDP, and why. PEFT keeps adapters of a 16-bit
+    base in fp32 (`autocast_adapter_dtype=True`, peft tuners_utils `_cast_adapter_dtype`); LLaMA-Factory upcasts
+    trainable parameters to fp32 unless `pure_bf16` (model/adapter.py `cast_trainable_params_to_fp32`)."""
+    wb, why = loaded_weight_bytes(inputs, t)
+    if wb == ms.FP32_BYTES:
+        return wb, why
+    if t.is_peft:
+        return ms.FP32_BYTES, "PEFT adapters in fp32 (autocast_adapter_dtype)"
+    if inputs.framework == "llamafactory" and not t.pure_bf16:
+        return ms.FP32_BYTES, "LLaMA-Factory upcasts trainable parameters to fp32 (pure_bf16 off)"
+    return wb, why
+
+
 def _steady_host(plan: StrategyPlan) -> int:
     """Host of the steady state without the transient step buffers (the save happens between steps)."""
     return sum(i.bytes for i in plan.phase("steady").host)
@@ -426,6 +474,11 @@ def plan_strategy(
     else:
         frozen_total_bytes, fbp = frozen * pb, float(pb)
         frozen_partitioned = True
+    plain = without_engine(inputs, zero)
+    if plain and t.method != "qlora":
+        # The frozen weights stay in the dtype they were loaded in (fp32 from transformers 4 without torch_dtype).
+        lb, _ = loaded_weight_bytes(inputs, t)
+        frozen_total_bytes, fbp = frozen * lb, float(lb)
     components = ms.model_state_components(
         trainable=trainable,
         frozen=frozen,
@@ -445,6 +498,16 @@ def plan_strategy(
         deepspeed_version=inputs.deepspeed_version,
         largest_param_numel=_largest_trainable_tensor(inputs, t),
     )
+    weights_note = ""
+    if plain:
+        wb, weights_note = trainable_weight_bytes(inputs, t)
+        components = ms.torch_optimizer_components(
+            trainable=trainable,
+            frozen=frozen,
+            trainable_bytes=wb,
+            frozen_bytes_per_param=fbp,
+            optimizer=t.optimizer,
+        )
     act = activations_for(inputs, t, zero)
 
     def gpu_states(*, lazy: bool, transient: bool) -> list[Item]:
@@ -669,6 +732,8 @@ def plan_strategy(
             )
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
+    if plain:  # save_pretrained writes the weights in the dtype the run holds them in
+        whole_model_bytes = frozen_total_bytes + trainable * trainable_weight_bytes(inputs, t)[0]
     if t.method == "qlora":
         # transformers skips zero.Init for quantised models (docs/known-failures.md): each rank loads the whole 4-bit
         # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
@@ -711,12 +776,13 @@ def plan_strategy(
             and not ms._is_old_layout(inputs.deepspeed_version)
             and used + flat <= c.gpu_memory_bytes
         )
-        per_rank = p.total * pb if not flat or on_gpu else max(p.total * pb, 2 * flat)
+        load_b = loaded_weight_bytes(inputs, t)[0] if plain else pb
+        per_rank = p.total * load_b if not flat or on_gpu else max(p.total * pb, 2 * flat)
         load_host.append(
             Item(
                 "whole model loaded per rank",
                 per_rank * n_local,
-                f"{n_local} ranks x {per_rank / GIB:.1f} GiB: the 16-bit model"
+                f"{n_local} ranks x {per_rank / GIB:.1f} GiB: the {8 * load_b}-bit model"
                 + (
                     "; its trainable part flattened through the host (cpu_data + flat buffer)"
                     if flat and not on_gpu
@@ -793,14 +859,16 @@ def plan_strategy(
         # updates: `torch._foreach_sqrt(exp_avg_sqs)` (foreach, the CUDA default) or
         # `exp_avg_sq.sqrt() / bias_correction2_sqrt` (single-tensor). ZeRO-3 steps one sub-group at a time;
         # ZeRO-1/2 and no ZeRO step the whole fp32 partition as one tensor.
+        # Without DeepSpeed the states and their temporary have the parameters' dtype.
         part = -(-trainable // (world if zero.stage >= 1 else 1))
         numel = min(max(zero.sub_group_size, 1), part) if zero.stage == 3 else part
+        state_b = trainable_weight_bytes(inputs, t)[0] if plain else ms.FP32_BYTES
         step_extra.append(
             Item(
                 "AdamW update temporary",
-                numel * ms.FP32_BYTES,
-                f"one fp32 tensor of {numel:,} elements (the {'sub-group' if zero.stage == 3 else 'partition'} "
-                "being updated)",
+                numel * state_b,
+                f"one {state_b}-byte tensor of {numel:,} elements (the "
+                f"{'sub-group' if zero.stage == 3 else 'model' if plain else 'partition'} being updated)",
                 "torch/optim/adamw.py _multi_tensor_adamw (torch._foreach_sqrt) / _single_tensor_adamw",
             )
         )
@@ -1115,6 +1183,31 @@ def _largest_param(inputs: PlanInputs) -> int:
     return max((n for n, _ in layers + rest), default=0)
 
 
+SAFETENSORS_NO_BYTES_COPY = "0.8.0"
+"""safetensors `save_file` stopped copying every tensor of a file into a Python `bytes` object before writing it
+(`_flatten` / `_tobytes`, `data.tobytes()`, through 0.7.0) and hands the tensors' own memory to the writer
+(`_flatten_as_ptr`, huggingface/safetensors#679, first released in 0.8.0)."""
+
+
+def _shard_item(inputs: PlanInputs, whole_model_bytes: int) -> list[Item]:
+    """Rank 0's bytes copy of one safetensors shard while `save_pretrained` writes a host state dict: through
+    safetensors 0.7 (an unknown version is charged: the copy is the larger case); none from 0.8."""
+    version = parse_version(inputs.safetensors_version)
+    if version is not None and not in_range(version, fixed=SAFETENSORS_NO_BYTES_COPY):
+        return []
+    which = f"safetensors {inputs.safetensors_version}" if version is not None else "safetensors version unknown"
+    return [
+        Item(
+            "safetensors shard being written",
+            min(LOAD_SHARD_BYTES, whole_model_bytes),
+            f"node 0 only ({which}): one shard of at most {LOAD_SHARD_BYTES / 10**9:.0f} GB (max_shard_size) "
+            "copied to bytes",
+            "transformers modeling_utils save_pretrained (one shard at a time); safetensors torch.py save_file -> "
+            "_flatten/_tobytes (every tensor of the shard as bytes before serialize_file; up to 0.7.0)",
+        )
+    ]
+
+
 def _save(
     inputs: PlanInputs,
     t: Training,
@@ -1133,13 +1226,30 @@ def _save(
     hf_peft = (
         hf_like and t.is_peft
     )  # Trainer.save_model gathers only adapters (lint/rules/_common.is_hf_trainer_peft)
-    opt_state = ms.FP32_BYTES + ms.optimizer_state_bytes_per_param(t.optimizer)
+    plain = without_engine(inputs, zero)
+    state_b = trainable_weight_bytes(inputs, t)[0] if plain else ms.FP32_BYTES
+    # Without DeepSpeed the optimizer has no master copy: its state alone, in the parameters' dtype.
+    opt_state = ms.optimizer_state_bytes_per_param(t.optimizer, state_b) + (0 if plain else ms.FP32_BYTES)
     optimizer_bytes = math.ceil(trainable * opt_state)
     gpu: list[Item] = []
     host: list[Item] = []
     gather_gpu_bpp = (whole_model_bytes / p.total) if t.method == "qlora" else float(pb)
 
-    if zero.stage == 3 and zero.gather_16bit_on_save and not hf_peft:
+    if plain:
+        # HF Trainer without DeepSpeed: rank 0 alone saves (should_save); save_pretrained takes the model's own
+        # state dict (GPU tensors) and safetensors moves each tensor of a shard to the host before writing it.
+        weights = trainable * state_b if hf_peft else whole_model_bytes
+        kind = "adapter weights only" if hf_peft else "model weights"
+        host.append(
+            Item(
+                "rank 0: safetensors shard copied from the GPU",
+                min(LOAD_SHARD_BYTES, weights),
+                f"node 0 only: one shard of at most {LOAD_SHARD_BYTES / 10**9:.0f} GB (max_shard_size) on the host",
+                "transformers trainer.py _save -> save_pretrained; safetensors torch.py (_tobytes / _to_ndarray: "
+                "tensor.to('cpu') for every tensor of the shard)",
+            )
+        )
+    elif zero.stage == 3 and zero.gather_16bit_on_save and not hf_peft:
         gpu.append(
             Item(
                 "16-bit gather of the largest module",
@@ -1157,14 +1267,7 @@ def _save(
                 "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict (param.detach().cpu() on rank 0)",
             )
         )
-        host.append(
-            Item(
-                "safetensors shard being written",
-                min(LOAD_SHARD_BYTES, whole_model_bytes),
-                "node 0 only",
-                "transformers modeling_utils save_pretrained (safetensors, one shard at a time)",
-            )
-        )
+        host.extend(_shard_item(inputs, whole_model_bytes))
         weights, kind = whole_model_bytes, "consolidated 16-bit weights (rank 0)"
     elif zero.stage == 3 and hf_peft:
         gpu.append(
@@ -1197,6 +1300,10 @@ def _save(
             )
         )
         weights = trainable * pb if hf_peft else whole_model_bytes
+        if not hf_peft:
+            # Rank 0 writes that state dict with save_pretrained while it still holds it: safetensors turns every
+            # tensor of a shard into bytes before serialising the shard (the same item as the ZeRO-3 save).
+            host.extend(_shard_item(inputs, whole_model_bytes))
         kind = "adapter weights only" if hf_peft else "16-bit weights"
 
     # What save_only_model skips (docs/memory-model.md, docs/known-failures.md).
@@ -1213,7 +1320,20 @@ def _save(
     optimizer_written = optimizer_bytes if (not t.save_only_model or gather_false_z3) else 0
     if optimizer_written:
         # torch.save copies each non-CPU storage to the host one at a time (torch/serialization.py::_save).
-        if zero.offload_optimizer == "none":
+        if plain:
+            # Trainer._save_optimizer_and_scheduler: rank 0 torch.saves optimizer.state_dict(), one state tensor
+            # per parameter, each copied to the host in turn.
+            largest = _largest_trainable_tensor(inputs, t) * state_b
+            host.append(
+                Item(
+                    "torch.save staging of the optimizer state",
+                    largest,
+                    f"rank 0: its largest state tensor {largest / GIB:.2f} GiB copied to host",
+                    "transformers trainer.py _save_optimizer_and_scheduler; torch/serialization.py _save (each "
+                    "non-CPU storage copied to the host)",
+                )
+            )
+        elif zero.offload_optimizer == "none":
             part = -(-trainable // world)
             largest = (
                 ms.FP32_BYTES * min(max(zero.sub_group_size, 1), part)
