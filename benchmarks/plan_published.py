@@ -144,6 +144,8 @@ def build(case: dict[str, Any]) -> tuple[PlanInputs, ZeroSettings]:
         training=_training(case),
         framework=case.get("framework"),
         zero3_init=bool(case.get("zero3_init", True)),
+        # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True where the published run's own script sets it.
+        expandable_segments=bool(case.get("expandable_segments", False)),
         # Library versions only where the source states them (a pinned requirements file, a thread's env dump);
         # otherwise the planner takes current releases.
         deepspeed_version=case.get("deepspeed_version"),

@@ -176,4 +176,5 @@ def test_batch3_cases_build_plan_inputs():
         assert inputs.cluster.gpus_per_node == c["cluster"]["gpus_per_node"], c["id"]
         assert inputs.cluster.nodes == c["cluster"]["nodes"], c["id"]
         assert (zero.fsdp is not None) == bool(c.get("fsdp")), c["id"]
+        assert inputs.expandable_segments == bool(c.get("expandable_segments")), c["id"]
         assert zero.stage in (0, 1, 2, 3), c["id"]
