@@ -135,3 +135,19 @@ def test_from_pretrained_without_dtype_loads_the_checkpoint_dtype(tmp_path):
     assert {p.dtype for p in loaded.parameters()} == {expected}
     inputs = _inputs(transformers_version=transformers.__version__)
     assert loaded_weight_bytes(inputs, inputs.training)[0] == expected.itemsize
+
+
+def test_the_runs_torch_dtype_reaches_the_plan(tmp_path):
+    from zerodoctor.plan.inputs import PlanOptions, load_inputs
+
+    args = tmp_path / "args.yaml"
+    args.write_text(
+        "model_name_or_path: Qwen/Qwen-7B-Chat\ntorch_dtype: float32\nbf16: true\nper_device_train_batch_size: 1\n"
+    )
+    opts = PlanOptions(files=(str(args),), gpus_per_node=1, gpu_memory_gib=80, host_ram_gib=512, framework="hf")
+    inputs = load_inputs(opts)
+    assert inputs.training.weights_dtype == "fp32"
+    assert loaded_weight_bytes(inputs, inputs.training)[0] == 4
+    args.write_text("model_name_or_path: Qwen/Qwen-7B-Chat\nbf16: true\npure_bf16: true\n")
+    inputs = load_inputs(opts)
+    assert inputs.training.weights_dtype is None and inputs.training.pure_bf16

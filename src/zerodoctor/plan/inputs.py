@@ -109,7 +109,7 @@ class Training:
 
     weights_dtype: str | None = None
     """The dtype the model's weights are loaded in (`from_pretrained(torch_dtype=...)` / `dtype=...`): "bf16",
-    "fp16" or "fp32"; None = not stated. It decides the model states of a run without DeepSpeed or FSDP, whose
+    "fp16", "fp32" or "auto" (the checkpoint's dtype, taken as 16-bit); None = not stated. It decides the model states of a run without DeepSpeed or FSDP, whose
     torch optimizer steps those very weights (`phases.loaded_weight_bytes` resolves None)."""
     pure_bf16: bool = False
     """LLaMA-Factory `pure_bf16`: trainable parameters stay in the loaded 16-bit dtype (otherwise LLaMA-Factory
@@ -358,6 +358,8 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         reference_model=run.reference_model.value,
         paired_inputs=run.paired_inputs.value,
         quant_method=run.quant_method.value,
+        weights_dtype=run.weights_dtype.value if run.weights_dtype is not None else None,
+        pure_bf16=bool(run.pure_bf16.value) if run.pure_bf16 is not None else False,
     )
     if training.is_peft:
         model.lora_params(training.lora_rank, training.lora_targets)  # validates target names, clear message

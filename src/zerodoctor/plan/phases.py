@@ -318,9 +318,15 @@ def loaded_weight_bytes(inputs: PlanInputs, t: Training) -> tuple[int, str]:
     these weights as the ones its optimizer steps."""
     if t.precision == "fp32":
         return ms.FP32_BYTES, "fp32 training"
+    if t.weights_dtype == "auto":
+        return 2, "loaded with torch_dtype 'auto': the checkpoint's dtype (assumed 16-bit)"
     if t.weights_dtype is not None:
         wb = ms.FP32_BYTES if t.weights_dtype == "fp32" else 2
         return wb, f"loaded in {t.weights_dtype} (the run's torch_dtype)"
+    if inputs.framework == "llamafactory":
+        # LLaMA-Factory passes torch_dtype="auto" itself (model/loader.py load_model), whatever transformers
+        # would default to: the checkpoint's dtype.
+        return 2, "LLaMA-Factory loads with torch_dtype 'auto': the checkpoint's dtype (assumed 16-bit)"
     version = parse_version(inputs.transformers_version)
     if version is not None and in_range(version, fixed=DTYPE_AUTO_DEFAULT):
         return ms.FP32_BYTES, (

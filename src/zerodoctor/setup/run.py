@@ -240,6 +240,11 @@ class RunDescription:
     """How the model is sharded: "deepspeed" (a ZeRO config), "fsdp" (torch FSDP through accelerate or HF
     Trainer: `fsdp` holds its settings) or "ddp" (neither: every rank holds the whole model)."""
     fsdp: FsdpDescription | None = None
+    weights_dtype: Known[str] | None = None
+    """The dtype the model is loaded in (`torch_dtype` / `dtype` in the arguments: "bf16", "fp16", "fp32" or "auto"),
+    None when not stated. The planner keeps it as the trained weights of a run without DeepSpeed or FSDP."""
+    pure_bf16: Known[bool] | None = None
+    """LLaMA-Factory `pure_bf16` (trainable parameters stay 16-bit instead of being upcast to fp32)."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -784,7 +789,21 @@ def describe_run(
         invalid=tuple(check.invalid),
         strategy=strategy,
         fsdp=fsdp,
+        weights_dtype=_weights_dtype(rd),
+        pure_bf16=rd.arg("pure_bf16"),
     )
+
+
+_WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
+
+
+def _weights_dtype(rd: _Reader) -> Known[str] | None:
+    """`torch_dtype` / `dtype` from the arguments (ms-swift, TRL ModelConfig, the HF example scripts)."""
+    k = rd.arg("torch_dtype", "dtype")
+    if k is None:
+        return None
+    name = _WEIGHTS_DTYPES.get(normalize_dtype(k.value) or "")
+    return Known(name, k.origin) if name else None
 
 
 # ---- pieces ---------------------------------------------------------------------------------------------
