@@ -39,14 +39,14 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
 from zerodoctor.diagnose.reader import LogLine, parse_line
 from zerodoctor.diagnose.rundir import error_file_source
-from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_pieces, open_source
+from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_spans, open_source
 from zerodoctor.errors import UsageError
 from zerodoctor.kb import cache
 from zerodoctor.kb.loader import load_entries
@@ -128,8 +128,8 @@ class _Engine(Protocol):
         """The same engine without these pattern indices (saturated patterns leave the scan)."""
         ...
 
-    def find(self, data: bytes) -> list[tuple[int, int]]:
-        """(pattern index, match end offset) for every match."""
+    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
+        """(pattern index, match end offset) for every match in data[:end] (the whole of `data` by default)."""
         ...
 
 
@@ -215,20 +215,22 @@ class _HyperscanEngine:
     def without(self, drop: frozenset[int]) -> _HyperscanEngine:
         return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop])
 
-    def find(self, data: bytes) -> list[tuple[int, int]]:
+    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         add = out.append
+        # a view of data[:end], no copy (hyperscan scans any buffer; its type stubs name str and bytes only)
+        view = data if end is None or end == len(data) else cast(bytes, memoryview(data)[:end])
 
         def on_match(pid: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
             add((pid, end))
 
         if threading.get_ident() == self._owner:
-            self._db.scan(data, match_event_handler=on_match)
+            self._db.scan(view, match_event_handler=on_match)
         else:
             scratch = getattr(self._local, "scratch", None)
             if scratch is None:
                 scratch = self._local.scratch = self._db.scratch.clone()
-            self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+            self._db.scan(view, match_event_handler=on_match, scratch=scratch)
         return out
 
 
@@ -244,10 +246,11 @@ class _PythonEngine:
     def without(self, drop: frozenset[int]) -> _PythonEngine:
         return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop])
 
-    def find(self, data: bytes) -> list[tuple[int, int]]:
+    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
+        stop = len(data) if end is None else end  # (`endpos`: as if the bytes ended there, `$` included)
         for pid, rx in self._compiled:
-            out.extend((pid, m.end()) for m in rx.finditer(data))
+            out.extend((pid, m.end()) for m in rx.finditer(data, 0, stop))
         return out
 
 
@@ -287,8 +290,9 @@ def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
 
 
-def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progress | None:
-    """The last progress update in chunk[lo:hi] (rfind on literals, then parse that line).
+def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int) -> Progress | None:
+    """The last progress update in chunk[lo:hi] (rfind on literals, then parse that line); the piece ends at
+    `limit` (>= hi).
 
     `lineno_at_hi` is the line number of the line that starts at `hi`: the progress line's number is found by
     counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
@@ -298,8 +302,8 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int) -> Progres
         if pos < 0:
             return None
         start = chunk.rfind(b"\n", lo, pos) + 1
-        end = chunk.find(b"\n", pos)
-        end = len(chunk) if end < 0 else end
+        end = chunk.find(b"\n", pos, limit)
+        end = limit if end < 0 else end
         parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
         if parsed is not None:
             kind, step, total, epoch = parsed
@@ -326,15 +330,16 @@ _FRAME_LINE = re.compile(rb'File "[^"]+", line \d+, in [\w<>.]+\s*$')
 _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
 
 
-def _wrapped_end(chunk: bytes, start: int, stop: int) -> int:
-    """Where a terminal-wrapped logical line that starts at `start` ends (`stop` if it is not wrapped)."""
+def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
+    """Where a terminal-wrapped logical line that starts at `start` ends (`stop` if it is not wrapped); the piece
+    ends at `limit`."""
     end, line_start = stop, start
     for _ in range(_WRAP_LINES):
         width = len(chunk[line_start:end].rstrip(b"\r"))
-        if not (_WRAP_MIN <= width <= _WRAP_MAX) or end >= len(chunk):
+        if not (_WRAP_MIN <= width <= _WRAP_MAX) or end >= limit:
             break
-        nxt_stop = chunk.find(b"\n", end + 1)
-        nxt_stop = len(chunk) if nxt_stop < 0 else nxt_stop
+        nxt_stop = chunk.find(b"\n", end + 1, limit)
+        nxt_stop = limit if nxt_stop < 0 else nxt_stop
         nxt = chunk[end + 1 : nxt_stop]
         if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
             break
@@ -363,7 +368,7 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
     return prev.endswith(b" ") or len(prev) in _TERMINAL_WIDTHS or mid_word or same_width
 
 
-def _wrapped_start(chunk: bytes, start: int) -> int:
+def _wrapped_start(chunk: bytes, start: int, limit: int) -> int:
     """Where the terminal-wrapped logical line that the physical line at `start` continues begins (`start` when
     it starts a line of its own): a hit in the second half of a wrapped line keeps the first half's rank prefix
     and text (`[rank6]:[E429 ...] ProcessGroupNCCL'` / `s watchdog got stuck for 480 seconds ...`)."""
@@ -371,8 +376,8 @@ def _wrapped_start(chunk: bytes, start: int) -> int:
     for _ in range(_WRAP_LINES):
         if first == 0:
             break
-        cur_stop = chunk.find(b"\n", first)
-        cur = chunk[first : len(chunk) if cur_stop < 0 else cur_stop]
+        cur_stop = chunk.find(b"\n", first, limit)
+        cur = chunk[first : limit if cur_stop < 0 else cur_stop]
         prev_start = chunk.rfind(b"\n", 0, first - 1) + 1
         if not _continues_previous(chunk[prev_start : first - 1], cur):
             break
@@ -386,11 +391,11 @@ def _join_wrapped(raw: bytes) -> bytes:
     return b"".join(p.rstrip(b"\r").rstrip(b" ") if i < len(parts) - 1 else p for i, p in enumerate(parts))
 
 
-def _line_bounds(chunk: bytes, end: int) -> tuple[int, int]:
+def _line_bounds(chunk: bytes, end: int, limit: int) -> tuple[int, int]:
     pos = max(end - 1, 0)
     start = chunk.rfind(b"\n", 0, pos) + 1
-    stop = chunk.find(b"\n", pos)
-    stop = len(chunk) if stop < 0 else stop
+    stop = chunk.find(b"\n", pos, limit)
+    stop = limit if stop < 0 else stop
     if stop - start > LONG_LINE:
         cr = chunk.rfind(b"\r", start, pos)
         start = cr + 1 if cr >= 0 else max(start, pos - LONG_LINE)
@@ -448,48 +453,52 @@ def _engine_for_chunk(state: ScanState) -> _Engine:
 _Ahead = tuple["_Engine", "Future[list[tuple[int, int]]]"]
 
 
+# A piece of a source: its bytes are data[:end] (`source.iter_spans`); `continues` as there.
+_Piece = tuple[bytes, int, bool]
+
+
 def _pieces_ahead(
     src: Source, chunk_bytes: int, state: ScanState
-) -> Iterator[tuple[bytes, bool, _Ahead | None]]:
+) -> Iterator[tuple[bytes, int, bool, _Ahead | None]]:
     """Each piece of `src` in order; with more than one scan thread (and an engine that releases the GIL) also
     the scan of it started ahead on a worker thread (at most `threads` pieces in flight), else None: the caller
     scans it (`_matches`)."""
-    pieces = iter_pieces(src, chunk_bytes)
+    pieces = iter_spans(src, chunk_bytes)
     threads = scan_threads() if state.eng.threads_help else 1
     first = next(pieces, None) if threads > 1 else None
     second = next(pieces, None) if first is not None else None
     if second is None:  # one thread, or a log of one chunk (most logs): no pool
-        for chunk, continues in pieces if first is None else (first,):
-            yield chunk, continues, None
+        for data, end, continues in pieces if first is None else (first,):
+            yield data, end, continues, None
         return
     assert first is not None
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="zerodoctor-scan") as pool:
-        ahead: deque[tuple[bytes, bool, _Ahead]] = deque()
-        for chunk, continues in _chain(first, second, pieces):
-            ahead.append((chunk, continues, (state.eng, pool.submit(state.eng.find, chunk))))
+        ahead: deque[tuple[bytes, int, bool, _Ahead]] = deque()
+        for data, end, continues in _chain(first, second, pieces):
+            ahead.append((data, end, continues, (state.eng, pool.submit(state.eng.find, data, end))))
             if len(ahead) >= threads:
                 yield ahead.popleft()
         while ahead:
             yield ahead.popleft()
 
 
-def _chain(
-    first: tuple[bytes, bool], second: tuple[bytes, bool], rest: Iterator[tuple[bytes, bool]]
-) -> Iterator[tuple[bytes, bool]]:
+def _chain(first: _Piece, second: _Piece, rest: Iterator[_Piece]) -> Iterator[_Piece]:
     yield first
     yield second
     yield from rest
 
 
-def _matches(chunk: bytes, started: _Ahead | None, state: ScanState) -> tuple[_Engine, list[tuple[int, int]]]:
-    """The engine a one-thread scan would handle `chunk` with, and that engine's matches in it. A chunk scanned
+def _matches(
+    chunk: bytes, limit: int, started: _Ahead | None, state: ScanState
+) -> tuple[_Engine, list[tuple[int, int]]]:
+    """The engine a one-thread scan would handle chunk[:limit] with, and that engine's matches in it. A chunk scanned
     ahead by an older engine (one that still had patterns saturated since) has its matches cut to the current
     engine's patterns, so the result is the same either way."""
     eng = _engine_for_chunk(state)
     if started is None:
-        return eng, eng.find(chunk)
+        return eng, eng.find(chunk, limit)
     scanned_by, future = started
     matches = future.result()
     if scanned_by is not eng:  # rebuilt since this chunk was handed out: its ids are a subset
@@ -519,9 +528,10 @@ def scan_source(
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     pending = False  # the previous piece ended inside the line this one continues
-    for chunk, continues, started in _pieces_ahead(src, chunk_bytes, state):
+    # Each piece is chunk[:limit]: the bytes after `limit` belong to the next piece (`source.iter_spans`).
+    for chunk, limit, continues, started in _pieces_ahead(src, chunk_bytes, state):
         # (the engine is chosen and the chunk scanned here, once the previous chunk is no longer referenced)
-        eng, matches = _matches(chunk, started, state)
+        eng, matches = _matches(chunk, limit, started, state)
         if pending:
             base_line -= 1  # the first line here is the last line of the previous piece
         per_line: dict[tuple[int, int], set[int]] = {}
@@ -530,7 +540,7 @@ def scan_source(
             if pid in saturated:
                 skipped += 1
                 continue
-            per_line.setdefault(_line_bounds(chunk, end), set()).add(pid)
+            per_line.setdefault(_line_bounds(chunk, end, limit), set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         joined_to = 0  # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
@@ -546,8 +556,8 @@ def scan_source(
             wrapped = False
             if stop - start <= _WRAP_MAX + 1 and b"\r" not in raw[:-1]:
                 # (a line already joined onto the hit line before it is also read alone, as it always was)
-                first = _wrapped_start(chunk, start) if start >= joined_to else start
-                joined_end = _wrapped_end(chunk, start, stop) if stop - start >= _WRAP_MIN else stop
+                first = _wrapped_start(chunk, start, limit) if start >= joined_to else start
+                joined_end = _wrapped_end(chunk, start, stop, limit) if stop - start >= _WRAP_MIN else stop
                 if first < start or joined_end > stop:
                     lineno -= chunk.count(b"\n", first, start)
                     raw, wrapped = _join_wrapped(chunk[first:joined_end]), True
@@ -569,7 +579,7 @@ def scan_source(
                 kset = frozenset(keys)
                 hit_progress = None
                 if kset & FAILURE_KEYS or any(k.startswith("kb:") for k in kset):
-                    found = _last_progress(chunk, searched_to, start, lineno)
+                    found = _last_progress(chunk, searched_to, start, lineno, limit)
                     if found is not None:
                         progress = found
                     searched_to = start
@@ -581,11 +591,14 @@ def scan_source(
         # (the newlines before the last hit line are counted already: counting the chunk again from its start cost
         # up to twice the count on chunks whose hits reach their end)
         chunk_lines = (
-            counted_lines - base_line + chunk.count(b"\n", counted_to) + (0 if chunk.endswith(b"\n") else 1)
+            counted_lines
+            - base_line
+            + chunk.count(b"\n", counted_to, limit)
+            + (0 if chunk.endswith(b"\n", 0, limit) else 1)
         )
         pending = continues
-        if searched_to < len(chunk):
-            found = _last_progress(chunk, searched_to, len(chunk), base_line + chunk_lines + 1)
+        if searched_to < limit:
+            found = _last_progress(chunk, searched_to, limit, base_line + chunk_lines + 1, limit)
             if found is not None:
                 progress = found
         base_line += chunk_lines
