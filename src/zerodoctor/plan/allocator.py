@@ -1241,7 +1241,8 @@ def step_shape(
                 load += [(f"clone{g}", n * d), (f"master{g}", n * 4), (f"clone{g}", -1)]
         else:
             load.append((c.name, c.bytes))
-    opt_bytes = round(ms.optimizer_state_bytes_per_param(t.optimizer))
+    # A paged optimizer's states are CUDA unified memory, outside PyTorch's caching allocator.
+    opt_bytes = 0 if t.optimizer in ms.PAGED_OPTIMIZERS else round(ms.optimizer_state_bytes_per_param(t.optimizer))
     return StepShape(
         tokens=batch * seq,
         batch=batch,

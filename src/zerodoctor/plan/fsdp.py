@@ -298,7 +298,9 @@ def plan_fsdp(
                     components[1].source,
                 )
             )
-        if lazy:
+        if lazy and t.optimizer in ms.PAGED_OPTIMIZERS:
+            out.append(ph.paged_states_items(opt_bytes, n_local, t.optimizer)[0])
+        elif lazy:
             out.append(
                 ph.Item(
                     "optimizer states",
@@ -311,7 +313,8 @@ def plan_fsdp(
 
     def host_states(*, lazy: bool, grads: bool) -> list[ph.Item]:
         if not offload:
-            return []
+            paged = lazy and t.optimizer in ms.PAGED_OPTIMIZERS and opt_bytes > 0
+            return [ph.paged_states_items(opt_bytes, n_local, t.optimizer)[1]] if paged else []
         out = [
             ph.Item(
                 "offloaded: FSDP sharded parameters",
@@ -401,8 +404,12 @@ def plan_fsdp(
     act_items = ph.activation_items(act, t, inputs)
 
     # ---- load ------------------------------------------------------------------------------------------
+    # The model is loaded in its load dtype (`torch_dtype`, else the transformers default: phases.loaded_weight_bytes)
+    # before FSDP wraps it; MixedPrecision only casts the gathered parameters.
     whole_model_bytes_load = (
-        math.ceil(trainable * pb + frozen * frozen_bpp) if t.method == "qlora" else p.total * pb
+        math.ceil(trainable * pb + frozen * frozen_bpp)
+        if t.method == "qlora"
+        else p.total * ph.loaded_weight_bytes(inputs, t)[0]
     )
     load_gpu = [*reserve]
     load_host = [baseline]

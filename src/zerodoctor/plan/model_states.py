@@ -67,7 +67,13 @@ HOST = "host"
 NVME = "nvme"
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd")
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit")
+PAGED_OPTIMIZERS = ("paged_adamw_32bit", "paged_adamw_8bit")
+"""bitsandbytes paged optimizers (HF Trainer `optim="paged_adamw_32bit"` / `"paged_adamw_8bit"`): their states are
+CUDA unified memory (bitsandbytes functional.get_paged -> cudaMallocManaged), which the driver evicts to host RAM
+when the GPU runs out of memory and pages back for the update (Dettmers et al. 2023, QLoRA, "Paged Optimizers").
+Their update is one fused kernel per parameter (functional.optimizer_update_32bit / _8bit_blockwise): no
+foreach temporaries."""
 
 # --------------------------------------------------------------------------------------------------
 # Byte counts, each from the DeepSpeed (or torch/bitsandbytes) code that allocates it
@@ -253,8 +259,12 @@ def optimizer_state_bytes_per_param(optimizer: str, state_dtype_bytes: int = FP3
         return 2.0 * state_dtype_bytes
     if optimizer == "sgd":
         return float(state_dtype_bytes)
-    if optimizer == "adamw_8bit":
+    if optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         return ADAM_8BIT_STATE_BYTES
+    if optimizer == "paged_adamw_32bit":
+        # bitsandbytes Optimizer2State with optim_bits=32: two fp32 states whatever the parameter's dtype
+        # (bitsandbytes/optim/optimizer.py init_state: torch.zeros_like(p, dtype=torch.float32)).
+        return 2.0 * FP32_BYTES
     raise PlanError(f"unknown optimizer {optimizer!r}", hint=f"use one of {', '.join(OPTIMIZERS)}")
 
 

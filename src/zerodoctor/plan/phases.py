@@ -521,6 +521,9 @@ def plan_strategy(
         for comp in components:
             if comp.device != ms.GPU or (comp.lazy and not lazy) or (comp.transient and not transient):
                 continue
+            if comp.name == ms.OPTIMIZER_STATES and t.optimizer in ms.PAGED_OPTIMIZERS:
+                items.append(paged_states_items(comp.bytes, n_local, t.optimizer)[0])
+                continue
             tags = [
                 x
                 for x, on in (("allocated at first step", comp.lazy), ("step transient", comp.transient))
@@ -531,6 +534,10 @@ def plan_strategy(
 
     def host_states(*, lazy: bool, transient: bool) -> list[Item]:
         items = []
+        if lazy and t.optimizer in ms.PAGED_OPTIMIZERS:
+            paged = sum(cm.bytes for cm in components if cm.name == ms.OPTIMIZER_STATES and cm.device == ms.GPU)
+            if paged:
+                items.append(paged_states_items(paged, n_local, t.optimizer)[1])
         for comp in components:
             if comp.device != ms.HOST or (comp.lazy and not lazy) or (comp.transient and not transient):
                 continue
@@ -916,6 +923,30 @@ def plan_strategy(
         margin=margin,
         label=label,
     )
+
+
+def paged_states_items(per_rank: int, n_local: int, optimizer: str) -> tuple[Item, Item]:
+    """A bitsandbytes paged optimizer's states (`ms.PAGED_OPTIMIZERS`): on the GPU they are no part of what the
+    run needs -- the driver evicts them to the host when the GPU is full -- so the GPU item is 0 with their size in
+    its detail; on the host they are charged whole (where they all go in the worst case)."""
+    src = (
+        "bitsandbytes functional.get_paged (cudaMallocManaged) in optim/optimizer.py init_state; Dettmers et al. "
+        "2023 (QLoRA), Paged Optimizers"
+    )
+    gpu = Item(
+        "paged optimizer states (unified memory)",
+        0,
+        f"{optimizer}: {per_rank / GIB:.2f} GiB per rank, resident while the GPU has room and evicted to the host by "
+        "the driver when it is full (paged back for each update), so not part of what the GPU needs",
+        src,
+    )
+    host = Item(
+        "paged optimizer states evicted to the host (at most)",
+        per_rank * n_local,
+        f"{n_local} ranks x {per_rank / GIB:.2f} GiB: all of them when the GPU has no room left",
+        src,
+    )
+    return gpu, host
 
 
 def reserve_items_for(inputs: PlanInputs) -> list[Item]:

@@ -1,0 +1,71 @@
+"""bitsandbytes paged optimizers (HF Trainer `optim="paged_adamw_32bit"`): their states are CUDA unified memory that
+the driver evicts to the host when the GPU is full, so they are no part of what the GPU needs; their update is a
+fused kernel (no foreach temporary). And FSDP loads the model in its load dtype, not the compute dtype."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from zerodoctor.models import resolve_model
+from zerodoctor.plan import model_states as ms
+from zerodoctor.plan.inputs import (
+    GIB,
+    Cluster,
+    FsdpSettings,
+    PlanInputs,
+    Training,
+    ZeroSettings,
+    fsdp_as_zero,
+)
+from zerodoctor.plan.phases import plan_strategy
+
+
+def _inputs(optimizer: str, gpus: int = 8) -> PlanInputs:
+    return PlanInputs(
+        model=resolve_model("llama-2-70b"),
+        cluster=Cluster(2, gpus, 80 * GIB, 1000 * GIB),
+        training=Training(method="full", optimizer=optimizer, seq_len=2048, attn="flash"),
+        framework="hf",
+    )
+
+
+def _gpu(plan, phase: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {i.name: i.bytes for i in plan.phase(phase).gpu}
+
+
+def _host(plan, phase: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {i.name: i.bytes for i in plan.phase(phase).host}
+
+
+def test_paged_states_are_not_part_of_the_gpu_need_under_fsdp():
+    z = fsdp_as_zero(FsdpSettings(version=1, sharding="full_shard"))
+    adamw = plan_strategy(_inputs("adamw"), z)
+    paged = plan_strategy(_inputs("paged_adamw_32bit"), z)
+    states = _gpu(adamw, "steady")["optimizer states"]
+    assert abs(states - 8 * adamw.trainable_params / 16) / states < 0.01  # fp32 exp_avg + exp_avg_sq per shard
+    assert _gpu(paged, "steady")["paged optimizer states (unified memory)"] == 0
+    assert "AdamW update temporary" not in _gpu(paged, "first_step")
+    assert adamw.phase("steady").gpu_bytes - paged.phase("steady").gpu_bytes == states
+    # on the host, all of them in the worst case: 8 local ranks
+    assert _host(paged, "steady")["paged optimizer states evicted to the host (at most)"] == 8 * states
+
+
+def test_paged_states_under_zero_and_without_deepspeed():
+    for z in (ZeroSettings(stage=2), ZeroSettings(stage=0)):
+        plan = plan_strategy(_inputs("paged_adamw_32bit", gpus=1), z)
+        gpu = _gpu(plan, "steady")
+        assert gpu["paged optimizer states (unified memory)"] == 0
+        assert "model states: optimizer_states" not in gpu
+        assert _host(plan, "steady")["paged optimizer states evicted to the host (at most)"] > 0
+    # 32-bit states whatever the parameters' dtype; 8-bit blockwise as adamw_8bit
+    assert ms.optimizer_state_bytes_per_param("paged_adamw_32bit", 2) == 8.0
+    assert ms.optimizer_state_bytes_per_param("paged_adamw_8bit") == ms.ADAM_8BIT_STATE_BYTES
+
+
+def test_fsdp_loads_in_the_load_dtype():
+    z = fsdp_as_zero(FsdpSettings(version=1, sharding="full_shard", cpu_ram_efficient_loading=True))
+    bf16 = _inputs("adamw")
+    fp32_load = replace(bf16, training=replace(bf16.training, weights_dtype="fp32"))
+    a, b = (plan_strategy(i, z).phase("load").host_bytes for i in (bf16, fp32_load))
+    p = bf16.model.params.total
+    assert b - a >= 2 * p  # rank 0 of the node holds the whole model in fp32 instead of bf16
