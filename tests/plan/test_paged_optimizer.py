@@ -8,22 +8,15 @@ from dataclasses import replace
 
 from zerodoctor.models import resolve_model
 from zerodoctor.plan import model_states as ms
-from zerodoctor.plan.inputs import (
-    GIB,
-    Cluster,
-    FsdpSettings,
-    PlanInputs,
-    Training,
-    ZeroSettings,
-    fsdp_as_zero,
-)
+from zerodoctor.plan import inputs as pi
+from zerodoctor.plan.inputs import GIB, PlanInputs, Training
 from zerodoctor.plan.phases import plan_strategy
 
 
 def _inputs(optimizer: str, gpus: int = 8) -> PlanInputs:
     return PlanInputs(
         model=resolve_model("llama-2-70b"),
-        cluster=Cluster(2, gpus, 80 * GIB, 1000 * GIB),
+        cluster=pi.Cluster(2, gpus, 80 * GIB, 1000 * GIB),
         training=Training(method="full", optimizer=optimizer, seq_len=2048, attn="flash"),
         framework="hf",
     )
@@ -38,7 +31,7 @@ def _host(plan, phase: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 def test_paged_states_are_not_part_of_the_gpu_need_under_fsdp():
-    z = fsdp_as_zero(FsdpSettings(version=1, sharding="full_shard"))
+    z = pi.fsdp_as_zero(pi.FsdpSettings(version=1, sharding="full_shard"))
     adamw = plan_strategy(_inputs("adamw"), z)
     paged = plan_strategy(_inputs("paged_adamw_32bit"), z)
     states = _gpu(adamw, "steady")["optimizer states"]
@@ -51,7 +44,7 @@ def test_paged_states_are_not_part_of_the_gpu_need_under_fsdp():
 
 
 def test_paged_states_under_zero_and_without_deepspeed():
-    for z in (ZeroSettings(stage=2), ZeroSettings(stage=0)):
+    for z in (pi.ZeroSettings(stage=2), pi.ZeroSettings(stage=0)):
         plan = plan_strategy(_inputs("paged_adamw_32bit", gpus=1), z)
         gpu = _gpu(plan, "steady")
         assert gpu["paged optimizer states (unified memory)"] == 0
@@ -63,7 +56,7 @@ def test_paged_states_under_zero_and_without_deepspeed():
 
 
 def test_fsdp_loads_in_the_load_dtype():
-    z = fsdp_as_zero(FsdpSettings(version=1, sharding="full_shard", cpu_ram_efficient_loading=True))
+    z = pi.fsdp_as_zero(pi.FsdpSettings(version=1, sharding="full_shard", cpu_ram_efficient_loading=True))
     bf16 = _inputs("adamw")
     fp32_load = replace(bf16, training=replace(bf16.training, weights_dtype="fp32"))
     a, b = (plan_strategy(i, z).phase("load").host_bytes for i in (bf16, fp32_load))
