@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from zerodoctor.models import resolve_model
-from zerodoctor.plan import model_states as ms
 from zerodoctor.plan import inputs as pi
+from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.inputs import GIB, PlanInputs, Training
 from zerodoctor.plan.phases import plan_strategy
 
