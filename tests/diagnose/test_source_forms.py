@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from zerodoctor.diagnose import diagnose
 from zerodoctor.diagnose.extract import OomNumbers
 from zerodoctor.diagnose.reader import LogLine
@@ -118,3 +120,102 @@ def test_fragmentation_needs_a_cache_that_holds_several_more_such_allocations() 
     assert _oom(0.71, 2.06, 24.0).verdict == "lack"  # 2.9x: the next allocations fail after it
     assert _oom(0.02, 3.10, 79.32).verdict == "fragmentation"
     assert _oom(2.32, 9.96, 23.69).verdict == "fragmentation"  # 4.3x
+
+
+_TB = 'Traceback (most recent call last):\n  File "/x/train.py", line 5, in <module>\n    main()\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "class_id", "setup"),
+    [
+        # gloo's transport (gloo/transport/tcp/unbound_buffer.cc): a peer stopped sending
+        (
+            _TB + "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+            "1800000ms for recv operation to complete\n",
+            "class:collective-timeout",
+            False,
+        ),
+        # TCPStore client (c10d/socket.cpp), raised as DistNetworkError
+        (
+            _TB + "torch.distributed.DistNetworkError: The client socket has timed out after 900s while trying to "
+            "connect to (10.0.0.1, 29500).\n",
+            "class:collective-timeout",
+            True,
+        ),
+        # only the c10d log line, the traceback cut before its exception
+        (
+            "[E socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect to "
+            "(10.0.0.181, 60994).\n" + _TB,
+            "class:collective-timeout",
+            True,
+        ),
+        # distributed_c10d.py _store_based_barrier
+        (
+            _TB + "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+            "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
+            "class:collective-timeout",
+            True,
+        ),
+        (_TB + "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n", "class:collective-timeout", True),
+        (
+            _TB + "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients "
+            "joined.\n",
+            "class:collective-timeout",
+            True,
+        ),
+        # Kubernetes' container status
+        ("    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n", "", None),
+    ],
+)
+def test_distributed_timeouts_and_kills_by_their_source_words(
+    tmp_path: Path, text: str, class_id: str, setup: bool | None
+) -> None:
+    _top_id, fc, _ = _top(tmp_path, text)
+    if setup is None:
+        assert fc["id"] in ("class:host-oom-kill", "host-oom-sigkill"), fc["id"]
+        return
+    assert fc["id"] == class_id
+    assert fc["setup"] is setup
+
+
+def test_store_barrier_says_how_many_joined(tmp_path: Path) -> None:
+    _top_id, fc, _ = _top(
+        tmp_path,
+        _TB + "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+        "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
+    )
+    assert (fc["world_size"], fc["joined"]) == (8, 4)
+
+
+@pytest.mark.parametrize(("sig", "interrupt"), [(15, False), (2, True)])
+def test_torchrun_agent_death_signal_is_a_stop_from_outside(tmp_path: Path, sig: int, interrupt: bool) -> None:
+    # torch/distributed/elastic/agent/server/api.py: `Received %s death signal, shutting down workers`
+    _top_id, fc, _ = _top(
+        tmp_path,
+        "[default0]:12:13:46    INFO Starting training step 0\n"
+        f"W1130 12:13:49.388000 124326 torch/distributed/elastic/agent/server/api.py:723] Received {sig} death signal, "
+        "shutting down workers\n"
+        "W1130 12:13:49.389000 124326 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 124533 "
+        "closing signal SIGTERM\n",
+    )
+    assert fc["id"] == "class:terminated"
+
+
+def test_kernel_assertion_with_padded_coordinates_and_translated_words(tmp_path: Path) -> None:
+    _top_id, fc, _ = _top(
+        tmp_path,
+        "../aten/src/ATen/native/cuda/Indexing.cu:1146: indexSelectLargeIndex: block: [355,0,0], thread: [ 123,0,0] "
+        "断言`srcIndex < srcSelectDimSize`失败。\n",
+    )
+    assert fc["id"] == "class:crash"
+    assert "indexSelectLargeIndex" in str(fc["message"])
+
+
+def test_transformers_lazy_import_failure_is_an_import_error(tmp_path: Path) -> None:
+    # transformers/utils/import_utils.py _LazyModule._get_module
+    _top_id, fc, _ = _top(
+        tmp_path,
+        _TB + "RuntimeError: Failed to import transformers.trainer because of the following error (look up to see its "
+        "traceback):\ncannot import name 'is_npu_available' from 'accelerate.utils'\n",
+    )
+    assert fc["id"] == "class:import-error"

@@ -26,6 +26,7 @@ from typing import Any
 
 from zerodoctor.diagnose.extract import (
     CUT_TRACEBACK,
+    FAILED_IMPORT,
     WATCHDOG_WORK,
     Event,
     Facts,
@@ -444,6 +445,57 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
     )
 
 
+# torch.distributed timing out outside a NCCL collective: gloo's transport (third_party/gloo/gloo/transport/tcp/
+# unbound_buffer.cc: `Timed out waiting Nms for recv operation to complete`), the TCPStore and its clients
+# (torch/csrc/distributed/c10d/TCPStore.cpp: `The client socket has timed out after Ns while trying to connect to`,
+# `Timed out after N seconds waiting for clients. K/M clients joined.`, raised as DistNetworkError / DistStoreError),
+# the store-based barrier (distributed_c10d.py _store_based_barrier: `Timed out initializing process group in store
+# based barrier on rank: R, for key: ... (world_size=W, worker_count=C, timeout=...)`), torchrun's rendezvous
+# (elastic/rendezvous/api.py RendezvousTimeoutError), NCCL's unique-id exchange through the store (ProcessGroupNCCL.cpp
+# `... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout`)
+_DIST_TIMEOUT = re.compile(
+    r"Timed out waiting \d+ ?ms for (?:recv|send) operation|client socket has timed out|Timed out after \d+ seconds"
+    r" waiting for clients|Timed out initializing process group|RendezvousTimeoutError|store->get\('\w+'\) got error:"
+    r" Socket Timeout|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
+)
+_SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store")
+_JOINED = re.compile(r"world_size=(?P<w>\d{1,7}), worker_count=(?P<c>\d{1,7})|(?P<c2>\d{1,7})/(?P<w2>\d{1,7}) clients joined")
+
+
+def _dist_timeout(ev: Event) -> FailureClass:
+    """A rendezvous, store or gloo operation that timed out: ranks that never met (set-up) or a peer that stopped."""
+    text = ev.detail
+    setup = _SETUP_WORDS.search(text) is not None
+    data: dict[str, Any] = {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location(), "setup": setup}
+    m = _JOINED.search(text)
+    joined = ""
+    if m is not None:
+        world, came = (m.group("w") or m.group("w2")), (m.group("c") or m.group("c2"))
+        data["world_size"], data["joined"] = int(world), int(came)
+        joined = f" Only {came} of {world} processes had joined."
+    what = clip(text, 220).rstrip(". ")
+    if setup:
+        return FailureClass(
+            "collective-timeout",
+            "Process group set-up timed out (ranks did not all join)",
+            f"{_where(ev)} timed out while the processes were meeting to form the process group: {what}.{joined}",
+            "why the others did not arrive: a rank that failed or is still loading, a wrong MASTER_ADDR/MASTER_PORT or "
+            "--rdzv-endpoint, a firewall between nodes, or nodes started at different times.",
+            "check that every node starts the same command with the same rendezvous endpoint and world size, that the "
+            "master port is reachable from each node, and that no rank died before the barrier (its own log).",
+            data,
+        )
+    return FailureClass(
+        "collective-timeout",
+        "Collective timeout (gloo)",
+        f"{_where(ev)} waited for a peer's data until the timeout during {_phase(ev)}: {what}.",
+        "which peer stopped or why: a rank that died, hung, or runs a different code path.",
+        "look for the first rank that stopped printing; run with TORCH_DISTRIBUTED_DEBUG=DETAIL to see the mismatching "
+        "collective, and raise the timeout only if one rank does long work while the others wait.",
+        data,
+    )
+
+
 def _collective(ev: Event, facts: Facts) -> FailureClass:
     watch = [e for e in facts.events if e.kind == "watchdog"] or [ev]
     ranks = sorted({e.rank for e in watch if e.rank is not None})
@@ -540,9 +592,15 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             data,
         )
     # ("version" as a word: `requires fsdp_version=2` is a setting, not a package version)
-    if exc_type.endswith(("ImportError", "ModuleNotFoundError")) or "requires" in low and _VERSION_WORD.search(low):
+    lazy = FAILED_IMPORT.match(message)
+    if (
+        exc_type.endswith(("ImportError", "ModuleNotFoundError"))
+        or lazy is not None
+        or "requires" in low
+        and _VERSION_WORD.search(low)
+    ):
         m = _MODULE.search(message)
-        name = (m.group("mod") or m.group("name")) if m else None
+        name = (m.group("mod") or m.group("name")) if m else lazy.group(1) if lazy else None
         data["missing"] = name
         return FailureClass(
             "import-error",
@@ -753,6 +811,8 @@ def classify(
         return _gpu_oom(first, oom)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
+    if first.kind == "exception" and _DIST_TIMEOUT.search(first.detail):
+        return _dist_timeout(first)
     if first.kind == "watchdog" or (first.kind == "nccl" and _TIMEOUT.search(first.detail)):
         return _collective(first, facts)
     if first.kind == "nccl" or (first.kind == "exception" and _NCCL_OWN.search(first.detail)):

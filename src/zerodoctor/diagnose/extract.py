@@ -53,7 +53,13 @@ _CUT_FRAME = re.compile(r'(\S+\.py)", line (\d+), in (\S+)')  # a frame line cut
 _ASSERT = re.compile(r"^\s*assert (.{1,300})$")
 _RAISE = re.compile(r"^\s*raise ([A-Za-z_][\w.]*(?:Error|Exception))\((.{0,300})$")
 _BARE_OSERROR = re.compile(r"^\s*\[Errno \d+\] [A-Z][A-Za-z ,'-]{2,80}: .{1,300}$")
-_KERNEL_ASSERT = re.compile(r"\.cuh?:\d+: ([^:\s][^\n]{0,100}?): block: \[[\d,]+\], thread: \[[\d,]+\] (Assertion `.{1,160}` failed)")
+_KERNEL_ASSERT = re.compile(
+    r"\.cuh?:\d+: ?([^:\s][^\n]{0,100}?): ?block: \[[\d,]+\], thread: \[ ?[\d,]+\] ?(Assertion `.{1,160}` failed|\S.{0,160})"
+)
+_C10D_SOCKET = re.compile(r"\[c10d\] (The client socket has timed out after .{1,250})")
+# transformers' lazy import (utils/import_utils.py _LazyModule._get_module): RuntimeError("Failed to import {module}
+# because of the following error (look up to see its traceback):\n{the ImportError}")
+FAILED_IMPORT = re.compile(r"^Failed to import ([\w.]{1,128}) because of the following error")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,120})'")
 _WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
@@ -156,6 +162,7 @@ _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(
 _ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?")
 _ELASTIC_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG[A-Z]+)\) received by PID (\d+)")
+_DEATH_SIGNAL = re.compile(r"Received (\d{1,3}) death signal")
 _MPIRUN = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _VERSION_LINES = (
     (re.compile(r"DeepSpeed info: version=([0-9][\w.+-]*)"), "deepspeed"),
@@ -553,7 +560,8 @@ class Event:
         if self.kind in ("cuda-oom", "host-oom"):
             return 0
         if self.kind == "exit":
-            if self.exit_code is None or self.exit_code in (1, -15, 15, 143, 0):
+            # (SIGINT, -2 / 130: a user's Ctrl-C, a stop from outside like SIGTERM)
+            if self.exit_code is None or self.exit_code in (1, -15, 15, 143, 0, -2, 2, 130):
                 return 2
             return 1 if self.exit_code in (-6, 6, 134) else 0
         if self.kind in ("nccl", "watchdog"):
@@ -739,6 +747,11 @@ class Extractor:
             if ka:  # one event per log: every GPU thread prints the same assertion
                 self._kernel_assert.add(line.source)
                 what = f"RuntimeError: CUDA device-side assertion in {ka.group(1)}: {ka.group(2)}"
+                self._event("exception", line, hit, what[:300])
+        if "x:c10d-socket" in keys and not _EXC.match(line.text):
+            sock = _C10D_SOCKET.search(line.text)
+            if sock:  # logged, then raised as DistNetworkError (a paste may keep only the log line)
+                what = f"torch.distributed.DistNetworkError: {sock.group(1).strip()}"
                 self._event("exception", line, hit, what[:300])
         if "x:load-copy-error" in keys and not _EXC.match(line.text):
             self._event("exception", line, hit, "RuntimeError: " + clip(line.text.strip(), 280))
@@ -929,6 +942,13 @@ class Extractor:
                 )
         if "x:launch-killing" in keys and self._teardown is None and "sigkill_handler] Killing subprocess" in text:
             self._teardown = (line, hit)
+        if "x:launch-death-signal" in keys:
+            d = _DEATH_SIGNAL.search(text)
+            sig = log_int(d.group(1)) if d else None
+            if sig is not None:
+                if sig == 2 and len(self.facts.interrupts) < MAX_EVENTS:
+                    self.facts.interrupts.append(line)  # SIGINT: the user's Ctrl-C
+                self._event("exit", line, hit, text.strip()[:300], exit_code=-sig)
         if "x:launch-shell-killed" in keys:
             self._event("exit", line, hit, text.strip()[-300:], exit_code=-9)
         if "x:launch-shell-signal" in keys:

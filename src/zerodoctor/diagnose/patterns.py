@@ -33,7 +33,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY|Out of memory error on GPU \d"
     r"|RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|OOM when allocating tensor"
     r"|Workspace can't be allocated, no?t? enough memory",
-    "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory",
+    # (the kernel's OOM killer and memory cgroup, mm/oom_kill.c and mm/memcontrol.c; Kubernetes' container status
+    # `Reason: OOMKilled` in `kubectl describe pod`, `OOMKilled` in `kubectl get pods`; docker inspect's
+    # `"OOMKilled": true`)
+    "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory"
+    r"|Reason:\s+OOMKilled|\sOOMKilled\s+\d|\"OOMKilled\": ?true|reason: OOMKilled",
     # launcher outcomes
     "launch-ds-rc": r"exits with return code = -?\d+",
     "launch-elastic-failed": r"failed \(exitcode: -?\d+\)",
@@ -43,6 +47,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-killing": r"sigkill_handler\] Killing subprocess \d+|Sending process \d+ closing signal SIG[A-Z]+",
     "launch-mpirun": r"mpirun noticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+",
     "launch-child-failed": r"ChildFailedError",
+    # torchrun's agent stopped by a signal sent to it (torch/distributed/elastic/agent/server/api.py: `Received %s death
+    # signal, shutting down workers` on SignalException): a scheduler's SIGTERM, a user's Ctrl-C (2)
+    "launch-death-signal": r"Received \d+ death signal, shutting down workers",
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
     # `[1]    26478 killed     python train.py`
     "launch-shell-killed": r"(^|\]|[ \t|])Killed[ \t]*\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
@@ -87,7 +94,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|While copying the parameter named |Loading weights: +\d+%",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
     # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
-    "cuda-kernel-assert": r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",
+    # (CUDA's device-side assert prints `FILE:LINE: KERNEL: block: [x,y,z], thread: [x,y,z] Assertion `COND` failed.`;
+    # the coordinates are padded in some builds, and pastes run through a translator keep them but not the words)
+    "cuda-kernel-assert": r"block: \[\d+,\d+,\d+\], thread: \[ ?\d+,\d+,\d+\] ?(Assertion `|\S)",
+    # torch's c10d socket logging a rendezvous/store connection that timed out before it raises DistNetworkError
+    # (torch/csrc/distributed/c10d/socket.cpp: `[c10d] The client socket has timed out after 900s while trying to
+    # connect to (host, port).`)
+    "c10d-socket": r"\[c10d\] The client socket has timed out after ",
     "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
     # torch's load_state_dict per-parameter error inside `Error(s) in loading state_dict for X:`
     "load-size-mismatch": r"size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
