@@ -219,7 +219,8 @@ def measure_one(case: Case, work: Path) -> dict[str, Any]:
         "host_total": int(__import__("psutil").virtual_memory().total),
         "baseline_device_used": baseline_used,
         "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__,
-                     "transformers": __import__("transformers").__version__},  # fmt: skip
+                     "transformers": __import__("transformers").__version__,
+                     "safetensors": __import__("safetensors").__version__},  # fmt: skip
         "phases": phases,
         "seconds": {"load": round(load_s, 1), "steps": [round(s, 2) for s in step_times], "save": round(save_s, 1)},
         "loss": float(loss.item()),

@@ -1326,6 +1326,9 @@ def _save(
         weights, kind = trainable * pb, "adapter weights only"
     elif zero.stage == 3:
         weights, kind = 0, "no 16-bit weights (gather_16bit_weights_on_model_save false: ZeRO shards only)"
+    elif inputs.framework == "deepspeed":
+        # A plain DeepSpeed loop saves with engine.save_checkpoint only (the save_checkpoint moment below).
+        weights, kind = trainable * pb, "16-bit weights in the engine checkpoint"
     else:
         # ZeRO-1/2: get_state_dict clones the whole 16-bit model to CPU on every rank.
         host.append(
@@ -1355,21 +1358,25 @@ def _save(
     else:
         why = "save_only_model skips engine.save_checkpoint (optimizer states and ZeRO shards)"
     optimizer_written = optimizer_bytes if (not t.save_only_model or gather_false_z3) else 0
+    # engine.save_checkpoint (or the Trainer's optimizer save) runs after save_model has returned and freed its
+    # state dict: its host items are a second moment of the save, and the phase charges the larger of the two.
+    ckpt: list[Item] = []
     if optimizer_written:
         # torch.save copies each non-CPU storage to the host one at a time (torch/serialization.py::_save).
         if plain:
             # Trainer._save_optimizer_and_scheduler: rank 0 torch.saves optimizer.state_dict(), one state tensor
             # per parameter, each copied to the host in turn.
-            largest = _largest_trainable_tensor(inputs, t) * state_b
-            host.append(
+            one = _largest_trainable_tensor(inputs, t) * state_b
+            ckpt.append(
                 Item(
                     "torch.save staging of the optimizer state",
-                    largest,
-                    f"rank 0: its largest state tensor {largest / GIB:.2f} GiB copied to host",
+                    one,
+                    f"rank 0: its largest state tensor {one / GIB:.2f} GiB copied to host",
                     "transformers trainer.py _save_optimizer_and_scheduler; torch/serialization.py _save (each "
                     "non-CPU storage copied to the host)",
                 )
             )
+            largest = 0
         elif zero.offload_optimizer == "none":
             part = -(-trainable // world)
             largest = (
@@ -1377,16 +1384,43 @@ def _save(
                 if zero.stage == 3
                 else ms.FP32_BYTES * part
             )
-            host.append(
+        else:
+            largest = 0
+        flat = trainable * pb if zero.stage in (1, 2) and not plain else 0
+        # dp rank 0 writes the module first (`_save_checkpoint`: torch.save of module_state_dict, whose ZeRO-1/2
+        # parameters are views of the 16-bit flat GPU buffer -- one storage, copied to the host whole) while the
+        # other local ranks write their optimizer partitions (`_save_zero_checkpoint`).
+        if flat > largest:
+            ckpt.append(
+                Item(
+                    "rank 0: torch.save copies the 16-bit flat parameters to the host",
+                    flat,
+                    f"node 0 only: bit16_groups_flat, {flat / GIB:.1f} GiB, one GPU storage behind every parameter",
+                    "deepspeed/runtime/engine.py _save_checkpoint (module_state_dict); stage_1_and_2.py "
+                    "_update_model_bit16_weights (parameters are views of the flat buffer); torch/serialization.py "
+                    "_save (storage.cpu())",
+                )
+            )
+        staging_ranks = n_local - (1 if flat > largest else 0)
+        if largest and staging_ranks:
+            ckpt.append(
                 Item(
                     "torch.save staging of optimizer shards",
-                    largest * n_local,
-                    f"{n_local} ranks x largest GPU storage {largest / GIB:.1f} GiB copied to host",
+                    largest * staging_ranks,
+                    f"{staging_ranks} ranks x largest GPU storage {largest / GIB:.1f} GiB copied to host",
                     "torch/serialization.py _save (each non-CPU storage copied to the host)",
                 )
             )
         if gather_false_z3 and not t.save_only_model:
             why += "; without save_only_model the optimizer states are written twice"
     checkpoint = Checkpoint(weights, kind, optimizer_bytes, skips, why)
-    note = "node 0 (rank 0 consolidates)" if any(i.name.startswith("rank 0") for i in host) else ""
+    weights_moment = sum(i.bytes for i in host)
+    ckpt_moment = sum(i.bytes for i in ckpt)
+    if ckpt_moment > weights_moment:
+        other = f"; before it, saving the weights: {weights_moment / GIB:.1f} GiB" if host else ""
+        host, note = ckpt, f"host peak while the engine checkpoint is written{other}"
+    else:
+        note = f"engine checkpoint afterwards: {ckpt_moment / GIB:.1f} GiB" if ckpt else ""
+    if any(i.name.startswith("rank 0") for i in host):
+        note = "node 0 (rank 0 consolidates)" + (f"; {note}" if note else "")
     return checkpoint, gpu, host, note
