@@ -219,3 +219,39 @@ def test_transformers_lazy_import_failure_is_an_import_error(tmp_path: Path) -> 
         "traceback):\ncannot import name 'is_npu_available' from 'accelerate.utils'\n",
     )
     assert fc["id"] == "class:import-error"
+
+
+def test_rich_boxed_frames_are_frames(tmp_path: Path) -> None:
+    # rich/traceback.py _render_stack: `│ /path/file.py:LINE in FUNC │` inside the box
+    _top_id, fc, phase = _top(
+        tmp_path,
+        "╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+        "│ /x/deepspeed/runtime/engine.py:1008 in _do_sanity_check                       │\n"
+        "│                                                                               │\n"
+        "│ ❱ 1008 │   │   │   │   assert self._is_supported_optimizer(                    │\n"
+        "╰───────────────────────────────────────────────────────────────────────────────╯\n"
+        "AssertionError: Adafactor is not a supported DeepSpeed Optimizer\n",
+    )
+    assert fc["id"] == "class:config-rejected"
+    assert fc["judged_by"] == "deepspeed/runtime/engine.py:1008 in _do_sanity_check"
+    assert phase == "engine_init"
+
+
+def test_load_state_dict_refusal_without_frames_is_a_load(tmp_path: Path) -> None:
+    # torch/nn/modules/module.py Module.load_state_dict
+    _top_id, _fc, phase = _top(
+        tmp_path,
+        "RuntimeError: Error(s) in loading state_dict for Qwen2ForCausalLM:\n"
+        "\tsize mismatch for model.layers.26.self_attn.k_proj.weight: copying a param with shape torch.Size([512, "
+        "3584]) from checkpoint, the shape in current model is torch.Size([512, 2048]).\n",
+    )
+    assert phase == "load"
+
+
+def test_latent_diffusion_save_on_exit_is_a_save(tmp_path: Path) -> None:
+    # CompVis latent-diffusion main.py melk(): print("Summoning checkpoint.") then trainer.save_checkpoint
+    _top_id, _fc, phase = _top(
+        tmp_path,
+        "Epoch 0: 100%|#| 209/209 [06:12<00:00,  1.78s/it, loss=0.0685, v_num=0]\nSummoning checkpoint.\nKilled\n",
+    )
+    assert phase == "checkpoint_save"

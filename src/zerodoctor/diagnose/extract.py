@@ -62,6 +62,7 @@ _C10D_SOCKET = re.compile(r"\[c10d\] (The client socket has timed out after .{1,
 FAILED_IMPORT = re.compile(r"^Failed to import ([\w.]{1,128}) because of the following error")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,120})'")
 _WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
+_RICH_FRAME = re.compile(r"(\S{0,300}\.py):(\d{1,7}) in ([A-Za-z_<][\w.<>]{0,120}) *(?:│ *)?$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
 # IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
 _IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
@@ -295,6 +296,7 @@ _LOAD_FUNCS = frozenset(
         "from_config",
         "load_model",
         "load_state_dict",
+        "load_module_state_dict",  # DeepSpeedEngine's (a resume's load_checkpoint frames are read before it)
     }
 )
 # Resuming a run: the Trainer and DeepSpeed reading a checkpoint's optimizer/ZeRO states back.
@@ -829,8 +831,8 @@ class Extractor:
 
     def _frame(self, line: LogLine, *, ipython: bool = False) -> None:
         m = (_IPY_FRAME if ipython else _FRAME).search(line.text)
-        if not m and not ipython:
-            m = _CUT_FRAME.search(line.text)
+        if not m:
+            m = (_RICH_FRAME if ipython else _CUT_FRAME).search(line.text)
         if not m:
             return
         tb = self._open.get((line.source, line.rank)) or self._start_tb(line)

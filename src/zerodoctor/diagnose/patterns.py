@@ -21,7 +21,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (a paste cut inside a frame line keeps only `...py", line N, in f`)
     "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in ',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
-    "tb-frame-ipy": r"\.py in [A-Za-z_][A-Za-z0-9_.]*\(|File \S+\.py:\d+, in [A-Za-z_]",
+    # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
+    # _do_sanity_check │`, the path sometimes wrapped onto the line above)
+    "tb-frame-ipy": r"\.py in [A-Za-z_][A-Za-z0-9_.]*\(|File \S+\.py:\d+, in [A-Za-z_]"
+    r"|\.py:\d+ in [A-Za-z_<][A-Za-z0-9_.<>]* *(│ *)?$",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
@@ -131,7 +134,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
     r"|Saving checkpoint\. This may take some time"
     # DeepSpeedEngine._save_checkpoint (0.19.8), transformers >= 5 save_pretrained's tqdm
-    r"|Saving model checkpoint: |Writing model shards: +\d+%",
+    r"|Saving model checkpoint: |Writing model shards: +\d+%"
+    # CompVis latent-diffusion / stable-diffusion main.py melk(): the save on a signal or exception, and its forks
+    r"|Summoning checkpoint\.",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
     "phase-save-done": r"zero checkpoint saved",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
@@ -173,7 +178,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "msg-forward": r"ds_status == ZeroParamStatus\.AVAILABLE|indexSelect(?:Large|Small)Index"
     r"|srcIndex < srcSelectDimSize|'status': '(?:INFLIGHT|NOT_AVAILABLE)', 'numel'",
     "msg-train": r"no_sync context manager is incompatible|object has no attribute 'no_sync'",
-    "msg-load": r"Cannot copy out of meta tensor",
+    # (and torch's load_state_dict refusal, torch/nn/modules/module.py Module.load_state_dict: `Error(s) in loading
+    # state_dict for X:` with its `size mismatch for NAME: copying a param with shape` lines; a resume's frames, when
+    # printed, are read first)
+    "msg-load": r"Cannot copy out of meta tensor|Error\(s\) in loading state_dict for "
+    r"|size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
     # coloured lines are re-scanned after the colour codes are removed
