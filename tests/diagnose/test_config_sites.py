@@ -165,3 +165,32 @@ def test_frameless_runtime_errors_stay_crashes(tmp_path: Path, line: str) -> Non
     top = diagnose([str(log)]).findings[0]
     fc = top.data.get("failure_class") or {"id": top.id}
     assert fc["id"] != "class:config-rejected", line
+
+
+# LLaMA-Factory's argument checks (hiyouga/LLaMA-Factory src/llamafactory/hparams/parser.py at 003a2ac: get_train_args,
+# _verify_model_args), not installed here: their messages as the source raises them
+LLAMAFACTORY = [
+    ("get_train_args", "`predict_with_generate` cannot be set as True except SFT."),
+    ("get_train_args", "Please launch distributed training with `llamafactory-cli` or `torchrun`."),
+    ("get_train_args", "Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training."),
+    ("get_train_args", "`predict_with_generate` is incompatible with DeepSpeed ZeRO-3."),
+    ("get_train_args", "GaLore and APOLLO are incompatible with DeepSpeed yet."),
+    ("get_train_args", "Unsloth is incompatible with DeepSpeed ZeRO-3."),
+    ("_verify_model_args", "Quantization is only compatible with the LoRA or OFT method."),
+    ("_verify_model_args", "Adapter is only valid for the LoRA method."),
+]
+
+
+@pytest.mark.parametrize(("func", "message"), LLAMAFACTORY)
+def test_llamafactory_argument_checks_are_config_rejected(tmp_path: Path, func: str, message: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/LLaMA-Factory/src/llamafactory/hparams/parser.py", line 200, in ' + func + "\n"
+        '    raise ValueError("...")\n'
+        f"ValueError: {message}\n"
+    )
+    top = diagnose([str(log)]).findings[0]
+    fc = top.data.get("failure_class") or {"id": top.id, **top.data}
+    assert fc["id"] == "class:config-rejected", (top.id, top.title)
+    assert fc["judged_by"] == f"llamafactory/hparams/parser.py:200 in {func}"
