@@ -255,3 +255,17 @@ def test_latent_diffusion_save_on_exit_is_a_save(tmp_path: Path) -> None:
         "Epoch 0: 100%|#| 209/209 [06:12<00:00,  1.78s/it, loss=0.0685, v_num=0]\nSummoning checkpoint.\nKilled\n",
     )
     assert phase == "checkpoint_save"
+
+
+def test_rlhf_rollout_frames_are_a_training_step(tmp_path: Path) -> None:
+    # DeepSpeed-Chat step3 ppo_trainer.py generate_experience -> self.eval() (a mode switch, not evaluation)
+    _top_id, _fc, phase = _top(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "/x/step3_rlhf_finetuning/ppo_trainer.py", line 97, in generate_experience\n'
+        "    self.eval()\n"
+        '  File "/x/deepspeed/runtime/hybrid_engine.py", line 379, in eval\n'
+        "    f'|CurSamplesPerSec={(1 / latency * self._total_batch_size):.2f} ' + \\\n"
+        "TypeError: unsupported operand type(s) for *: 'float' and 'NoneType'\n",
+    )
+    assert phase == "training_step"

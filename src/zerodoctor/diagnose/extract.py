@@ -376,6 +376,22 @@ _TRAIN_FUNCS = frozenset(
         "train_step",
         "run_iter",
         "no_sync",  # gradient accumulation in the training loop (accelerate's accumulate, DeepSpeed engine)
+        # RLHF steps: the rollout and the update are the training step (DeepSpeed-Chat step3 ppo_trainer.py
+        # generate_experience / train_rlhf; OpenRLHF trainer/ppo_utils/experience_maker.py make_experience_list and
+        # ppo_actor.py ppo_train / training_step; TRL GRPOTrainer._generate_and_score_completions; verl's workers
+        # fsdp_workers.py update_actor / update_critic / generate_sequences / compute_log_prob); their validation
+        # (verl _validate, evaluation loops) is read as evaluation first
+        "generate_experience",
+        "train_rlhf",
+        "make_experience",
+        "make_experience_list",
+        "ppo_train",
+        "_generate_and_score_completions",
+        "update_actor",
+        "update_critic",
+        "generate_sequences",
+        "compute_log_prob",
+        "compute_ref_log_prob",
         # ZeRO-3's module hooks and parameter gathering run inside forward/backward
         "fetch_sub_module",
         "_fetch_sub_module_impl",
