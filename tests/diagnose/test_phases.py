@@ -175,7 +175,8 @@ def test_phase_from_what_the_frames_do(tmp_path: Path, text: str, phase: str) ->
             "class:gpu-oom",
             "evaluation",
         ),
-        # torch.nn.Module.eval() only switches the mode: an RL rollout inside a training iteration calls it
+        # torch.nn.Module.eval() only switches the mode: an RL rollout inside a training iteration calls it, and the
+        # rollout (DeepSpeed-Chat's generate_experience) is the training step
         (
             _traceback(
                 ("/x/ppo_trainer.py", 97, "generate_experience", "self.eval()"),
@@ -183,7 +184,7 @@ def test_phase_from_what_the_frames_do(tmp_path: Path, text: str, phase: str) ->
                 exc="TypeError: unsupported operand type(s) for *: 'float' and 'NoneType'",
             ),
             "class:crash",
-            "unknown",
+            "training_step",
         ),
         # Module.state_dict's per-module hook: a state dict built to be written
         (
