@@ -30,7 +30,7 @@ from zerodoctor.diagnose.source import CHUNK_BYTES
 from zerodoctor.facts import Tri
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.kb.loader import load_entries
-from zerodoctor.kb.matcher import evaluate_conditions
+from zerodoctor.kb.matcher import evaluate_conditions, passes_value_check
 from zerodoctor.kb.preflight import entry_fixes, entry_references
 from zerodoctor.kb.schema import Entry
 
@@ -219,7 +219,14 @@ def judge(
     candidates: list[Candidate] = []
     for entry in load_entries():
         counts = facts.signature_hits.get(entry.id, {})
-        matched = set(counts)
+        lines_of = facts.signature_lines.get(entry.id, {})
+        # (a signature whose value re-check fails on every line kept for it does not count: kb.matcher.VALUE_CHECKS)
+        matched = {
+            sid
+            for sid in counts
+            if any(passes_value_check(entry.id, sid, ln.text) for _seq, ln in lines_of.get(sid, []))
+            or not lines_of.get(sid)
+        }
         weights = {s.id: s.weight for s in entry.symptoms.signatures}
         notes: list[str] = []
         is_match = _symptoms(entry, matched)

@@ -8,7 +8,7 @@ all-clears.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,35 @@ class _Compiled:
     patterns: list[tuple[str, re.Pattern[str], float]] = field(default_factory=list)
 
 
+# Re-checks a regex cannot express (no back-references in RE2/hyperscan), by (entry, signature): a signature line
+# counts only when its check passes. transformers' HfTrainerDeepSpeedConfig.fill_match (integrations/deepspeed.py)
+# records `- ds KEY=VALUE vs hf ARG=VALUE` when `ds_val != hf_val` in Python: a pair that prints the same value on
+# both sides differs in type only (`"8"`, a string from an accelerate config or a quoted JSON number, against the
+# int 8), which no batch arithmetic explains.
+_PAIR = re.compile(r"- ds (?P<dk>[\w.]+)=(?P<dv>\S*) vs hf (?P<hk>\S+?)=(?P<hv>\S*)\s*$")
+
+
+def _same_value_pair(line: str) -> bool:
+    m = _PAIR.search(line)
+    return m is not None and m.group("dv") == m.group("hv")
+
+
+def _differing_pair(line: str) -> bool:
+    m = _PAIR.search(line)
+    return m is None or m.group("dv") != m.group("hv")
+
+
+VALUE_CHECKS: dict[tuple[str, str], Callable[[str], bool]] = {
+    ("hf-ds-config-mismatch", "type-only-pair"): _same_value_pair,
+    ("batch-size-assertion", "hf-batch-mismatch"): _differing_pair,
+}
+
+
+def passes_value_check(entry_id: str, sig_id: str, line: str) -> bool:
+    check = VALUE_CHECKS.get((entry_id, sig_id))
+    return check is None or check(line)
+
+
 def _compile(entry: Entry) -> _Compiled:
     c = _Compiled(entry)
     for s in entry.symptoms.signatures:
@@ -69,7 +98,7 @@ def match_symptoms(
     evidence: list[tuple[int, str, str]] = []
     for lineno, line in enumerate(lines, start=1):
         for sig_id, rx, _w in compiled.patterns:
-            if rx.search(line):
+            if rx.search(line) and passes_value_check(entry.id, sig_id, line):
                 hits[sig_id] = hits.get(sig_id, 0) + 1
                 if len(evidence) < max_evidence:
                     evidence.append((lineno, sig_id, line.rstrip("\n")))
