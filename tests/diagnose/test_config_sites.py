@@ -49,8 +49,8 @@ NOT_CONFIG = {
     "select": "a plugin not enabled (an API misuse)",
     "_get_profiler_activity": "a profiler activity name",
 }
-# (import failures are class:import-error; a bare `Exception:` line is not an exception line diagnose reads)
-SKIP_TYPES = frozenset({"ImportError", "ModuleNotFoundError", "RuntimeError", "Exception"})
+# (import failures are class:import-error; a RuntimeError in these files is a runtime state, not a refused setting)
+SKIP_TYPES = frozenset({"ImportError", "ModuleNotFoundError", "RuntimeError"})
 
 
 def _text(node: ast.expr | None) -> str:

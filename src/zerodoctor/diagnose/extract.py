@@ -67,8 +67,11 @@ _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\
 # IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
 _IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 # `ray.exceptions.RayTaskError(ActorDiedError): ...`: Ray wraps the actor's exception type in parentheses
+# (a bare `Exception: ...` too: DeepSpeed and accelerate raise plain Exception in places, e.g. engine.py
+# _configure_zero_optimizer's "The deprecated version of ZeRO Stage 1 is not supported")
 _EXC = re.compile(
-    r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)(?:\([A-Za-z_][\w.]*\))?)(?::\s?(.*))?\s*$"
+    r"^\s*((?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)|Exception)(?:\([A-Za-z_][\w.]*\))?)"
+    r"(?::\s?(.*))?\s*$"
 )
 # `python -m pkg.mod` whose module cannot be found prints no traceback, only runpy's one line:
 # `/usr/bin/python: Error while finding module specification for 'axolotl.cli.train' (ModuleNotFoundError: No module

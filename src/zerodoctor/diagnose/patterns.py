@@ -25,7 +25,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)
     "tb-frame-ipy": r"\.py in [A-Za-z_][A-Za-z0-9_.]*\(|File \S+\.py:\d+, in [A-Za-z_]"
     r"|\.py:\d+ in [A-Za-z_<][A-Za-z0-9_.<>]* *(│ *)?$",
-    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)",
+    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)"
+    r"|^\s*Exception: \S",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
     # a device out of memory, in the words of each accelerator's allocator or runtime (extract.DEVICE_OOM lists
