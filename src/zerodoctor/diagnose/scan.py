@@ -543,7 +543,8 @@ def scan_source(
             per_line.setdefault(_line_bounds(chunk, end, limit), set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
-        joined_to = 0  # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
+        # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
+        joined_to = 0
         for start, stop in sorted(per_line):
             pids = per_line[(start, stop)]
             if saturated and pids <= saturated:  # saturated earlier in this chunk
