@@ -1,5 +1,6 @@
 """Open training logs as bytes in bounded memory: plain files, `.gz` files, named pipes or stdin, handed on as
-newline-aligned chunks (`iter_pieces`).
+newline-aligned chunks: `iter_spans` without copying them (what the scanner reads), `iter_pieces` as bytes of their
+own.
 
 Bad input is a `DiagnoseError` naming the file and what to do: a path that cannot be opened, an empty file,
 a binary file (NUL bytes in the first block), a device or socket. A truncated or corrupt `.gz` is read up to its
