@@ -56,6 +56,8 @@ def test_transformers_4_loads_fp32_unless_a_dtype_is_given():
         ms.GRAD16: 4 * p,
         ms.OPTIMIZER_STATES: 8 * p,
     }
+    param_item = next(i for i in plan_strategy(old, ZeroSettings(stage=0)).phase("steady").gpu if i.name.endswith("param16"))
+    assert "no DeepSpeed: transformers 4.46.1 loads fp32 when no torch_dtype is given (assumed" in param_item.detail
     given = replace(old, training=replace(old.training, weights_dtype="bf16"))
     assert _states(plan_strategy(given, ZeroSettings(stage=0)))[ms.OPTIMIZER_STATES] == 4 * p
 

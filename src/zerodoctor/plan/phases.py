@@ -529,6 +529,10 @@ def plan_strategy(
                 for x, on in (("allocated at first step", comp.lazy), ("step transient", comp.transient))
                 if on
             ]
+            if plain and comp.name in (ms.PARAM16, ms.FROZEN16):
+                # which dtype the weights were taken in, and whether the config said it or it was assumed
+                why = weights_note if comp.name == ms.PARAM16 else loaded_weight_bytes(inputs, t)[1]
+                tags.append(f"no DeepSpeed: {why}")
             items.append(Item(f"model states: {comp.name}", comp.bytes, ", ".join(tags), comp.source))
         return items
 
