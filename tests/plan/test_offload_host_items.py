@@ -5,6 +5,8 @@ partition from a pageable copy; with offload_param the partitions are staged on 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from zerodoctor.models import resolve_model
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
@@ -92,3 +94,16 @@ def test_zero3_reduce_scatter_copies_the_bucket():
         assert gpu["reduce-scatter: flattened copy of the IPG bucket"] == bucket * 2
     z2 = {i.name for i in plan_strategy(inputs, ZeroSettings(stage=2)).phase("steady").gpu}
     assert "reduce-scatter: flattened copy of the IPG bucket" not in z2
+
+
+def test_zero3_load_gathers_the_largest_module_on_every_gpu():
+    """transformers loads a zero.Init model module by module under GatheredParameters: the largest module is whole on
+    every GPU once (integrations/deepspeed.py _load_state_dict_into_zero3_model)."""
+    inputs = _inputs(gpus=8)
+    name = "load: each module gathered to receive its checkpoint values"
+    for z in (ZeroSettings(stage=3), ZeroSettings(stage=3, offload_optimizer="cpu", offload_param="cpu")):
+        load = {i.name: i.bytes for i in plan_strategy(inputs, z).phase("load").gpu}
+        assert load[name] == inputs.model.params.largest_module_numel * 2
+    assert name not in {i.name for i in plan_strategy(inputs, ZeroSettings(stage=2)).phase("load").gpu}
+    no_init = replace(inputs, zero3_init=False)
+    assert name not in {i.name for i in plan_strategy(no_init, ZeroSettings(stage=3)).phase("load").gpu}

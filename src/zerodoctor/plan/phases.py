@@ -867,6 +867,18 @@ def plan_strategy(
                 "transformers modeling_utils (zero.Init: shards read per rank, partitioned on load)",
             )
         )
+        # Loading into zero.Init's placeholders gathers each module's own parameters on every rank's GPU while rank 0
+        # copies the checkpoint values in, then partitions them again: the largest module is whole on every GPU.
+        load_gpu.append(
+            Item(
+                "load: each module gathered to receive its checkpoint values",
+                p.largest_module_numel * pb,
+                f"{p.largest_module_name}: {p.largest_module_numel:,} params whole on every GPU, one module at a time"
+                + (" (brought from the host first: offload_param)" if zero.offload_param != "none" else ""),
+                "transformers integrations/deepspeed.py _load_state_dict_into_zero3_model "
+                "(deepspeed.zero.GatheredParameters(params_to_gather, modifier_rank=0) per module)",
+            )
+        )
     load = Phase("load", tuple(load_gpu), tuple(load_host), load_note)
 
     # ---- first optimizer step ---------------------------------------------------------------------------
