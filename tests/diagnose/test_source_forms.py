@@ -269,3 +269,16 @@ def test_rlhf_rollout_frames_are_a_training_step(tmp_path: Path) -> None:
         "TypeError: unsupported operand type(s) for *: 'float' and 'NoneType'\n",
     )
     assert phase == "training_step"
+
+
+def test_loguru_named_function_places_a_logged_failure(tmp_path: Path) -> None:
+    # loguru's default format names the function that logged the caught error (loguru/_defaults.py LOGURU_FORMAT)
+    _top_id, fc, phase = _top(
+        tmp_path,
+        " 100%|##########| 200/200 [16:11<00:00,  4.86s/it]\n"
+        "2023-04-18 20:39:29.054 | INFO     | __main__:save_weights:34 - Error saving model: CUDA out of memory. Tried "
+        "to allocate 16.00 MiB (GPU 0; 10.00 GiB total capacity; 9.80 GiB already allocated; 0 bytes free; 9.81 GiB "
+        "reserved in total by PyTorch)\n",
+    )
+    assert fc["id"] == "class:gpu-oom"
+    assert phase == "checkpoint_save"

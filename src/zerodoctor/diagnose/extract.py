@@ -289,6 +289,11 @@ _EVAL_NAME = re.compile(
     r"^_?(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_?eval_\w+$"
     r"|^_?run_(?:eval|evaluation|validation)\w*$|^_?(?:test|test_step|test_epoch|test_loop)$"
 )
+# A script's own save function by its name (`save`, `save_model`, `savemodel`, `save_checkpoint`, `save_ckpt`,
+# `save_weights`, `save_state`): what it does is in its name, as for evaluation above
+_SAVE_NAME = re.compile(r"^_?save_?(?:model|checkpoint|ckpt|weights|state|pretrained|adapter|lora)?s?$")
+# loguru's default format (loguru/_defaults.py LOGURU_FORMAT): `... | LEVEL | module:function:line - message`
+_LOGURU_WHERE = re.compile(r"\| ([\w.<>]{1,120}):([A-Za-z_<][\w<>]{0,120}):(\d{1,7}) - ")
 _OPT_FUNCS = frozenset({"_optimizer_step", "_init_group", "unscale_and_clip_grads", "_take_model_step"})
 _LOAD_FUNCS = frozenset(
     {
@@ -1149,6 +1154,14 @@ class Extractor:
         if guarded is not None:
             return guarded
         phase = self._phase_from_frames(tb, ev) if tb is not None else "unknown"
+        if tb is None and ev.kind in ("exception", "cuda-oom"):
+            # a failure logged, not raised: loguru's default format names the function that logged it (the handler
+            # around the failing call), read like a one-frame traceback
+            lg = _LOGURU_WHERE.search(ev.line.text)
+            if lg is not None:
+                one = Traceback(ev.line.source, ev.rank, ev.line)
+                one.frames.append(Frame(lg.group(1), log_int(lg.group(3)) or 0, lg.group(2), ev.line))
+                phase = self._phase_from_frames(one, ev)
         if phase == "unknown":
             nxt = self._chained_after(ev)
             if nxt is not None:
@@ -1270,7 +1283,11 @@ class Extractor:
         if tb.frames:
             funcs = {f.func for f in tb.frames}
             files = " ".join(f.file for f in tb.frames)
-            if funcs & _SAVE_FUNCS or any("PyTorchStreamWriter" in f for f in funcs):
+            if (
+                funcs & _SAVE_FUNCS
+                or any("PyTorchStreamWriter" in f for f in funcs)
+                or any(_SAVE_NAME.match(f) for f in funcs)
+            ):
                 # (PyTorchStreamWriter: the zip writer under torch.save, caffe2/serialize/inline_container.cc, as a
                 # native stack prints it after a crash inside torch.save)
                 return "checkpoint_save"
