@@ -123,6 +123,10 @@ def test_sizes_left_to_defaults_are_named() -> None:
     ("config", "message"),
     [
         ({**TEXT, "model_type": "olmo2", "num_hidden_layers": 100_000}, "more than any published model"),
+        # caught before transformers' config class builds a per-layer list of a billion entries
+        ({**TEXT, "model_type": "gpt_oss", "num_hidden_layers": 10**9}, "num_hidden_layers = 1000000000 is more"),
+        ({"model_type": "llava", "text_config": {**TEXT, "num_hidden_layers": 10**6}}, "text_config.num_hidden"),
+        ({**TEXT, "model_type": "glm4_moe", "n_routed_experts": 10**6}, "n_routed_experts = 1000000 is more"),
         (
             {**TEXT, "model_type": "gpt_oss", "num_attention_heads": "many"},
             r"bad\.json: transformers .* (refuses|cannot)",

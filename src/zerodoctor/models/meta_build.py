@@ -144,6 +144,7 @@ def build_shapes(
 
     data = {k: v for k, v in config.items() if k not in ("model_type", "_zerodoctor", "auto_map")}
     model_type = str(config["model_type"])
+    _check_counts(config, source)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # token-id and "weights not initialised" chatter
     try:
@@ -156,12 +157,6 @@ def build_shapes(
         ) from None
     finally:
         transformers.logging.set_verbosity(verbosity)
-    layers = _int_attr(text, "num_hidden_layers", "num_layers", "n_layer")
-    if layers > MAX_LAYERS:
-        raise PlanError(
-            f"{source}: num_hidden_layers = {layers} is more than any published model has (limit {MAX_LAYERS})",
-            hint="pass the model's config.json as published with its weights",
-        )
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         with torch.device("meta"):
@@ -198,6 +193,31 @@ def defaulted_sizes(config: Mapping[str, Any]) -> list[str]:
     text = config.get("text_config")
     scopes = [config, text] if isinstance(text, Mapping) else [config]
     return [row[0] for row in SIZE_KEYS if not any(k in scope for scope in scopes for k in row)]
+
+
+_COUNT_LIMITS = (
+    (("num_hidden_layers", "num_layers", "n_layer", "num_decoder_layers", "depth"), MAX_LAYERS),
+    (("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 4096),
+)
+"""Counts that multiply modules (transformers builds one module per layer, some models one per expert, and
+config classes build per-layer lists): checked before anything is built, so a broken value is an error, not a
+build that runs for minutes."""
+
+
+def _check_counts(config: Mapping[str, Any], source: Path) -> None:
+    for scope_key in (None, "text_config", "vision_config"):
+        scope = config if scope_key is None else config.get(scope_key)
+        if not isinstance(scope, Mapping):
+            continue
+        for names, limit in _COUNT_LIMITS:
+            for name in names:
+                value = scope.get(name)
+                if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+                    where = f"{scope_key}.{name}" if scope_key else name
+                    raise PlanError(
+                        f"{source}: {where} = {value} is more than any published model has (limit {limit})",
+                        hint="pass the model's config.json as published with its weights",
+                    )
 
 
 def _build(hf_config: Any) -> Any:
