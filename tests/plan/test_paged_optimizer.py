@@ -62,3 +62,57 @@ def test_fsdp_loads_in_the_load_dtype():
     a, b = (plan_strategy(i, z).phase("load").host_bytes for i in (bf16, fp32_load))
     p = bf16.model.params.total
     assert b - a >= 2 * p  # rank 0 of the node holds the whole model in fp32 instead of bf16
+
+
+def test_optimizer_names_map_to_the_planner_s_optimizers():
+    from zerodoctor.setup.run import optimizer_kind
+
+    assert optimizer_kind("paged_adamw_32bit") == "paged_adamw_32bit"
+    assert optimizer_kind("paged_adamw_8bit") == "paged_adamw_8bit"
+    assert optimizer_kind("PagedAdamW32bit") == "paged_adamw_32bit"  # bitsandbytes.optim class names (XTuner)
+    assert optimizer_kind("PagedAdamW8bit") == "paged_adamw_8bit"
+    assert optimizer_kind("PagedAdamW") == "paged_adamw_32bit"
+    assert optimizer_kind("adamw_torch_fused") == "adamw"
+    assert optimizer_kind("adamw_bnb_8bit") == "adamw_8bit"
+    assert optimizer_kind("sgd") == "sgd"
+    assert optimizer_kind("adafactor") is None
+
+
+def test_paged_optimizer_reaches_the_plan_from_llamafactory_hf_and_xtuner(tmp_path):
+    """HF `optim` (LLaMA-Factory YAML, TrainingArguments JSON) and an XTuner optimizer class: a paged AdamW is
+    planned as paged, not folded into plain AdamW (before, every `paged_adamw_*` became `adamw`)."""
+    from pathlib import Path
+
+    from zerodoctor.plan.inputs import inputs_from_run
+    from zerodoctor.setup.load import load_setup
+    from zerodoctor.setup.run import RunFlags, describe_run
+
+    cluster = RunFlags(nodes=1, gpus_per_node=2, gpu_memory_gib=80, host_ram_gib=512)
+    lf = tmp_path / "sft.yaml"
+    lf.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-7B-Instruct\nstage: sft\nfinetuning_type: lora\n"
+        "optim: paged_adamw_8bit\nbf16: true\n"
+    )
+    run = describe_run(load_setup([lf], world_size=2), cluster)
+    assert run.optimizer.value == "paged_adamw_8bit" and run.optimizer.origin.kind != "default"
+    assert inputs_from_run(run).training.optimizer == "paged_adamw_8bit"
+
+    hf = tmp_path / "args.json"
+    hf.write_text('{"optim": "paged_adamw_32bit", "bf16": true, "per_device_train_batch_size": 1}')
+    run = describe_run(load_setup([hf], framework="hf", world_size=2, model="qwen2.5-7b"), cluster)
+    assert run.optimizer.value == "paged_adamw_32bit"
+
+    example = Path(__file__).parents[2] / "examples/xtuner-yi34b-sp/yi_34b_200k_full_alpaca_enzh_128k_sp8.py"
+    text = example.read_text()
+    assert "optim_type = AdamW" in text
+    xt = tmp_path / "xtuner_cfg.py"
+    xt.write_text(
+        text.replace("from torch.optim import AdamW", "from bitsandbytes.optim import PagedAdamW32bit").replace(
+            "optim_type = AdamW", "optim_type = PagedAdamW32bit"
+        )
+    )
+    run = describe_run(load_setup([xt], world_size=8), RunFlags(nodes=1, gpus_per_node=8))
+    assert run.optimizer.value == "paged_adamw_32bit"
+    assert run.optimizer.origin.line is not None
+    run = describe_run(load_setup([example], world_size=8), RunFlags(nodes=1, gpus_per_node=8))
+    assert run.optimizer.value == "adamw"

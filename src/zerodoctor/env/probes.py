@@ -46,6 +46,7 @@ TRACKED_PACKAGES: tuple[str, ...] = (
     "flash-attn",
     "ninja",
     "nvidia-ml-py",
+    "safetensors",
 )
 """Always reported, with "" when absent, so KB conditions on them evaluate to FALSE instead of UNKNOWN."""
 

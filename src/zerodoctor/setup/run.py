@@ -42,7 +42,8 @@ GIB = 2**30
 
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd")
+# = plan.model_states.OPTIMIZERS (setup does not import the planner)
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit")
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
@@ -912,15 +913,38 @@ def _precision(s: TrainingSetup, rd: _Reader) -> Known[str] | None:
     return None
 
 
+def optimizer_kind(optim: str) -> str | None:
+    """The planner's optimizer for an HF `optim` name (transformers `OptimizerNames`, which LLaMA-Factory passes
+    through, or an optimizer class name): bitsandbytes' paged AdamW (`paged_adamw_32bit`, `PagedAdamW8bit`) keeps its states in CUDA unified
+    memory (planned apart, `plan.model_states.PAGED_OPTIMIZERS`), so it must not collapse into plain AdamW; the
+    other 8-bit optimizers are planned as `adamw_8bit` (at most two 8-bit states); None for an optimizer the planner
+    does not model (then Adam-shaped by default).
+    """
+    low = optim.strip().lower()
+    if "sgd" in low:
+        return "sgd"
+    if low.startswith("paged") and "adam" in low:
+        return "paged_adamw_8bit" if "8bit" in low else "paged_adamw_32bit"
+    if "8bit" in low:
+        return "adamw_8bit"
+    return "adamw" if "adam" in low else None
+
+
 def _optimizer(rd: _Reader) -> Known[str] | None:
     k = rd.arg("optim")
     if k is not None and isinstance(k.value, str):
-        low = k.value.lower()
-        name = (
-            "adamw_8bit" if "8bit" in low else "sgd" if "sgd" in low else "adamw" if "adam" in low else None
-        )
+        name = optimizer_kind(k.value)
         if name:
             return Known(name, k.origin)
+    s = rd.s
+    if s is not None and s.xtuner_doc is not None:
+        # XTuner: `optim_wrapper = dict(optimizer=dict(type=optim_type))`, a class such as torch.optim.AdamW or
+        # bitsandbytes.optim.PagedAdamW32bit (read as a symbol by the ast reader, never imported).
+        path = ("optim_wrapper", "optimizer", "type")
+        source = getattr(s.xtuner_doc.get(path), "source", None)
+        name = optimizer_kind(source.rsplit(".", 1)[-1]) if isinstance(source, str) else None
+        if name:
+            return Known(name, Origin.of_evidence(s.xtuner_doc.evidence(path)))
     k = rd.ds("optimizer.type", concrete=True)
     if k is not None and isinstance(k.value, str):
         return Known("sgd" if "sgd" in k.value.lower() else "adamw", k.origin)
