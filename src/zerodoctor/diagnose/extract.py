@@ -15,6 +15,7 @@ from zerodoctor.diagnose.patterns import ACCUM
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
+from zerodoctor.kb.matcher import FRAGMENTED_SHARE
 from zerodoctor.textutil import clip
 
 MAX_EVENTS = 2000
@@ -483,12 +484,22 @@ class OomNumbers:
         that is a sliver of the device is not fragmentation either, however small the request: 0.15 GiB cached for a
         0.05 GiB request on a 79.33 GiB GPU holding 77.92 GiB (LlamaFactory#9510, the whole model loading on each
         GPU) is a full device, so the cache must also be at least 1 % of the device (0.5 GiB when the message does
-        not give the device size)."""
+        not give the device size).
+
+        And the cache must be a real share of what the allocator holds: at least a quarter of the memory allocated to
+        live tensors (PyTorch's own older hint, c10/cuda/CUDACachingAllocator.cpp: "If reserved memory is >> allocated
+        memory try setting max_split_size_mb to avoid fragmentation"). A few per cent is the allocator's ordinary
+        slack on a full device: threads with 2.6-12 % of it cached for a small request were answered "the GPU is too
+        small" - 0.24 of 9.03 GiB for 16 MiB at a save (huggingface/peft#335), 0.92 of 22.07 GiB for 68 MiB on a
+        4090 (oobabooga/textgen#1490), 2.85 of 73.95 GiB for 168 MiB (Instruction-Tuning-with-GPT-4/GPT-4-LLM#16),
+        3.32 of 27.12 GiB (haotian-liu/LLaVA#1152); fragmentation that costs real memory shows reserved far above
+        allocated (pytorch/pytorch#35901: about half the GPU unusable)."""
         if self.tried is None or self.reserved_unallocated is None:
             return "unknown"
         floor = 0.01 * self.total if self.total else 0.5
         cached = self.reserved_unallocated
-        return "fragmentation" if cached >= 4 * self.tried and cached >= floor else "lack"
+        share = self.allocated is None or cached >= FRAGMENTED_SHARE * self.allocated
+        return "fragmentation" if cached >= 4 * self.tried and cached >= floor and share else "lack"
 
     @property
     def missing_gib(self) -> float | None:

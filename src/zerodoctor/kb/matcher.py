@@ -68,9 +68,36 @@ def _differing_pair(line: str) -> bool:
     return m is None or m.group("dv") != m.group("hv")
 
 
+# A fragmented allocator cache holds at least this share of the memory allocated to tensors (PyTorch's older OOM hint:
+# "If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation"; a few per cent
+# is slack on a full GPU - huggingface/peft#335, oobabooga/textgen#1490). diagnose's OomNumbers.verdict uses it too.
+FRAGMENTED_SHARE = 0.25
+_UNITS = {"bytes": 1 / 1024**3, "KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0}
+_SHARES = re.compile(
+    r"Of the allocated memory (?P<a>[\d.]+) (?P<au>bytes|KiB|MiB|GiB) is allocated by PyTorch, and "
+    r"(?P<u>[\d.]+) (?P<uu>bytes|KiB|MiB|GiB) is reserved by PyTorch but unallocated"
+)
+
+
+def _fragmented_share(line: str) -> bool:
+    """torch's OOM message (c10/cuda/CUDACachingAllocator.cpp): the unallocated cache against the allocated memory."""
+    m = _SHARES.search(line)
+    if m is None:
+        return True
+    try:
+        allocated = float(m.group("a")) * _UNITS[m.group("au")]
+        cached = float(m.group("u")) * _UNITS[m.group("uu")]
+    except ValueError:
+        return True
+    return cached >= FRAGMENTED_SHARE * allocated
+
+
 VALUE_CHECKS: dict[tuple[str, str], Callable[[str], bool]] = {
     ("hf-ds-config-mismatch", "type-only-pair"): _same_value_pair,
     ("batch-size-assertion", "hf-batch-mismatch"): _differing_pair,
+    ("cuda-oom-fragmentation", "frag-larger-unit"): _fragmented_share,
+    ("cuda-oom-fragmentation", "frag-more-digits"): _fragmented_share,
+    ("cuda-oom-fragmentation", "frag-larger-leading-digit"): _fragmented_share,
 }
 
 
