@@ -93,6 +93,21 @@ def loss_shift_for(transformers_version: str | None) -> str:
 # change what autograd keeps: `addmm` saves the same input as `mm`).
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral")
 
+_BAICHUAN_ROPE_HIDDEN = 4096
+"""Baichuan's remote code comes in two modeling files: the 7B models (hidden 4096) use RoPE, the 13B models
+(Baichuan-13B, Baichuan2-13B: hidden 5120) ALiBi (`BaichuanModel.get_alibi_mask` in baichuan-inc/Baichuan2-13B-Chat
+modeling_baichuan.py)."""
+
+
+def remote_alibi_attention(spec: ModelSpec) -> bool:
+    """True for a model whose own (remote) attention adds a dense ALiBi bias, whatever `attn_implementation`
+    says: Baichuan(2)-13B. Its `BaichuanAttention.forward` computes `matmul(q, k^T) / sqrt(d)`, adds the
+    [b, heads, s, s] mask, clamps it with `torch.max`, and takes a 16-bit `softmax` (or, only where xformers is
+    installed, SDPA with that dense `attn_mask`); the mask itself is built in the model dtype per forward
+    (`_buffered_future_mask`, [heads, s, s], cached on the module as `self.alibi_mask`) and combined with the
+    padding mask into a second [b, heads, s, s] tensor that every layer receives."""
+    return spec.model_type == "baichuan" and spec.params.hidden_size != _BAICHUAN_ROPE_HIDDEN
+
 
 @dataclass(frozen=True)
 class ActivationEstimate:
@@ -108,6 +123,8 @@ class ActivationEstimate:
     notes: tuple[str, ...] = ()
     # part of `peak` due to the shifted fp32 logits copy of transformers < 4.49 (`loss_shift`)
     shifted_copy_peak: int = 0
+    # the attention the model really runs when its own code overrides `attn_impl` ("" = as asked)
+    attention_used: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,6 +203,12 @@ def _linear_inputs(
 def _attention_saved(t: _Shape, attn_impl: str) -> int:
     """What the attention core keeps (after the q/k/v Linears, before `o_proj`)."""
     b, s, a = t.batch, t.seq, t.heads
+    if attn_impl == "alibi":
+        # Baichuan-13B (`remote_alibi_attention`): q, k and v are views of W_pack's output (one D x T x 3h
+        # storage, kept by matmul(q, k^T) and matmul(p, v)); `/ sqrt(d)` and `+ mask` keep nothing; `torch.max`
+        # with a 0-dim tensor keeps its [b, a, s, s] input; the 16-bit `softmax` keeps its output, which
+        # matmul(p, v) keeps too: two D x b a s^2 tensors.
+        return t.d * t.tokens * (t.q_dim + 2 * t.kv_dim) + 2 * t.d * b * a * s * s
     if attn_impl in ("flash", "sdpa"):
         # Rotated q (new tensor: q*cos + rotate_half(q)*sin), rotated k, v (a view of v_proj's output),
         # the output, and the fp32 logsumexp (b x a x s). GQA stays kv-sized: sdpa gets
@@ -234,13 +257,13 @@ def _layer_saved(
 ) -> int:
     full_ft = not lora
     saved = 2 * _norm_saved(t, trainable_weight=full_ft)  # input_layernorm, post_attention_layernorm
-    saved += _linear_inputs(t, t.hidden, ("q_proj", "k_proj", "v_proj"), full_ft, lora, rank, adapter)
+    saved += _linear_inputs(t, t.hidden, ("q_proj", "k_proj", "v_proj", "W_pack"), full_ft, lora, rank, adapter)
     saved += _attention_saved(t, attn_impl)
     # o_proj input: flash/sdpa output is already (b, s, a, d) in memory, so `.contiguous()` is a no-op and
     # o_proj saves the attention output's own storage (counted above). Eager's matmul output is
     # (b, a, s, d): the transpose+contiguous is a copy that o_proj saves.
     # Same for a bf16 `lora_A` on o_proj: its input is that storage, only `lora_A`'s output is new.
-    if attn_impl == "eager" or (lora and adapter != t.d):
+    if attn_impl in ("eager", "alibi") or (lora and adapter != t.d):
         saved += _linear_inputs(t, t.q_dim, ("o_proj",), full_ft, lora, rank, adapter)
     elif "o_proj" in lora:
         saved += adapter * t.tokens * rank
@@ -263,6 +286,10 @@ def _backward_grads(t: _Shape, attn_impl: str, moe_rows: int, moe_inter: int) ->
     mlp = t.d * t.tokens * t.hidden + 3 * t.d * (moe_rows * moe_inter if moe_rows else t.tokens * t.inter)
     if attn_impl == "eager":
         attn = t.d * t.tokens * t.hidden + (t.d + 2 * FP32) * t.batch * t.heads * t.seq * t.seq
+    elif attn_impl == "alibi":
+        # 16-bit softmax: the probabilities' grad, softmax's input grad and the `torch.max` (where-select)
+        # grad, each D x b a s^2, are alive together at most.
+        attn = t.d * t.tokens * t.hidden + 3 * t.d * t.batch * t.heads * t.seq * t.seq
     else:
         attn = t.d * t.tokens * (t.hidden + 2 * t.q_dim + 2 * t.kv_dim) + FP32 * t.tokens * t.q_dim
     return max(mlp, attn)
@@ -336,6 +363,16 @@ def activation_bytes(
     )
     lora = _lora_targets(spec, lora_rank, lora_targets)
     full_ft = not lora
+    # Dense ALiBi masks alive from the model's forward to the end of backward (`remote_alibi_attention`): the
+    # cached [a, s, s] bias and the [b, a, s, s] sum with the padding mask, both in the model dtype.
+    alibi_masks = 0
+    if remote_alibi_attention(spec):
+        attn_impl = "alibi"
+        alibi_masks = t.d * t.heads * t.seq * t.seq * (1 + t.batch)
+        notes.append(
+            f"{spec.model_type} 13B remote code: ALiBi attention whatever attn_implementation says -- dense 16-bit "
+            f"[b, heads, s, s] scores and masks ({alibi_masks / 2**30:.2f} GiB of masks), as without xformers"
+        )
     if spec.model_type not in _LLAMA_LIKE:
         notes.append(
             f"{spec.model_type}: decoder layer approximated by the Llama layer (measured only for llama, "
@@ -408,6 +445,7 @@ def activation_bytes(
     if freeze:
         ckpt_layers = layers if frozen_layers_keep_inputs else k_train
     layers_kept = ckpt_input * ckpt_layers if gradient_checkpointing else all_layers
+    extras += alibi_masks if any_grad else 0
     saved_total = layers_kept + extras + head
 
     # Around the loss: bf16 logits (alive in the model output) + fp32 upcast + log-probabilities in
@@ -461,4 +499,5 @@ def activation_bytes(
         peak=peak,
         notes=tuple(notes),
         shifted_copy_peak=max(peak - without_shift, 0),
+        attention_used="dense ALiBi (the model's own attention)" if alibi_masks else "",
     )

@@ -1095,7 +1095,8 @@ def activation_item(act: ActivationEstimate, t: Training) -> Item:
     return Item(
         "activations + logits/loss",
         int(act.peak - act.shifted_copy_peak),
-        f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, {t.attn}, "
+        f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, "
+        f"{act.attention_used or t.attn}, "
         "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
         f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
