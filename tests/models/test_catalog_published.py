@@ -24,3 +24,34 @@ def test_deepseek_coder_33b_is_the_published_33_3b():
     assert resolve_model("deepseek-ai/deepseek-coder-33b-instruct").params.total == pytest.approx(
         33.3e9, rel=0.005
     )
+
+
+# Entries added for the LLaMA-Factory coverage (benchmarks/model_coverage.py): the count of each bundled
+# config.json against the total its publisher states -- within 0.5 % of an exact or three-digit figure, and at
+# the stated precision where a card gives one decimal of a billion (Granite's table: "1.3B").
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("openai-community/gpt2", 124e6),  # model card: 124M
+        ("openai-community/gpt2-medium", 355e6),  # model card: 355M
+        ("openai-community/gpt2-large", 774e6),  # model card: 774M
+        ("openai-community/gpt2-xl", 1558e6),  # nanoGPT model.py: 1558M
+        # safetensors metadata of granite-3.1-8b-instruct (the card's one-decimal 8.1B truncates it)
+        ("ibm-granite/granite-3.1-8b-instruct", 8_170_848_256),
+    ],
+)
+def test_coverage_entries_match_published_totals(name, published):
+    assert resolve_model(name).params.total == pytest.approx(published, rel=0.005)
+
+
+@pytest.mark.parametrize(
+    ("name", "card_billions"),
+    [
+        ("ibm-granite/granite-3.0-2b-base", 2.5),
+        ("ibm-granite/granite-3.1-2b-instruct", 2.5),
+        ("ibm-granite/granite-3.0-1b-a400m-instruct", 1.3),
+        ("ibm-granite/granite-3.1-3b-a800m-base", 3.3),
+    ],
+)
+def test_coverage_entries_match_one_decimal_cards(name, card_billions):
+    assert round(resolve_model(name).params.total / 1e9, 1) == card_billions
