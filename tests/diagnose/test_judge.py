@@ -324,3 +324,29 @@ def test_degenerate_metrics_with_unknown_versions_and_no_failure_are_a_warning(t
     )
     assert known.findings[0].id == "zero12-gradnorm-nan-regression"
     assert known.findings[0].severity.name == "ERROR"
+
+
+_CKPT_BACKWARD_OOM = (
+    'File "/usr/local/lib/python3.12/site-packages/torch/utils/checkpoint.py", line 321, in backward\n'
+    "torch.autograd.backward(outputs_with_grad, args_with_grad)\n"
+    'File "/usr/local/lib/python3.12/site-packages/torch/autograd/graph.py", line 825, in _engine_run_backward\n'
+    "return Variable._execution_engine.run_backward( # Calls into the C++ engine to run the backward pass\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 28.00 MiB. GPU 1 has a total capacity of 8.00 GiB "
+    "of which 0 bytes is free.\n"
+)
+
+
+def test_a_checkpointed_backward_gradient_oom_is_a_plain_gpu_oom_without_deepspeed_in_the_log(tmp_path: Path) -> None:
+    """Second-Me#209's form: the OOM under the checkpointed segment's own autograd.backward (gradients, not the
+    recomputed forward) proves no activation pressure, and with no DeepSpeed in the log no DeepSpeed 0.16 regression
+    either: the failure class names it."""
+    ids = [f.id for f in diagnose([_write(tmp_path, "b.log", _CKPT_BACKWARD_OOM)]).findings]
+    assert ids[0] == "class:gpu-oom", ids
+    assert "cuda-oom-forward-activations" not in ids
+    assert "z3-gradckpt-oom-regression-0.16" not in ids
+
+
+def test_the_release_regression_stands_once_the_log_shows_its_release(tmp_path: Path) -> None:
+    banner = "[INFO] [logging.py:128:log_dist] [Rank 0] DeepSpeed info: version=0.16.4, git-hash=unknown\n"
+    ids = [f.id for f in diagnose([_write(tmp_path, "b.log", banner + _CKPT_BACKWARD_OOM)]).findings]
+    assert ids[0] == "z3-gradckpt-oom-regression-0.16", ids

@@ -247,6 +247,19 @@ def judge(
         cond, results = evaluate_conditions(entry, all_versions, cfacts)
         if cond is Tri.FALSE:
             continue
+        n_pkg = len(entry.conditions.packages)
+        if (
+            n_pkg
+            and first is not None
+            and first.kind == "cuda-oom"
+            and all(r.value is Tri.UNKNOWN for r in results[:n_pkg])
+            and not _packages_in_log(entry, facts)
+        ):
+            # a release's bug claimed for a device OOM (any program's failure, in torch's words) in a log that shows
+            # none of the packages whose releases it is about - no version, no frame in them: the claim has nothing
+            # to stand on (Second-Me#209: a gradient-checkpointed backward OOM with no DeepSpeed in the log is no
+            # DeepSpeed 0.16 regression); the failure class names it
+            continue
         score = sum(weights[s] for s in matched if s in weights)
         score += sum(1.0 for r in results if r.value is Tri.TRUE)
         # keyed: two hits on one CR-separated line share a seq, and LogLines do not order
@@ -410,6 +423,17 @@ def _evidence_kinds(c: Candidate) -> list[tuple[str, LogLine]]:
 
 def _severity_rank(entry: Entry) -> int:
     return {"error": 0, "warning": 1, "info": 2}[entry.severity]
+
+
+def _packages_in_log(entry: Entry, facts: Facts) -> bool:
+    """Whether the log shows any package of the entry's version conditions: a version read, or a traceback frame or
+    signature line in its files (`site-packages/deepspeed/...`)."""
+    names = {pc.package.lower().replace("-", "_") for pc in entry.conditions.packages}
+    if names & {k.lower().replace("-", "_") for k in facts.versions}:
+        return True
+    paths = [f.file.lower() for tb in facts.tracebacks for f in tb.frames]
+    paths += [ln.text.lower() for sigs in facts.signature_lines.get(entry.id, {}).values() for _seq, ln in sigs]
+    return any(f"/{n}/" in p or f"{n}." in p or f"{n} " in p for n in names for p in paths)
 
 
 def _same_incident(a: Event, b: Event) -> bool:
