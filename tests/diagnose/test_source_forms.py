@@ -60,6 +60,43 @@ def test_ninja_stopping_a_jit_build_names_the_op_from_its_compile_line(tmp_path:
     assert phase == "engine_init"
 
 
+@pytest.mark.parametrize(
+    "failed",
+    [
+        "FAILED: multi_tensor_adam.cuda.o",  # ninja < 1.12 (src/build.cc)
+        "FAILED: [code=1] multi_tensor_adam.cuda.o",  # ninja >= 1.12 (src/status_printer.cc BuildEdgeFinished)
+        "\x1b[31mFAILED: [code=1] \x1b[0mmulti_tensor_adam.cuda.o",  # the same, coloured on a smart terminal
+        "FAILED: fused_adam.so",  # the link step
+    ],
+)
+def test_ninja_failed_step_is_an_op_build_failure_named_from_torch_lines(tmp_path: Path, failed: str) -> None:
+    # torch/utils/cpp_extension.py _jit_compile logs `Building extension module NAME...`; ninja prints the failed step
+    # (then its command), and the paste may end there, before `ninja: build stopped` and torch's RuntimeError
+    top, fc, phase = _top(
+        tmp_path,
+        "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...\n"
+        "Building extension module fused_adam...\n"
+        f"{failed}\n"
+        "/usr/local/cuda/bin/nvcc -c multi_tensor_adam.cu -o multi_tensor_adam.cuda.o\n",
+    )
+    assert fc["id"] in ("class:op-build-failure", "fused-adam-build-failure"), (top, fc)
+    assert top != "cpu-adam-build-failure"
+    assert phase == "engine_init"
+
+
+def test_ninja_failed_cpu_adam_object_is_the_cpu_adam_entry(tmp_path: Path) -> None:
+    # RTL-Coder#13: verbose compile line of cpu_adam.cpp, then `FAILED: cpu_adam.o`, and the paste ends
+    top, fc, _ = _top(
+        tmp_path,
+        "Building extension module cpu_adam...\n"
+        "[1/3] c++ -MMD -MF cpu_adam.o.d -DTORCH_EXTENSION_NAME=cpu_adam -c /x/deepspeed/ops/csrc/adam/cpu_adam.cpp "
+        "-o cpu_adam.o\n"
+        "FAILED: cpu_adam.o\n",
+    )
+    assert top == "cpu-adam-build-failure", fc
+    assert fc["op"] == "cpu_adam"
+
+
 def test_progress_meter_steps_place_a_kill_in_training(tmp_path: Path) -> None:
     # pytorch/examples imagenet/main.py ProgressMeter: `Epoch: [0][ 415/1736]`
     _top_id, fc, phase = _top(

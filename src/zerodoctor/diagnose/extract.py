@@ -225,6 +225,8 @@ WATCHDOG_WORK = re.compile(
     r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
 )
 _NINJA_EXT = re.compile(r"-DTORCH_EXTENSION_NAME=(\w{1,64})")
+_BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
+_NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
 _EPOCH_SAVE = re.compile(r"Saving checkpoint at \d+ epochs")
@@ -817,8 +819,14 @@ class Extractor:
             x = _NINJA_EXT.search(line.text)
             if x:
                 self._ninja_ext[line.source] = x.group(1)
-        if "x:phase-engine" in keys and "ninja: build stopped" in line.text and self._ninja_stop is None:
-            self._ninja_stop = (line, hit)
+        if "x:phase-engine" in keys:
+            if "ninja: build stopped" in line.text and self._ninja_stop is None:
+                self._ninja_stop = (line, hit)
+            b = _BUILDING_EXT.search(line.text)
+            if b:  # torch's _jit_compile: `Building extension module NAME...` (before ninja's compile lines)
+                self._ninja_ext.setdefault(line.source, b.group(1))
+        if "x:ninja-failed" in keys and self._ninja_stop is None:
+            self._ninja_stop = (line, hit)  # the step that failed comes first; `build stopped` follows it
         w = _WATCHDOG_EXC.search(line.text) if "x:nccl-watchdog-exc" in keys else None
         if w is not None and not _TIMEOUT_WORDS.search(w.group(1)):
             # the watchdog thread died of a CUDA fault it surfaced (not a timeout): that fault is the failure
@@ -1076,7 +1084,9 @@ class Extractor:
             ):
                 op = self._ninja_ext.get(line.source)
                 what = f"Error building extension '{op}'" if op else "Error building extension"
-                self._event("exception", line, hit, f"RuntimeError: {what} (ninja: build stopped: subcommand failed)")
+                f = _NINJA_FAILED.search(line.text)
+                said = f"FAILED: {f.group(1)}" if f else "build stopped: subcommand failed"
+                self._event("exception", line, hit, f"RuntimeError: {what} (ninja: {said})")
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)

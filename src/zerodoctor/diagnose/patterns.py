@@ -161,6 +161,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # a JIT op build: the extension's name on ninja's compile command (torch/utils/cpp_extension.py
     # _write_ninja_file_to_build_library puts -DTORCH_EXTENSION_NAME={name} on every compile line)
     "ninja-ext": r"-DTORCH_EXTENSION_NAME=\w+",
+    # ninja's report of the build step that failed (ninja src/status_printer.cc BuildEdgeFinished: `FAILED: ` then the
+    # step's outputs; ninja >= 1.12 adds `[code=N] `), for a C++/CUDA object or the extension library
+    "ninja-failed": r"FAILED: (?:\[code=-?\d+\] )?\S+\.(?:o|so|obj|pyd)\b",
     # ProcessGroupNCCL's watchdog thread ending on an exception that is no timeout (a CUDA fault it surfaced:
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ncclCommWatchdog, "Process group watchdog thread terminated
     # with exception: " + e.what())
