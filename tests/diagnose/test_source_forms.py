@@ -320,3 +320,47 @@ def test_loguru_named_function_places_a_logged_failure(tmp_path: Path) -> None:
     )
     assert fc["id"] == "class:gpu-oom"
     assert phase == "checkpoint_save"
+
+
+@pytest.mark.parametrize(
+    ("line", "class_id", "missing"),
+    [
+        # bash, from a script and interactively (execute_cmd.c: `%s: command not found`)
+        ("run_1.3b.sh: line 18: deepspeed: command not found", "class:import-error", "deepspeed"),
+        ("bash: torchrun: command not found", "class:import-error", "torchrun"),
+        # zsh (Src/exec.c), dash (src/exec.c), fish
+        ("zsh: command not found: accelerate", "class:import-error", "accelerate"),
+        ("sh: 1: llamafactory-cli: not found", "class:import-error", "llamafactory-cli"),
+        ("./train.sh: 12: deepspeed: not found", "class:import-error", "deepspeed"),
+        ("fish: Unknown command: deepspeed", "class:import-error", "deepspeed"),
+        # a launcher script whose #! interpreter is gone (a removed environment), coreutils and BSD env
+        (
+            "bash: /home/u/.local/bin/deepspeed: /opt/conda/envs/old/bin/python: bad interpreter: No such file or "
+            "directory",
+            "class:import-error",
+            "/opt/conda/envs/old/bin/python",
+        ),
+        ("/usr/bin/env: \u2018python\u2019: No such file or directory", "class:import-error", "python"),
+        ("env: python3: No such file or directory", "class:import-error", "python3"),
+        # a build tool: the op build cannot run
+        ("/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found", "class:op-build-failure", "/usr/local/cuda/bin/nvcc"),
+    ],
+)
+def test_a_shell_that_cannot_run_a_command_names_the_missing_program(
+    tmp_path: Path, line: str, class_id: str, missing: str
+) -> None:
+    top, fc, _ = _top(tmp_path, "+ export CUDA_VISIBLE_DEVICES=0\n" + line + "\n")
+    assert fc["id"] == class_id, (top, fc)
+    assert fc["missing"] == missing
+
+
+def test_a_command_not_found_that_the_run_outlived_is_no_failure(tmp_path: Path) -> None:
+    # a setup line of a script without `set -e`; training ran after it
+    top, _fc, _ = _top(
+        tmp_path,
+        "setup.sh: line 3: nvidia-smi: command not found\n"
+        "***** Running training *****\n"
+        " 50%|█████     | 5/10 [00:05<00:05,  1.00s/it]\n"
+        "{'train_runtime': 10.1, 'train_samples_per_second': 1.0, 'epoch': 1.0}\n",
+    )
+    assert top == "no-known-failure"

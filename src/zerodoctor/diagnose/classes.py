@@ -27,6 +27,7 @@ from typing import Any
 from zerodoctor.diagnose.extract import (
     CUT_TRACEBACK,
     FAILED_IMPORT,
+    NOT_FOUND_TYPE,
     WATCHDOG_WORK,
     Event,
     Facts,
@@ -544,6 +545,47 @@ def _collective(ev: Event, facts: Facts) -> FailureClass:
     )
 
 
+# Programs a JIT op build runs (torch/utils/cpp_extension.py: ninja, the host compiler, nvcc/hipcc): one missing is
+# an op build failure, not a missing training package
+_BUILD_TOOLS = frozenset({"ninja", "nvcc", "hipcc", "gcc", "g++", "c++", "cc", "clang", "clang++", "cmake", "make"})
+
+
+def _not_found_class(ev: Event, message: str, where: str, data: dict[str, Any]) -> FailureClass:
+    """A shell could not run a command (extract.NOT_FOUND): the program is not installed, not on PATH, or a script's
+    #! interpreter is gone."""
+    cmd, _, line = message.partition(" ")
+    name = cmd.rsplit("/", 1)[-1]
+    said = clip(line.strip().removeprefix("(").removesuffix(")"), 200)
+    data["missing"] = cmd
+    if "bad interpreter" in line:
+        gone = f"the interpreter {cmd} named on a script's #! line does not exist"
+    else:
+        gone = f"the shell found no program {cmd!r}"
+    if name in _BUILD_TOOLS:
+        data["op"] = None
+        return FailureClass(
+            "op-build-failure",
+            f"A C++/CUDA op build cannot run {name}: it is not installed or not on PATH",
+            f"{where}: {gone} ({said}).",
+            "which op was being built, if the log does not name it.",
+            f"install {name} (ninja: pip install ninja; nvcc: the CUDA toolkit matching torch.version.cuda) or put it "
+            "on PATH of every rank, or pre-build DeepSpeed's ops (DS_BUILD_OPS=1 pip install deepspeed).",
+            data,
+        )
+    return FailureClass(
+        "import-error",
+        f"Program not found: {name}",
+        f"{where}: {gone} ({said}): the package that provides it is not installed in the environment the script "
+        "runs in, or that environment is not active.",
+        "whether the package is installed elsewhere (another conda env / venv, a removed one) or only missing "
+        "from PATH.",
+        f"activate the environment the run needs, or install the package that provides {name} there "
+        f"(`which {name}`; for deepspeed/torchrun/accelerate: pip install it in that environment), or call it "
+        f"as `python -m` of its module.",
+        data,
+    )
+
+
 def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     tb = ev.traceback
     exc_type = (tb.exc_type if tb else None) or ev.detail.split(":", 1)[0]
@@ -566,6 +608,8 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     where = f"{_where(ev)} during {_phase(ev)}"
     known = {k: v for k, v in sorted(versions.items()) if k in _LIBS}
     vers = ", ".join(f"{k} {v}" for k, v in known.items()) or "no versions printed in the log"
+    if exc_type == NOT_FOUND_TYPE and tb is None:
+        return _not_found_class(ev, message, where, data)
     said = (
         f"{exc_type} {message}".lower()
     )  # the exception itself, not the frame paths (cpu_adam.py in a step)

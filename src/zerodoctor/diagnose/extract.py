@@ -225,6 +225,22 @@ WATCHDOG_WORK = re.compile(
     r"(?:.*?ran for (?P<ran>\d{1,15}) milliseconds)?"
 )
 _NINJA_EXT = re.compile(r"-DTORCH_EXTENSION_NAME=(\w{1,64})")
+# A shell that could not run a command, in each shell's words (the command is group `cmd`):
+#  - bash (execute_cmd.c execute_disk_command: `%s: command not found`, prefixed `bash: ` or `SCRIPT: line N: `;
+#    shell_execve: `%s: %s: bad interpreter` with strerror for a script whose #! interpreter is gone, e.g. a
+#    `deepspeed`/`torchrun` entry point left behind by a removed environment; `%s: No such file or directory`)
+#  - zsh (Src/exec.c: `zsh: command not found: %s`), dash (src/exec.c: `sh: 1: %s: not found`, `SCRIPT: N: %s: not
+#    found`), fish (`fish: Unknown command: %s`)
+#  - coreutils env (`/usr/bin/env: 'python': No such file or directory`, quotes per locale) and BSD env
+NOT_FOUND = re.compile(
+    r"command not found: (?P<cmd2>[\w./+-]{1,200})"
+    r"|(?:^|[\s:])(?P<cmd>[\w./+-]{1,200}): command not found(?!:)"
+    r"|: \d{1,7}: (?P<cmd3>[\w./+-]{1,200}): not found\s*$"
+    r"|Unknown command:? '?(?P<cmd4>[\w./+-]{1,200})"
+    r"|: (?P<cmd5>/[\w./+-]{1,200}): bad interpreter: "
+    r"|\benv: [\'\"\u2018`]?(?P<cmd6>[\w./+-]{1,200})[\'\"\u2019`]?: No such file or directory"
+)
+NOT_FOUND_TYPE = "command not found"
 _BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
 _NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
@@ -718,6 +734,7 @@ class Extractor:
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
         self._ninja_ext: dict[str, str] = {}  # source -> the last JIT-built extension's name (ninja's compile line)
         self._ninja_stop: tuple[LogLine, Hit] | None = None  # ninja's `build stopped: subcommand failed`
+        self._not_found: list[tuple[LogLine, Hit, str]] = []  # a shell's `X: command not found` (finish decides)
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
@@ -825,6 +842,11 @@ class Extractor:
             b = _BUILDING_EXT.search(line.text)
             if b:  # torch's _jit_compile: `Building extension module NAME...` (before ninja's compile lines)
                 self._ninja_ext.setdefault(line.source, b.group(1))
+        if "x:shell-not-found" in keys and not _EXC.match(line.text) and len(self._not_found) < MAX_EVENTS:
+            nf = NOT_FOUND.search(line.text)
+            cmd = next((g for g in nf.groups() if g), None) if nf else None
+            if cmd is not None:
+                self._not_found.append((line, hit, cmd))
         if "x:ninja-failed" in keys and self._ninja_stop is None:
             self._ninja_stop = (line, hit)  # the step that failed comes first; `build stopped` follows it
         w = _WATCHDOG_EXC.search(line.text) if "x:nccl-watchdog-exc" in keys else None
@@ -1087,6 +1109,14 @@ class Extractor:
                 f = _NINJA_FAILED.search(line.text)
                 said = f"FAILED: {f.group(1)}" if f else "build stopped: subcommand failed"
                 self._event("exception", line, hit, f"RuntimeError: {what} (ninja: {said})")
+        for line, hit, cmd in self._not_found:
+            # a script goes on after a command it could not run (no `set -e`): the run failed there only if it did
+            # not train or reach another phase after it
+            later = self.facts.last_progress != hit.progress or any(
+                m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
+            )
+            if not later:
+                self._event("exception", line, hit, f"{NOT_FOUND_TYPE}: {cmd} ({clip(line.text.strip(), 240)})")
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)

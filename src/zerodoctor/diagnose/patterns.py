@@ -158,6 +158,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # an OSError printed as its str() alone (`[Errno 2] No such file or directory: 'x'`), as scripts log it
     "bare-oserror": r"\[Errno \d+\] [A-Z][a-z]",
     "cpp-terminate": r"terminate called after throwing an instance of '",
+    # a shell that could not run a command: the launcher, the interpreter or a tool is not installed or not on PATH
+    # (extract.NOT_FOUND lists each shell's wording and its source)
+    "shell-not-found": r": command not found|command not found: [\w.+-]|: \d+: [\w./+-]+: not found\s*$"
+    r"|Unknown command: [\w./+-]|: bad interpreter: |env: .{0,3}[\w./+-]+.{0,3}: No such file or directory",
     # a JIT op build: the extension's name on ninja's compile command (torch/utils/cpp_extension.py
     # _write_ninja_file_to_build_library puts -DTORCH_EXTENSION_NAME={name} on every compile line)
     "ninja-ext": r"-DTORCH_EXTENSION_NAME=\w+",
