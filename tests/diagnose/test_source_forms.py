@@ -364,3 +364,35 @@ def test_a_command_not_found_that_the_run_outlived_is_no_failure(tmp_path: Path)
         "{'train_runtime': 10.1, 'train_samples_per_second': 1.0, 'epoch': 1.0}\n",
     )
     assert top == "no-known-failure"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        # LLaMA-Factory src/llamafactory/data/aligner.py convert_sharegpt (LlamaFactory#6878), processors, loader
+        '  File "/x/LLaMA-Factory/src/llamafactory/data/aligner.py", line 153, in convert_sharegpt\n',
+        '  File "/x/src/llamafactory/data/processor/supervised.py", line 99, in preprocess_dataset\n',
+        # XTuner xtuner/dataset/huggingface.py process_hf_dataset; TRL SFTTrainer._prepare_dataset
+        '  File "/x/xtuner/dataset/huggingface.py", line 180, in process\n',
+        '  File "/x/trl/trainer/sft_trainer.py", line 812, in _prepare_dataset\n',
+    ],
+)
+def test_a_framework_preparing_its_dataset_is_tokenization(tmp_path: Path, frame: str) -> None:
+    _top_id, _fc, phase = _top(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "/x/train.py", line 5, in <module>\n    main()\n' + frame + "    x = m[k]\nKeyError: 'user'\n",
+    )
+    assert phase == "tokenization"
+
+
+def test_a_frame_line_wrapped_after_its_line_number_is_read(tmp_path: Path) -> None:
+    # a terminal 88 columns wide cut `line 153` into `line 15` / `3, in convert_sharegpt` padded with blanks
+    top, fc, phase = _top(
+        tmp_path,
+        '[rank0]:   File "/home/xxx/LLaMA-Factory/src/llamafactory/data/aligner.py", line 15\n'
+        "3, in convert_sharegpt" + " " * 66 + "\n"
+        "[rank0]: KeyError: 'user'\n",
+    )
+    assert phase == "tokenization", (top, fc)
+    assert fc["library_frame"] == "llamafactory/data/aligner.py:153 in convert_sharegpt"

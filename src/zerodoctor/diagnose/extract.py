@@ -341,6 +341,24 @@ _RESUME_FUNCS = frozenset(
 )
 # HF datasets' map (arrow_dataset.py Dataset.map, its workers): dataset preprocessing and tokenization.
 _DATASET_MAP_FUNCS = frozenset({"map", "_map_single", "iflatmap_unordered"})
+# The frameworks' own dataset preparation before training (their conversion and tokenization of the dataset, run
+# under HF datasets' map or directly): LLaMA-Factory src/llamafactory/data/ aligner.py (convert_alpaca /
+# convert_sharegpt), converter.py, loader.py (get_dataset, _get_preprocessed_dataset), processor(s)/ (the
+# preprocess_*_dataset functions; not collator.py, which runs in the training loop); XTuner xtuner/dataset/
+# huggingface.py (process_hf_dataset) and map_fns/; TRL's trainers' _prepare_dataset; ms-swift swift/llm/dataset/.
+_DATA_PREP_FILES = (
+    "llamafactory/data/aligner.py",
+    "llamafactory/data/converter.py",
+    "llamafactory/data/loader.py",
+    "llamafactory/data/preprocess.py",
+    "llamafactory/data/processors/",
+    "llamafactory/data/processor/",
+    "llmtuner/data/",
+    "xtuner/dataset/huggingface.py",
+    "xtuner/dataset/map_fns/",
+    "swift/llm/dataset/",
+)
+_DATA_PREP_FUNCS = frozenset({"_prepare_dataset", "process_hf_dataset"})
 # deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
 _ENGINE_FUNCS = frozenset(
     {
@@ -1352,6 +1370,8 @@ class Extractor:
                 return "resume"
             if any(f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames):
                 return "tokenization"  # HF datasets' map: the frameworks' tokenization / preprocessing
+            if funcs & _DATA_PREP_FUNCS or any(d in files.replace("\\", "/") for d in _DATA_PREP_FILES):
+                return "tokenization"  # a framework converting / tokenizing its dataset before training
             if funcs & _EVAL_FUNCS or any(_EVAL_NAME.match(f) for f in funcs):
                 return "evaluation"
             if funcs & _OPT_FUNCS or (

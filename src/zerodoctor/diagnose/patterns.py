@@ -19,7 +19,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
     "tb-head": r"Traceback \(most recent call last\)",
     # (a paste cut inside a frame line keeps only `...py", line N, in f`)
-    "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in ',
+    # (and a frame line a terminal cut right after its line number, `File "x.py", line 15` / `3, in f`: the scan
+    # joins the wrapped rest)
+    "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in |File "[^"\n]+\.py", line \d+\s*$',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
     # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)
