@@ -41,6 +41,9 @@ def test_deepseek_coder_33b_is_the_published_33_3b():
         ("CohereForAI/aya-23-8B", 8e9),  # model card: 8B
         # safetensors metadata of granite-3.1-8b-instruct (the card's one-decimal 8.1B truncates it)
         ("ibm-granite/granite-3.1-8b-instruct", 8_170_848_256),
+        ("Qwen/Qwen3-VL-4B-Thinking", 4.44e9),  # hub count as quoted: 4.44 billion
+        ("Qwen/Qwen3-VL-30B-A3B-Instruct", 31.07e9),  # hub count as listed: 31.07B
+        ("Qwen/Qwen3-VL-235B-A22B-Instruct", 235e9),  # the name's 235B (no exact figure found)
     ],
 )
 def test_coverage_entries_match_published_totals(name, published):
@@ -57,7 +60,39 @@ def test_coverage_entries_match_published_totals(name, published):
         ("HuggingFaceTB/SmolLM-1.7B-Instruct", 1.7),
         ("microsoft/Phi-4-mini-instruct", 3.8),
         ("Qwen/Qwen3-4B-Thinking-2507", 4.0),
+        ("Qwen/Qwen3-VL-8B-Instruct", 8.8),  # hub count as listed for Instruct and Thinking
     ],
 )
 def test_coverage_entries_match_one_decimal_cards(name, card_billions):
     assert round(resolve_model(name).params.total / 1e9, 1) == card_billions
+
+
+# Cards that state only the size in the model's name ("a 7B parameter model"): the count rounds to it. The
+# exact counts (StarCoder2-7B 7,173,923,840; LLaVA-1.5-7B 7,063,427,072 with its 0.30B CLIP tower) are above
+# the nominal 7B by 2.5 % and 0.9 %, as the hub pages' own counts are.
+@pytest.mark.parametrize(
+    ("name", "card_billions"),
+    [
+        ("bigcode/starcoder2-7b", 7),
+        ("llava-hf/llava-1.5-7b-hf", 7),
+    ],
+)
+def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
+    assert round(resolve_model(name).params.total / 1e9) == card_billions
+
+
+# Base / long-context / instruction-tuned checkpoints aliased to an entry of one shape: the model cards state the
+# same totals, layers and heads (Qwen2.5-Coder, Qwen2.5-1M) and the alias resolves to that entry.
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [
+        ("Qwen/Qwen2.5-Coder-3B", "qwen2.5-3b"),
+        ("Qwen/Qwen2.5-Coder-14B", "qwen2.5-14b"),
+        ("Qwen/Qwen2.5-Coder-32B", "qwen2.5-32b"),
+        ("Qwen/Qwen2.5-7B-Instruct-1M", "qwen2.5-7b"),
+        ("Qwen/Qwen2.5-14B-Instruct-1M", "qwen2.5-14b"),
+        ("Qwen/Qwen2.5-Math-72B-Instruct", "qwen2.5-72b"),
+    ],
+)
+def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
+    assert resolve_model(name).catalog_slug == slug
