@@ -61,6 +61,8 @@ def test_coverage_entries_match_published_totals(name, published):
         ("microsoft/Phi-4-mini-instruct", 3.8),
         ("Qwen/Qwen3-4B-Thinking-2507", 4.0),
         ("Qwen/Qwen3-VL-8B-Instruct", 8.8),  # hub count as listed for Instruct and Thinking
+        ("OpenGVLab/InternVL3_5-8B-HF", 8.5),  # 8.5B total as listed for InternVL3_5-8B
+        ("mistralai/Ministral-3-3B-Instruct-2512", 3.8),  # card: 3.4B language model + 0.4B vision encoder
     ],
 )
 def test_coverage_entries_match_one_decimal_cards(name, card_billions):
@@ -75,6 +77,7 @@ def test_coverage_entries_match_one_decimal_cards(name, card_billions):
     [
         ("bigcode/starcoder2-7b", 7),
         ("llava-hf/llava-1.5-7b-hf", 7),
+        ("OpenGVLab/InternVL3_5-30B-A3B-HF", 31),  # "~31B" in a public variant table
     ],
 )
 def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
