@@ -690,6 +690,7 @@ def plan_strategy(
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
     act_items = activation_items(act, t, inputs)
+    ddp = ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world) if plain else []
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
     ref_host: list[Item] = []
@@ -903,7 +904,7 @@ def plan_strategy(
         )
     first = Phase(
         "first_step",
-        tuple([*reserve("first_step"), *gpu_states(lazy=True, transient=True), *step_extra]),
+        tuple([*reserve("first_step"), *gpu_states(lazy=True, transient=True), *ddp, *step_extra]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
@@ -911,7 +912,7 @@ def plan_strategy(
     # ---- steady forward/backward ------------------------------------------------------------------------
     steady = Phase(
         "steady",
-        tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *fwd_extra, *act_items]),
+        tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *ddp, *fwd_extra, *act_items]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
@@ -922,7 +923,7 @@ def plan_strategy(
     )
     save = Phase(
         "save",
-        tuple([*reserve("save"), *gpu_states(lazy=True, transient=False), *save_gpu_items]),
+        tuple([*reserve("save"), *gpu_states(lazy=True, transient=False), *ddp, *save_gpu_items]),
         tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
@@ -939,6 +940,35 @@ def plan_strategy(
         margin=margin,
         label=label,
     )
+
+
+DDP_SOURCE = (
+    "torch/csrc/distributed/c10d/reducer.cpp Reducer::initialize_buckets (bucket.gradients = at::empty(...) per "
+    "bucket over the parameters that require grad); torch/nn/parallel/distributed.py (gradient_as_bucket_view=False, "
+    "bucket_cap_mb 25, first bucket 1 MiB)"
+)
+
+
+def ddp_bucket_items(trainable: int, grad_bytes: int, world: int) -> list[Item]:
+    """DistributedDataParallel's gradient buckets in a multi-GPU run without DeepSpeed or FSDP.
+
+    The reducer allocates, when the model is wrapped, one flat `gradients` tensor per bucket over the parameters that
+    require grad, in their dtype: together one more copy of every trainable gradient. With the default
+    `gradient_as_bucket_view=False` (HF Trainer / accelerate pass no other) autograd's `param.grad` stays a separate
+    tensor: each gradient is copied into its bucket, all-reduced there and copied back, so both exist from the first
+    backward on. `bucket_cap_mb` only splits the copy into buckets, it does not bound it. One rank: no DDP wrap."""
+    if world <= 1 or trainable <= 0:
+        return []
+    size = trainable * grad_bytes
+    return [
+        Item(
+            "DDP gradient buckets",
+            size,
+            f"{trainable:,} trainable elements x {grad_bytes} B: the reducer's flat bucket copy of every gradient "
+            "(gradient_as_bucket_view off), beside param.grad",
+            DDP_SOURCE,
+        )
+    ]
 
 
 def paged_states_items(per_rank: int, n_local: int, optimizer: str) -> tuple[Item, Item]:
