@@ -1,9 +1,9 @@
-"""One rank of a real torch DDP LoRA job on CPU (gloo): a tiny Llama with PEFT adapters wrapped in
-DistributedDataParallel as the HF Trainer / accelerate wrap it (gradient_as_bucket_view left at its default False),
-one forward/backward. Writes, per rank, the reducer's bucket sizes in bytes (DDP's own logging data), the trainable
-parameters' numel and gradient bytes, and whether any `param.grad` shares storage with a bucket.
+"""One rank of a real torch DDP LoRA job on CPU (gloo): the tiny Llama with PEFT adapters of fsdp_lora_job.py,
+wrapped in DistributedDataParallel as the HF Trainer / accelerate wrap it (gradient_as_bucket_view left at its
+default False), one forward/backward. Writes, per rank, the reducer's bucket sizes in bytes (DDP's own logging data)
+and the trainable parameters' numel and gradient bytes.
 
-Run by tests/plan/test_ddp_engine.py: `torchrun --nproc_per_node 2 ddp_job.py OUT`.
+Run by tests/plan/test_ddp_buckets.py: `torchrun --nproc_per_node 2 ddp_job.py OUT`.
 """
 
 from __future__ import annotations
@@ -14,24 +14,18 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from peft import LoraConfig, get_peft_model
 from torch.nn.parallel import DistributedDataParallel as DDP
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fsdp_job import CONFIG  # noqa: E402  (the same tiny Llama as the FSDP tests)
-
-LORA_RANK = 4
-TARGETS = ["q_proj", "v_proj"]
+from fsdp_lora_job import tiny_lora_model  # noqa: E402
 
 
 def main() -> int:
     out = Path(sys.argv[1])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(0)
-    base = LlamaForCausalLM(LlamaConfig(**CONFIG)).float()
-    model = get_peft_model(base, LoraConfig(r=LORA_RANK, target_modules=TARGETS, lora_dropout=0.0))
+    model = tiny_lora_model()
     ddp = DDP(model)
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 16))
     ddp(input_ids=ids, labels=ids).loss.backward()

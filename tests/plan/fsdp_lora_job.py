@@ -27,6 +27,13 @@ LORA_RANK = 4
 TARGETS = ["q_proj", "v_proj"]
 
 
+def tiny_lora_model() -> torch.nn.Module:
+    """The tiny Llama in fp32 with PEFT LoRA adapters on TARGETS (seeded: every rank builds the same)."""
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(LlamaConfig(**CONFIG)).float()
+    return get_peft_model(base, LoraConfig(r=LORA_RANK, target_modules=TARGETS, lora_dropout=0.0))
+
+
 def main() -> int:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import ShardingStrategy
@@ -34,9 +41,7 @@ def main() -> int:
     out = Path(sys.argv[1])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(0)
-    base = LlamaForCausalLM(LlamaConfig(**CONFIG)).float()
-    model = get_peft_model(base, LoraConfig(r=LORA_RANK, target_modules=TARGETS, lora_dropout=0.0))
+    model = tiny_lora_model()
     model = FSDP(
         model,
         auto_wrap_policy=fsdp_auto_wrap_policy(model),

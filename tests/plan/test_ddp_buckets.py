@@ -59,8 +59,8 @@ def test_one_rank_and_deepspeed_runs_have_no_ddp_buckets():
 def test_the_real_reducer_buckets_every_trainable_gradient_once_beside_param_grad():
     pytest.importorskip("peft")
     sys.path.insert(0, str(HERE))
-    from ddp_job import LORA_RANK, TARGETS
     from fsdp_job import CONFIG
+    from fsdp_lora_job import LORA_RANK, TARGETS
     from test_fsdp_engine import torchrun_job
 
     ranks = torchrun_job(HERE / "ddp_job.py")
