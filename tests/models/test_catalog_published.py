@@ -78,6 +78,8 @@ def test_coverage_entries_match_one_decimal_cards(name, card_billions):
         ("bigcode/starcoder2-7b", 7),
         ("llava-hf/llava-1.5-7b-hf", 7),
         ("OpenGVLab/InternVL3_5-30B-A3B-HF", 31),  # "~31B" in a public variant table
+        ("Qwen/Qwen2-VL-2B-Instruct", 2),  # Qwen2-VL report: "2B, 8B, and 72B"
+        ("Qwen/Qwen2-VL-7B", 8),
     ],
 )
 def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
@@ -99,3 +101,24 @@ def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
 )
 def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
     assert resolve_model(name).catalog_slug == slug
+
+
+# Vision-language entries whose card states the parts: the language model is the text model of the named size
+# (its own card's total) and the vision side the report's figure, each to the precision it is stated in
+# (half a unit of its last digit; 0.5 % of a three-digit figure).
+@pytest.mark.parametrize(
+    ("name", "text_params", "text_tolerance", "vision_params", "vision_tolerance"),
+    [
+        ("Qwen/Qwen2-VL-7B-Instruct", 7.6e9, 0.05e9, 675e6, 3.4e6),  # Qwen2-VL report: LLM 7.6B, ViT 675M
+        ("Qwen/Qwen2.5-VL-3B-Instruct", 3.09e9, 0.005e9, None, None),  # Qwen2.5-3B card: 3.09B
+        ("mistralai/Ministral-3-3B-Base-2512", 3.4e9, 0.05e9, 0.4e9, 0.05e9),  # card: 3.4B LM + 0.4B vision
+    ],
+)
+def test_vision_language_parts_match_their_cards(
+    name, text_params, text_tolerance, vision_params, vision_tolerance
+):
+    p = resolve_model(name).params
+    vision = p.vision_tower + p.projector
+    assert abs(p.total - vision - text_params) <= text_tolerance
+    if vision_params is not None:
+        assert abs(vision - vision_params) <= vision_tolerance
