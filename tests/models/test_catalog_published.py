@@ -44,6 +44,7 @@ def test_deepseek_coder_33b_is_the_published_33_3b():
         ("Qwen/Qwen3-VL-4B-Thinking", 4.44e9),  # hub count as quoted: 4.44 billion
         ("Qwen/Qwen3-VL-30B-A3B-Instruct", 31.07e9),  # hub count as listed: 31.07B
         ("Qwen/Qwen3-VL-235B-A22B-Instruct", 235e9),  # the name's 235B (no exact figure found)
+        ("Qwen/Qwen3.5-35B-A3B-Base", 35e9),  # the name's 35B (no exact figure found)
     ],
 )
 def test_coverage_entries_match_published_totals(name, published):
@@ -63,6 +64,7 @@ def test_coverage_entries_match_published_totals(name, published):
         ("Qwen/Qwen3-VL-8B-Instruct", 8.8),  # hub count as listed for Instruct and Thinking
         ("OpenGVLab/InternVL3_5-8B-HF", 8.5),  # 8.5B total as listed for InternVL3_5-8B
         ("mistralai/Ministral-3-3B-Instruct-2512", 3.8),  # card: 3.4B language model + 0.4B vision encoder
+        ("Qwen/Qwen3.5-4B-Base", 4.5),  # listed as "a 4.5 billion parameter" model (the MTP block not built)
     ],
 )
 def test_coverage_entries_match_one_decimal_cards(name, card_billions):
