@@ -45,6 +45,7 @@ def test_deepseek_coder_33b_is_the_published_33_3b():
         ("Qwen/Qwen3-VL-30B-A3B-Instruct", 31.07e9),  # hub count as listed: 31.07B
         ("Qwen/Qwen3-VL-235B-A22B-Instruct", 235e9),  # the name's 235B (no exact figure found)
         ("Qwen/Qwen3.5-35B-A3B-Base", 35e9),  # the name's 35B (no exact figure found)
+        ("Qwen/Qwen3.5-397B-A17B", 397e9),  # the name's 397B (no exact figure found)
     ],
 )
 def test_coverage_entries_match_published_totals(name, published):
