@@ -36,6 +36,14 @@ SITES: dict[str, tuple[str, ...] | None] = {
     "accelerate/utils/dataclasses.py": None,
     "accelerate/accelerator.py": ("__init__", "_prepare_deepspeed"),
     "peft/tuners/lora/config.py": None,
+    # BaseTuner checking a tuner config against the model while it injects the adapters
+    "peft/tuners/tuners_utils.py": (
+        "inject_adapter",
+        "_prepare_adapter_config",
+        "_inject_parameters",
+        "_check_lora_target_modules_mamba",
+        "_check_target_module_compatiblity",
+    ),
 }
 # Raise sites in those files that judge no configuration (function -> why).
 NOT_CONFIG = {

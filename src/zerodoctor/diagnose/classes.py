@@ -27,7 +27,9 @@ from typing import Any
 from zerodoctor.diagnose.extract import (
     CUT_TRACEBACK,
     FAILED_IMPORT,
+    HANG_DUMP,
     NOT_FOUND_TYPE,
+    WAIT_FILES,
     WATCHDOG_WORK,
     Event,
     Facts,
@@ -75,7 +77,9 @@ _BUILD_HINTS = (
 _LAUNCHER_TEARDOWN = "sigkill_handler] Killing subprocess"
 # Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
 # (`'ds_numel': ` is a key of ZeRO-3's param.ds_summary(), the message of its parameter-status assertions)
-_ASSERT_OWNER = re.compile(r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed|'ds_numel': ")
+_ASSERT_OWNER = re.compile(
+    r"\bZeRO(?:-?\d| stage \d|-Offload)?\b|ZeroParamStatus|ds_status|DeepSpeed|'ds_numel': "
+)
 _CONFIG_FILES = (
     "deepspeed/runtime/config",
     "deepspeed/runtime/zero/config",
@@ -164,16 +168,51 @@ _CONFIG_JUDGE_FUNCS = frozenset(
         "_check_extra_dependencies",
     }
 )
-# (file, function) pairs: Accelerator.__init__ checks its own arguments (mixed_precision, kwargs_handlers, devices)
-_CONFIG_JUDGE_SITES = frozenset({("accelerate/accelerator.py", "__init__")})
-_CONFIG_JUDGE_LIBS = ("deepspeed/", "transformers/", "accelerate/", "peft/", "trl/", "llamafactory/", "llmtuner/")
+# (file, function) pairs: Accelerator.__init__ checks its own arguments (mixed_precision, kwargs_handlers, devices);
+# PEFT checks a tuner config against the model while it injects the adapters (peft/tuners/tuners_utils.py at 0.21.2:
+# BaseTuner.inject_adapter's NoMatchingPeftModuleError "Target modules X not found in the base model. Please check
+# the target modules and try again." and its exclude_modules / target_parameters refusals, _prepare_adapter_config's
+# "Please specify `target_modules` in `peft_config`", _inject_parameters, _check_lora_target_modules_mamba,
+# _check_target_module_compatiblity); before BaseTuner (PEFT <= 0.4) each tuner's _find_and_replace raised the same
+# ValueError (peft/tuners/lora.py, adalora.py, ia3.py at v0.4.0)
+_CONFIG_JUDGE_SITES = frozenset(
+    {
+        ("accelerate/accelerator.py", "__init__"),
+        ("peft/tuners/tuners_utils.py", "inject_adapter"),
+        ("peft/tuners/tuners_utils.py", "_prepare_adapter_config"),
+        ("peft/tuners/tuners_utils.py", "_inject_parameters"),
+        ("peft/tuners/tuners_utils.py", "_check_lora_target_modules_mamba"),
+        ("peft/tuners/tuners_utils.py", "_check_target_module_compatiblity"),
+        ("peft/tuners/lora.py", "_find_and_replace"),
+        ("peft/tuners/adalora.py", "_find_and_replace"),
+        ("peft/tuners/ia3.py", "_find_and_replace"),
+    }
+)
+_CONFIG_JUDGE_LIBS = (
+    "deepspeed/",
+    "transformers/",
+    "accelerate/",
+    "peft/",
+    "trl/",
+    "llamafactory/",
+    "llmtuner/",
+)
 # (what a configuration check raises; an AttributeError or RuntimeError there is a bug or a runtime failure)
-_CONFIG_EXC = ("ValueError", "AssertionError", "TypeError", "NotImplementedError", "ConfigError", "Exception")
+# (PEFT's NoMatchingPeftModuleError is a ValueError: peft/tuners/tuners_utils.py)
+_CONFIG_EXC = (
+    "ValueError",
+    "AssertionError",
+    "TypeError",
+    "NotImplementedError",
+    "ConfigError",
+    "Exception",
+    "NoMatchingPeftModuleError",
+)
 # A message with no frames that names the configuration it refuses: the DeepSpeed config, TrainingArguments, a
 # config class or file, a command-line flag
 _NAMES_CONFIG = re.compile(
     r"(?i:\b(?:deepspeed|ds)[ _]config(?:uration)?\b|\bzero_optimization\b|\bconfig(?:uration)? file\b"
-    r"|\baccelerate config\b|\bin (?:the|your) config\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
+    r"|\baccelerate config\b|\bin (?:the|your) config\b|\btarget[_ ]modules\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
     r"|(?<![\w-])--[a-z][a-z0-9_]{2,60}\b"
 )
 # A refusal of a setting in a configuration check's own words (the raise sites above share them): with a setting's
@@ -189,8 +228,10 @@ _SETTING_NAME = re.compile(
     r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|`[^`\s]{2,60}`|\b[A-Za-z_]\w*=\S|(?i:\bZeRO(?:[- ]?stage)?[- ]?\d\b)"
     r"|\b(?:fp16|bf16|fp32|fp8)\b"
 )
-_KEY_VALUE = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})(?:=[^`'\"\s]{0,40})?[`'\"]|(?<![\w-])--(?P<flag>[a-z][a-z0-9_]{2,60})\b"
-    r"|\b(?P<kv>[a-z][a-z0-9_]*_[a-z0-9_.]{1,60})=\S")
+_KEY_VALUE = re.compile(
+    r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})(?:=[^`'\"\s]{0,40})?[`'\"]|(?<![\w-])--(?P<flag>[a-z][a-z0-9_]{2,60})\b"
+    r"|\b(?P<kv>[a-z][a-z0-9_]*_[a-z0-9_.]{1,60})=\S"
+)
 
 
 def _config_judge(tb: Traceback | None) -> str | None:
@@ -460,7 +501,9 @@ _DIST_TIMEOUT = re.compile(
     r" Socket Timeout|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
 )
 _SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store")
-_JOINED = re.compile(r"world_size=(?P<w>\d{1,7}), worker_count=(?P<c>\d{1,7})|(?P<c2>\d{1,7})/(?P<w2>\d{1,7}) clients joined")
+_JOINED = re.compile(
+    r"world_size=(?P<w>\d{1,7}), worker_count=(?P<c>\d{1,7})|(?P<c2>\d{1,7})/(?P<w2>\d{1,7}) clients joined"
+)
 
 
 def _dist_timeout(ev: Event) -> FailureClass:
@@ -493,6 +536,55 @@ def _dist_timeout(ev: Event) -> FailureClass:
         "which peer stopped or why: a rank that died, hung, or runs a different code path.",
         "look for the first rank that stopped printing; run with TORCH_DISTRIBUTED_DEBUG=DETAIL to see the mismatching "
         "collective, and raise the timeout only if one rank does long work while the others wait.",
+        data,
+    )
+
+
+def _hang_dump(ev: Event) -> FailureClass:
+    """A stack dump (faulthandler, py-spy) of a run that printed no failure: it hung where the stack waits."""
+    frames = ev.traceback.frames if ev.traceback is not None else []
+    inner = frames[-1] if frames else None
+    # the innermost frame in torch.distributed / deepspeed.comm names the collective; the frame outside those
+    # files that called it, the caller
+    waiting = [i for i, f in enumerate(frames) if any(w in f.file.replace("\\", "/") for w in WAIT_FILES)]
+    wait = frames[waiting[-1]] if waiting else None
+    caller = (
+        next((frames[i] for i in range(waiting[-1] - 1, -1, -1) if i not in waiting), None)
+        if waiting
+        else None
+    )
+    data: dict[str, Any] = {
+        "rank": ev.rank,
+        "phase": ev.phase,
+        "line": ev.line.location(),
+        "frames": len(frames),
+    }
+    if inner is not None:
+        data["innermost_frame"] = f"{inner.file}:{inner.lineno} in {inner.func}"
+    if wait is not None:
+        data["collective"] = wait.func
+    what = (
+        f"waiting in {wait.func} ({wait.file.rsplit('/', 1)[-1]}:{wait.lineno})"
+        + (
+            f", called from {caller.func} ({caller.file.rsplit('/', 1)[-1]}:{caller.lineno})"
+            if caller
+            else ""
+        )
+        if wait is not None
+        else f"in {inner.func} ({inner.file.rsplit('/', 1)[-1]}:{inner.lineno})"
+        if inner is not None
+        else "at an unknown frame"
+    )
+    return FailureClass(
+        "collective-timeout",
+        "Hang: a stack dump shows the run " + (f"waiting in {wait.func}" if wait is not None else "stuck"),
+        f"{_where(ev)} was dumped ({len(frames)} frame(s), most recent call first) with no error printed: it was "
+        f"{what} during {_phase(ev)}; a run dumped while it prints no failure is one that stopped progressing.",
+        "which rank did not arrive: the dump is of one process; ranks wait in a collective for a peer that is "
+        "elsewhere (another collective, a save or evaluation on one rank, a dataloader) or dead.",
+        "dump every rank (py-spy dump --pid, or faulthandler.dump_traceback_later on each) and compare where they "
+        "are: the rank in a different function is the straggler; TORCH_DISTRIBUTED_DEBUG=DETAIL names a mismatching "
+        "collective.",
         data,
     )
 
@@ -547,7 +639,9 @@ def _collective(ev: Event, facts: Facts) -> FailureClass:
 
 # Programs a JIT op build runs (torch/utils/cpp_extension.py: ninja, the host compiler, nvcc/hipcc): one missing is
 # an op build failure, not a missing training package
-_BUILD_TOOLS = frozenset({"ninja", "nvcc", "hipcc", "gcc", "g++", "c++", "cc", "clang", "clang++", "cmake", "make"})
+_BUILD_TOOLS = frozenset(
+    {"ninja", "nvcc", "hipcc", "gcc", "g++", "c++", "cc", "clang", "clang++", "cmake", "make"}
+)
 
 
 def _not_found_class(ev: Event, message: str, where: str, data: dict[str, Any]) -> FailureClass:
@@ -667,7 +761,16 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         judge is not None
         or (
             frameless
-            and exc_type.endswith(("ValueError", "AssertionError", "TypeError", "ConfigError", "NotImplementedError"))
+            and exc_type.endswith(
+                (
+                    "ValueError",
+                    "AssertionError",
+                    "TypeError",
+                    "ConfigError",
+                    "NotImplementedError",
+                    "NoMatchingPeftModuleError",
+                )
+            )
             and (
                 _NAMES_CONFIG.search(message) is not None
                 # (a bare assertion needs its config named: DeepSpeed's runtime invariants share the refusal words)
@@ -689,7 +792,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
     ):
         keys = list(
-            dict.fromkeys(k.group("key") or k.group("flag") or k.group("kv") for k in _KEY_VALUE.finditer(message))
+            dict.fromkeys(
+                k.group("key") or k.group("flag") or k.group("kv") for k in _KEY_VALUE.finditer(message)
+            )
         )[:5]
         data["keys"] = keys
         cm = _CONFIG_CLASS.search(message)
@@ -699,7 +804,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             data["judged_by"] = judge
             judge_lib = judge.split("/", 1)[0]
         else:
-            judge_lib = "deepspeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
+            judge_lib = (
+                "deepspeed" if "deepspeed" in low else "accelerate" if "accelerate" in low else "transformers"
+            )
         who = {
             "deepspeed": "DeepSpeed",
             "llamafactory": "LLaMA-Factory",
@@ -787,7 +894,9 @@ def _silence_before_interrupt(facts: Facts) -> tuple[int, LogLine, LogLine] | No
     before = [
         (ln, t)
         for ln in [m[1] for m in facts.markers] + [e.line for e in facts.events]
-        if ln.source == stop_line.source and ln.lineno < stop_line.lineno and (t := _stamp(ln.text)) is not None
+        if ln.source == stop_line.source
+        and ln.lineno < stop_line.lineno
+        and (t := _stamp(ln.text)) is not None
     ]
     if not before:
         return None
@@ -830,7 +939,9 @@ def classify(
             return _silent_hang(first, *silence)
     # a launcher's teardown or a stop from outside; exit code 1 is a rank's own error whose output is elsewhere
     if user_stop or (
-        first.severity_class == 2 and first.exit_code not in (-9, 9, 137, 1) and _LAUNCHER_TEARDOWN not in first.detail
+        first.severity_class == 2
+        and first.exit_code not in (-9, 9, 137, 1)
+        and _LAUNCHER_TEARDOWN not in first.detail
     ):
         return FailureClass(
             "terminated",
@@ -857,6 +968,8 @@ def classify(
         return _host_oom(first, facts)
     if first.kind == "exception" and _DIST_TIMEOUT.search(first.detail):
         return _dist_timeout(first)
+    if first.kind == "watchdog" and first.detail.startswith(HANG_DUMP):
+        return _hang_dump(first)
     if first.kind == "watchdog" or (first.kind == "nccl" and _TIMEOUT.search(first.detail)):
         return _collective(first, facts)
     if first.kind == "nccl" or (first.kind == "exception" and _NCCL_OWN.search(first.detail)):

@@ -66,7 +66,9 @@ _WHAT = re.compile(r"what\(\):\s+(.{1,300})$")
 _RICH_FRAME = re.compile(r"(\S{0,300}\.py):(\d{1,7}) in ([A-Za-z_<][\w.<>]{0,120}) *(?:│ *)?$")
 _IPY_FRAME = re.compile(r"(?:File )?(\S+\.py)(?::(\d+))?,? in ([A-Za-z_][\w.]*)\(")
 # IPython's traceback header names the exception first: `CalledProcessError      Traceback (most recent call last)`
-_IPY_HEAD = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
+_IPY_HEAD = re.compile(
+    r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)"
+)
 # `ray.exceptions.RayTaskError(ActorDiedError): ...`: Ray wraps the actor's exception type in parentheses
 # (a bare `Exception: ...` too: DeepSpeed and accelerate raise plain Exception in places, e.g. engine.py
 # _configure_zero_optimizer's "The deprecated version of ZeRO Stage 1 is not supported")
@@ -83,7 +85,9 @@ _RUNPY = re.compile(
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
 # (commands/launch.py simple_launcher) and wrapper scripts raise it for the training process
-_CALLED_PROCESS_SIGNAL = re.compile(r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|non-zero exit status -(\d{1,3})\b")
+_CALLED_PROCESS_SIGNAL = re.compile(
+    r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|non-zero exit status -(\d{1,3})\b"
+)
 # CUDA's own allocation failure outside the caching allocator (cudaErrorMemoryAllocation, which c10's
 # C10_CUDA_CHECK raises as `CUDA error: out of memory`, c10/cuda/CUDAException.cpp): a GPU out of memory, with no
 # numbers
@@ -153,7 +157,12 @@ _OOM_FIELDS = {
     ),
     "in_use": re.compile(r"this process has " + _SIZE + r" memory in use"),
     "allocated": re.compile(
-        r"memory " + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated|, " + _SIZE
+        r"memory "
+        + _SIZE
+        + r" is allocated by PyTorch|"
+        + _SIZE
+        + r" already allocated|, "
+        + _SIZE
         + r" memory has been allocated"
     ),
     "reserved_unallocated": re.compile(_SIZE + r" is reserved by PyTorch but unallocated"),
@@ -242,6 +251,19 @@ NOT_FOUND = re.compile(
 )
 NOT_FOUND_TYPE = "command not found"
 _BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
+# the linker's failure of an extension's link step (patterns.py "ld-failed" names the forms)
+_LD_FAILED = re.compile(
+    r"(?:\S*ld(?:\.[a-z]+)?: (?:error: unable to find library|cannot find) -l[\w+.-]{1,64}|(?:collect2: )?error: ld returned "
+    r"\d{1,3} exit status)"
+)
+_DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
+# a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
+# recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
+_FH_FRAME = re.compile(r'File "([^"]+)", line (\d{1,7}) in ([A-Za-z_<][\w<>.]{0,120})')
+_PYSPY_FRAME = re.compile(r"^\s*([A-Za-z_<][\w<>.]{0,120}) \((\S{1,300}\.py):(\d{1,7})\)\s*$")
+HANG_DUMP = "a stack dump of a process that had not failed: "
+# where a dumped stack waits on its peers: torch.distributed's collectives and DeepSpeed's comm wrappers
+WAIT_FILES = ("torch/distributed/", "deepspeed/comm/")
 _NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
@@ -480,6 +502,17 @@ class Traceback:
         return self.start.lineno <= line.lineno <= last
 
 
+@dataclass
+class StackDump:
+    """A stack dump of one thread (faulthandler / py-spy): its frames in the order printed, innermost first."""
+
+    source: str
+    rank: int | None
+    head: LogLine | None
+    fatal: bool
+    frames: list[Frame] = field(default_factory=list)
+
+
 def same_exception(tracebacks: list[Traceback], tb: Traceback) -> list[Traceback]:
     """Other tracebacks of the same source with the same exception and message: ranks that print one failure
     interleaved, each parsed traceback holding part of its frames."""
@@ -488,7 +521,10 @@ def same_exception(tracebacks: list[Traceback], tb: Traceback) -> list[Traceback
     return [
         t
         for t in tracebacks
-        if t is not tb and t.source == tb.source and t.exc_type == tb.exc_type and t.exc_message == tb.exc_message
+        if t is not tb
+        and t.source == tb.source
+        and t.exc_type == tb.exc_type
+        and t.exc_message == tb.exc_message
     ][:MAX_TRACEBACKS]
 
 
@@ -747,13 +783,24 @@ class Extractor:
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
         self._kernel_assert: set[str] = set()  # sources with a CUDA kernel assertion event already
-        self._size_mismatch: set[str] = set()  # sources with a load_state_dict size-mismatch line read already
-        self._cpp_type: dict[str, tuple[str, int]] = {}  # source -> (C++ exception type, line) of `terminate ...`
+        self._size_mismatch: set[str] = (
+            set()
+        )  # sources with a load_state_dict size-mismatch line read already
+        self._cpp_type: dict[
+            str, tuple[str, int]
+        ] = {}  # source -> (C++ exception type, line) of `terminate ...`
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
-        self._ninja_ext: dict[str, str] = {}  # source -> the last JIT-built extension's name (ninja's compile line)
+        self._ninja_ext: dict[
+            str, str
+        ] = {}  # source -> the last JIT-built extension's name (ninja's compile line)
         self._ninja_stop: tuple[LogLine, Hit] | None = None  # ninja's `build stopped: subcommand failed`
-        self._not_found: list[tuple[LogLine, Hit, str]] = []  # a shell's `X: command not found` (finish decides)
+        self._not_found: list[
+            tuple[LogLine, Hit, str]
+        ] = []  # a shell's `X: command not found` (finish decides)
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
+        self._ld_fail: tuple[LogLine, Hit] | None = None  # the linker failing a JIT build's link step
+        self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
+        self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
 
@@ -844,7 +891,9 @@ class Extractor:
                 self.facts.ooms.append(oom)
             # an OOM printed without "...Error:" (logged, not raised; a glog FATAL line; NCCL's WARN; the message
             # line under `ResourceExhaustedError:`): with its numbers, or in words only a failed allocation prints
-            device_oom_line = not _EXC.match(line.text) and (oom is not None or DEVICE_OOM.search(line.text) is not None)
+            device_oom_line = not _EXC.match(line.text) and (
+                oom is not None or DEVICE_OOM.search(line.text) is not None
+            )
             if device_oom_line:
                 self._event("cuda-oom", line, hit, clip(line.text.strip(), 300))
         if "x:oom-host" in keys:
@@ -865,13 +914,25 @@ class Extractor:
             cmd = next((g for g in nf.groups() if g), None) if nf else None
             if cmd is not None:
                 self._not_found.append((line, hit, cmd))
+        if "x:ld-failed" in keys and self._ld_fail is None and _LD_FAILED.search(line.text):
+            self._ld_fail = (line, hit)
+        if "x:ds-backend-unset" in keys and not _EXC.match(line.text):
+            d = _DS_BACKEND.search(line.text)
+            if d:  # the assertion's message pasted alone
+                self._event("exception", line, hit, f"AssertionError: {d.group(0)}")
+        if "x:fh-head" in keys:
+            self._dump_head(line, hit)
+        if "x:fh-frame" in keys:
+            self._dump_frame(line, hit)
         if "x:ninja-failed" in keys and self._ninja_stop is None:
             self._ninja_stop = (line, hit)  # the step that failed comes first; `build stopped` follows it
         w = _WATCHDOG_EXC.search(line.text) if "x:nccl-watchdog-exc" in keys else None
         if w is not None and not _TIMEOUT_WORDS.search(w.group(1)):
             # the watchdog thread died of a CUDA fault it surfaced (not a timeout): that fault is the failure
             what = w.group(1).strip()
-            self._event("cuda-oom" if DEVICE_OOM.search(what) else "exception", line, hit, f"c10::Error: {what}"[:300])
+            self._event(
+                "cuda-oom" if DEVICE_OOM.search(what) else "exception", line, hit, f"c10::Error: {what}"[:300]
+            )
         elif "x:nccl-watchdog" in keys:
             self._event("watchdog", line, hit, clip(line.text, 300))
         elif keys & {"x:nccl-error", "x:nccl-peer"} and not _EXC.match(line.text) and not device_oom_line:
@@ -905,6 +966,63 @@ class Extractor:
         ):
             self.facts.warnings.append((entry, line))
 
+    def _dump_head(self, line: LogLine, hit: Hit) -> None:
+        if "Fatal Python error: " in line.text:
+            self._fatal_at[line.source] = line.lineno
+            return
+        if len(self._dumps) < MAX_TRACEBACKS:
+            fatal = 0 <= line.lineno - self._fatal_at.get(line.source, -99) <= 3
+            self._dumps.append((StackDump(line.source, line.rank, line, fatal), hit))
+
+    def _dump_frame(self, line: LogLine, hit: Hit) -> None:
+        m = _FH_FRAME.search(line.text)
+        if m:
+            file, lineno, func = m.group(1), m.group(2), m.group(3)
+        else:
+            p = _PYSPY_FRAME.match(line.text)
+            if p is None:
+                return
+            file, lineno, func = p.group(2), p.group(3), p.group(1)
+        dump = next(
+            (d for d, _h in reversed(self._dumps) if d.source == line.source and d.rank == line.rank), None
+        )
+        last = (
+            dump.frames[-1].line
+            if dump is not None and dump.frames
+            else dump.head
+            if dump is not None
+            else None
+        )
+        if dump is None or last is None or not 0 < line.lineno - last.lineno <= 2:
+            # frames with no header of their own (the paste starts below it)
+            if len(self._dumps) >= MAX_TRACEBACKS:
+                return
+            dump = StackDump(line.source, line.rank, None, False)
+            self._dumps.append((dump, hit))
+        if len(dump.frames) < MAX_FRAMES:
+            dump.frames.append(Frame(file, log_int(lineno) or 0, func.rsplit(".", 1)[-1], line))
+
+    def _stack_dump(self) -> None:
+        """A stack dump of a process that had not failed (no exception, no exit in the log): someone dumped a
+        stuck run (faulthandler.dump_traceback_later / register, py-spy dump), so the run hung where the dump
+        shows it; the thread waiting in a collective is the one that says where, else the deepest stack."""
+        if self.facts.events:
+            return
+        dumps = [(d, h) for d, h in self._dumps if d.frames and not d.fatal]
+        if not dumps:
+            return
+
+        def waits(d: StackDump) -> bool:
+            return any(w in f.file.replace("\\", "/") for f in d.frames[:3] for w in WAIT_FILES)
+
+        dump, hit = max(dumps, key=lambda dh: (waits(dh[0]), len(dh[0].frames)))
+        start = dump.head or dump.frames[0].line
+        tb = Traceback(dump.source, dump.rank, start, list(reversed(dump.frames)))
+        tb.end = dump.frames[-1].line
+        inner = dump.frames[0]
+        where = f'File "{inner.file}", line {inner.lineno} in {inner.func}'
+        self._event("watchdog", start, hit, f"{HANG_DUMP}{where}"[:300], traceback=tb)
+
     def _start_tb(self, line: LogLine) -> Traceback:
         tb = Traceback(line.source, line.rank, line)
         self._open[(line.source, line.rank)] = tb
@@ -921,7 +1039,9 @@ class Extractor:
         tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
         if len(tb.frames) >= MAX_FRAMES:
             del tb.frames[0]
-        func = m.group(3).rsplit(".", 1)[-1]  # IPython: `DeepSpeedEngine._configure_optimizer` -> the function
+        func = m.group(3).rsplit(".", 1)[
+            -1
+        ]  # IPython: `DeepSpeedEngine._configure_optimizer` -> the function
         tb.frames.append(Frame(m.group(1), log_int(m.group(2) or "0") or 0, func, line))
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
@@ -932,7 +1052,11 @@ class Extractor:
         tb = self._open.pop((line.source, line.rank), None)
         if tb is not None:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
-        if exc_type.startswith("ray.") and "OutOfMemoryError" in exc_type or "running low on memory" in message:
+        if (
+            exc_type.startswith("ray.")
+            and "OutOfMemoryError" in exc_type
+            or "running low on memory" in message
+        ):
             kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
         elif device_oom(exc_type, message):
             kind = "cuda-oom"
@@ -944,7 +1068,9 @@ class Extractor:
             # child's exit, as torchrun's `exitcode: -9` would report it
             code = log_int(sig.group(1) or sig.group(2))
             detail = f"{exc_type}: {message}"[:300]
-            self._event("exit", line, hit, detail, exit_code=None if code is None else -abs(code), traceback=tb)
+            self._event(
+                "exit", line, hit, detail, exit_code=None if code is None else -abs(code), traceback=tb
+            )
             return
         self._event(kind, line, hit, f"{exc_type}: {message}"[:300] if message else exc_type, traceback=tb)
 
@@ -1025,7 +1151,11 @@ class Extractor:
                     rank=log_int(m.group(1)),
                     pid=log_int(m.group(2)),
                 )
-        if "x:launch-killing" in keys and self._teardown is None and "sigkill_handler] Killing subprocess" in text:
+        if (
+            "x:launch-killing" in keys
+            and self._teardown is None
+            and "sigkill_handler] Killing subprocess" in text
+        ):
             self._teardown = (line, hit)
         if "x:launch-death-signal" in keys:
             d = _DEATH_SIGNAL.search(text)
@@ -1090,7 +1220,9 @@ class Extractor:
 
     def finish(self) -> Facts:
         for tb, exc_type, hit in self._ipy:
-            if tb.exc_type is None:  # the paste ends inside an IPython traceback: its header named the exception
+            if (
+                tb.exc_type is None
+            ):  # the paste ends inside an IPython traceback: its header named the exception
                 tb.exc_type, tb.exc_message = exc_type, ""
                 self._event("exception", tb.start, hit, exc_type, traceback=tb)
         for line, hit in self._asserts:
@@ -1113,6 +1245,18 @@ class Extractor:
                     detail = f"{tb.exc_type}: {tb.exc_message}" if tb.exc_message else tb.exc_type
                     self._event("exception", line, hit, detail[:300], traceback=tb)
                     break
+        if self._ninja_stop is None and self._ld_fail is not None:
+            # the linker failed a JIT build's link step and the paste ends before ninja's stop: the build failed
+            # there, if a JIT build was running in that log (torch's `Building extension module`, ninja's compile
+            # lines) and nothing ran after it (a test compile of DeepSpeed's op compatibility checks, e.g. async_io's
+            # io_submit against -laio, fails harmlessly in a run that goes on)
+            line, hit = self._ld_fail
+            later = self.facts.last_progress != hit.progress or any(
+                m_seq > hit.seq and m_line.source == line.source and kind != "engine"
+                for kind, m_line, m_seq in self.facts.markers
+            )
+            if line.source in self._ninja_ext and not later:
+                self._ninja_stop = self._ld_fail
         if self._ninja_stop is not None:
             # ninja stopped a JIT op build and the paste ends before torch's `Error building extension` exception:
             # the build failed (torch/utils/cpp_extension.py _run_ninja_build raises RuntimeError("Error building
@@ -1126,6 +1270,10 @@ class Extractor:
                 what = f"Error building extension '{op}'" if op else "Error building extension"
                 f = _NINJA_FAILED.search(line.text)
                 said = f"FAILED: {f.group(1)}" if f else "build stopped: subcommand failed"
+                if self._ld_fail is not None and self._ld_fail[0].source == line.source:
+                    ld = _LD_FAILED.search(self._ld_fail[0].text)
+                    if ld:  # the linker's own words say why
+                        said += f"; {ld.group(0).rsplit('/', 1)[-1]}"
                 self._event("exception", line, hit, f"RuntimeError: {what} (ninja: {said})")
         for line, hit, cmd in self._not_found:
             # a script goes on after a command it could not run (no `set -e`): the run failed there only if it did
@@ -1134,13 +1282,16 @@ class Extractor:
                 m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
             )
             if not later:
-                self._event("exception", line, hit, f"{NOT_FOUND_TYPE}: {cmd} ({clip(line.text.strip(), 240)})")
+                self._event(
+                    "exception", line, hit, f"{NOT_FOUND_TYPE}: {cmd} ({clip(line.text.strip(), 240)})"
+                )
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)
             line, hit = self._teardown
             self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
         self._cut_traceback()
+        self._stack_dump()
         self._oom_messages()
         # (read once: phase_of looks at them for every event)
         self._guard_lines = [m_line for kind, m_line, _seq in self.facts.markers if kind == "guard"]
@@ -1162,18 +1313,22 @@ class Extractor:
         `ResourceExhaustedError: ` then `Out of memory error on GPU 0. Cannot allocate ...`, torch's
         `DistBackendError: NCCL error ... ncclUnhandledCudaError: Call to CUDA function failed.` then `Last error:`
         / `Cuda failure 'out of memory'`: that exception is the device running out of memory."""
-        excs = {
-            (e.line.source, e.rank, e.line.lineno): e for e in self.facts.events if e.kind == "exception"
-        }
+        excs = {(e.line.source, e.rank, e.line.lineno): e for e in self.facts.events if e.kind == "exception"}
         if not excs:
             return
         for ev in self.facts.events:
             if ev.kind != "cuda-oom" or ev.traceback is not None:
                 continue
             at = ev.line.lineno
-            while True:  # the exception lines that chain above it (`DistBackendError` over `ncclUnhandledCudaError`)
+            while (
+                True
+            ):  # the exception lines that chain above it (`DistBackendError` over `ncclUnhandledCudaError`)
                 exc = next(
-                    (e for b in range(1, 5) if (e := excs.pop((ev.line.source, ev.rank, at - b), None)) is not None),
+                    (
+                        e
+                        for b in range(1, 5)
+                        if (e := excs.pop((ev.line.source, ev.rank, at - b), None)) is not None
+                    ),
                     None,
                 )
                 if exc is None:
@@ -1187,7 +1342,11 @@ class Extractor:
             return
         line, hit = self._last_frame
         tb = next((t for t in reversed(self.facts.tracebacks) if t.contains(line)), None)
-        if tb is None or tb.exc_type is not None or len(tb.frames) < 2:
+        # one frame is enough under a traceback's own header (Python's or rich's boxed `Traceback (most recent call
+        # last)`): the paste was cut right after the first frame; a lone frame line with no header is not
+        if tb is None or tb.exc_type is not None or not tb.frames:
+            return
+        if len(tb.frames) < 2 and tb.start is tb.frames[0].line:
             return
         last = tb.frames[-1]
         where = f'File "{last.file}", line {last.lineno}, in {last.func}'
@@ -1247,7 +1406,11 @@ class Extractor:
             # an exception line with no traceback of its own: another rank's unfinished traceback printed next to
             # it is the same incident (ranks fail together, each prints part)
             for t in self.facts.tracebacks:
-                if t.source == ev.line.source and t.exc_type is None and abs(t.start.lineno - ev.line.lineno) <= 3:
+                if (
+                    t.source == ev.line.source
+                    and t.exc_type is None
+                    and abs(t.start.lineno - ev.line.lineno) <= 3
+                ):
                     phase = self._phase_from_frames(t, ev)
                     if phase == "unknown":  # its frames' source lines, then
                         phase = self._code_phase(t.source, t.start.lineno, self._tb_last(t) + 2) or phase
@@ -1309,7 +1472,9 @@ class Extractor:
             if m is None:
                 continue
             nin = log_int(m.group("nin")) if m.group("nin") else None
-            decided[other.line.source] = m.group("op") in _GRADIENT_OPS and nin is not None and nin >= GRADIENT_NUMEL
+            decided[other.line.source] = (
+                m.group("op") in _GRADIENT_OPS and nin is not None and nin >= GRADIENT_NUMEL
+            )
         return {source for source, gradient in decided.items() if gradient}
 
     def same_exception(self, tb: Traceback) -> list[Traceback]:
@@ -1368,7 +1533,9 @@ class Extractor:
                 for f in tb.frames
             ):
                 return "resume"
-            if any(f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames):
+            if any(
+                f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames
+            ):
                 return "tokenization"  # HF datasets' map: the frameworks' tokenization / preprocessing
             if funcs & _DATA_PREP_FUNCS or any(d in files.replace("\\", "/") for d in _DATA_PREP_FILES):
                 return "tokenization"  # a framework converting / tokenizing its dataset before training
@@ -1428,13 +1595,16 @@ class Extractor:
         marker: tuple[str, LogLine, int] | None = None
         for m in self.facts.markers:
             # same seq: an earlier segment of the same physical line (a tqdm bar the failure was glued onto)
-            if m[1].source == line.source and (
-                m[2] < seq
-                or (m[2] == seq and m[1].text != line.text)
-                # a kill glued onto a loading or tokenization bar (`...it/s]Killed`): that bar is the phase
-                or (m[2] == seq and m[0] in ("load", "data") and line.text.find(m[1].text[:20]) == 0)
-                # an op build's own failure line (`Error building extension`, ninja's stop) is its phase's marker
-                or (m[2] == seq and m[0] == "engine" and m[1].text == line.text)
+            if (
+                m[1].source == line.source
+                and (
+                    m[2] < seq
+                    or (m[2] == seq and m[1].text != line.text)
+                    # a kill glued onto a loading or tokenization bar (`...it/s]Killed`): that bar is the phase
+                    or (m[2] == seq and m[0] in ("load", "data") and line.text.find(m[1].text[:20]) == 0)
+                    # an op build's own failure line (`Error building extension`, ninja's stop) is its phase's marker
+                    or (m[2] == seq and m[0] == "engine" and m[1].text == line.text)
+                )
             ):
                 marker = m
         p = progress

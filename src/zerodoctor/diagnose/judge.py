@@ -23,7 +23,7 @@ from typing import Any
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.classes import FailureClass, classify
-from zerodoctor.diagnose.extract import Event, Extractor, Facts, OomNumbers
+from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Extractor, Facts, OomNumbers
 from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
 from zerodoctor.diagnose.source import CHUNK_BYTES
@@ -75,6 +75,8 @@ def _needs_phase_in_progress(entry: Entry) -> bool:
 
 # Signature kinds that are not a failure on their own: a message a healthy run also prints.
 _NOT_FAILURE_KINDS = frozenset({"warning", "context", "version"})
+# signature kinds that read a failure's own words (its message, the launcher's report of it), not where it was
+_FAILURE_WORDS = frozenset({"message", "launcher"})
 
 
 def _failure_after(facts: Facts, evidence: Sequence[tuple[int, LogLine, str]]) -> bool:
@@ -260,6 +262,13 @@ def judge(
             # to stand on (Second-Me#209: a gradient-checkpointed backward OOM with no DeepSpeed in the log is no
             # DeepSpeed 0.16 regression); the failure class names it
             continue
+        kinds = {s.kind for s in entry.symptoms.signatures if s.id in matched}
+        if first is not None and first.detail.startswith(CUT_TRACEBACK) and not kinds & _FAILURE_WORDS:
+            # the paste ends inside the failing traceback: its frames say where the run raised, not what; an entry
+            # that matches only frames (and context) has no failure of its own in the log to stand on
+            # (ChatGLM-6B#1166: a cut _save_zero_checkpoint traceback was a file write failure, not the optimizer
+            # shards' size)
+            continue
         score = sum(weights[s] for s in matched if s in weights)
         score += sum(1.0 for r in results if r.value is Tri.TRUE)
         # keyed: two hits on one CR-separated line share a seq, and LogLines do not order
@@ -314,7 +323,6 @@ def judge(
                 score -= 1.0
         if oom is not None and entry.id == "cuda-oom-fragmentation":
             score += 2.0 if oom.verdict == "fragmentation" else -2.0
-        kinds = {s.kind for s in entry.symptoms.signatures if s.id in matched}
         warning_only = kinds <= _NOT_FAILURE_KINDS and not _failure_after(facts, evidence)
         if cond is Tri.UNKNOWN and entry.conditions.packages and not facts.events:
             # nothing failed (no exception, exit, OOM or timeout) and the versions that make these lines a known
@@ -432,7 +440,9 @@ def _packages_in_log(entry: Entry, facts: Facts) -> bool:
     if names & {k.lower().replace("-", "_") for k in facts.versions}:
         return True
     paths = [f.file.lower() for tb in facts.tracebacks for f in tb.frames]
-    paths += [ln.text.lower() for sigs in facts.signature_lines.get(entry.id, {}).values() for _seq, ln in sigs]
+    paths += [
+        ln.text.lower() for sigs in facts.signature_lines.get(entry.id, {}).values() for _seq, ln in sigs
+    ]
     return any(f"/{n}/" in p or f"{n}." in p or f"{n} " in p for n in names for p in paths)
 
 

@@ -96,8 +96,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"| examples/s\]|(?:^|\s)Map: +\d+%"
     r"|trainer_interface\.cc\(\d+\) LOG\(INFO\) (?:Loaded \d+ lines|Loading corpus|Adding meta_piece)",
     # (transformers >= 5 loads weights under tqdm(desc="Loading weights"))
+    # (transformers' PretrainedConfig.from_pretrained warns `You are using a model of type llama to instantiate a model
+    # of type llava` - backticked from 5.x, configuration_utils.py - while from_pretrained reads the config)
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
-    r"|While copying the parameter named |Loading weights: +\d+%",
+    r"|While copying the parameter named |Loading weights: +\d+%"
+    r"|You are using a model of type `?\w+`? to instantiate a model of type",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
     # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
     # (CUDA's device-side assert prints `FILE:LINE: KERNEL: block: [x,y,z], thread: [x,y,z] Assertion `COND` failed.`;
@@ -136,6 +139,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
     r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
     r"|Saving checkpoint\. This may take some time"
+    # training loops that name which checkpoint they write (ai2 ACE's `Saving latest checkpoint model trained for`,
+    # scripts' `Saving best checkpoint`, `Saving the final checkpoint`)
+    r"|[Ss]aving (?:the )?(?:latest|last|best|final) (?:model )?checkpoint"
     # DeepSpeedEngine._save_checkpoint (0.19.8), transformers >= 5 save_pretrained's tqdm
     r"|Saving model checkpoint: |Writing model shards: +\d+%"
     # CompVis latent-diffusion / stable-diffusion main.py melk(): the save on a signal or exception, and its forks
@@ -170,6 +176,25 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # ninja's report of the build step that failed (ninja src/status_printer.cc BuildEdgeFinished: `FAILED: ` then the
     # step's outputs; ninja >= 1.12 adds `[code=N] `), for a C++/CUDA object or the extension library
     "ninja-failed": r"FAILED: (?:\[code=-?\d+\] )?\S+\.(?:o|so|obj|pyd)\b",
+    # the linker failing the extension's link step (GNU ld / gold / lld: `/usr/bin/ld: cannot find -lcurand`, ld >=
+    # 2.40 adds `: No such file or directory`; lld `ld.lld: error: unable to find library -lcurand`; gcc's driver
+    # `collect2: error: ld returned 1 exit status`), as ninja prints it under `FAILED: NAME.so` (`collect2: ` reads as
+    # a host prefix, reader._PREFIXES, so the pattern starts after it)
+    "ld-failed": r"error: ld returned \d+ exit status|ld(\.[a-z]+)?: cannot find -l[A-Za-z0-9_+.-]+"
+    r"|ld(\.lld)?: error: unable to find library -l",
+    # DeepSpeed's communication API used before its backend was set (deepspeed/comm/comm.py: `assert cdb is not None
+    # and cdb.is_initialized(), 'DeepSpeed backend not set, please initialize it using init_process_group()'` in
+    # every collective wrapper, 0.6.5 to 0.19.8), a message users paste without its `AssertionError: `
+    "ds-backend-unset": r"DeepSpeed backend not set, please initialize it using init_process_group",
+    # a stack dump of a live process: CPython's faulthandler (Python/traceback.c: `Thread 0x... (most recent call
+    # first):`, `Current thread 0x...`, `Stack (most recent call first):`, frames `  File "F", line N in FUNC` - no
+    # comma before `in`; dump_traceback_later's `Timeout (0:05:00)!`; a crash's `Fatal Python error: `) and py-spy
+    # dump (`Thread 12345 (idle): "MainThread"`, frames `    FUNC (FILE.py:N)`), the tools users run on a hung job
+    "fh-head": r"(Thread|Current thread) 0x[0-9a-fA-F]+ \(most recent call first\):|Stack \(most recent call first\):"
+    r"|Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!|Fatal Python error: "
+    r"|Thread (0x[0-9A-Fa-f]+|\d+) \((active|idle)[^)]{0,20}\): \"",
+    # (each alternative starts at a literal - `", line ` and ` (` - so the scan stays literal-driven)
+    "fh-frame": r"\", line \d+ in [A-Za-z_<]|[A-Za-z0-9_>] \([^ ()]+\.py:\d+\)\s*$",
     # ProcessGroupNCCL's watchdog thread ending on an exception that is no timeout (a CUDA fault it surfaced:
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ncclCommWatchdog, "Process group watchdog thread terminated
     # with exception: " + e.what())
