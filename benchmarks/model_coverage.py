@@ -7,6 +7,10 @@ Face cache pointed at an empty directory so that only the bundled catalog can an
 that resolves, per family (the hub id's name up to its size, `Qwen2.5-7B-Instruct` -> `Qwen2.5`), and lists
 the ids that do not.
 
+Pre-quantized checkpoints (GPTQ, AWQ, `-Int4`, `-8bits`, ...) are counted apart as well: their weights are
+packed integers, not the bf16 tensors the catalog entry of the same architecture describes, so they are never
+aliased to it, and the share without them says how much of what users fine-tune in 16 bits is covered.
+
 Usage:
     python benchmarks/model_coverage.py [IDS_FILE] [--json]
 """
@@ -26,6 +30,14 @@ DEFAULT_IDS = Path(__file__).resolve().parent / "data" / "llamafactory_model_ids
 
 _SIZE = re.compile(r"^(\d+(\.\d+)?[bBmMkK]|\d+x\d+[bB]|[eE]\d+[bB]|[aA]\d+(\.\d+)?[bB])$")
 """A size word (`7B`, `270m`, `8x7B`, `E4B`, `A3B`); a bare number (`gemma-3`) is a version."""
+
+
+_PREQUANTIZED = re.compile(r"(gptq|awq|[-_]int[48]\b|[-_][48]bits?\b)", re.IGNORECASE)
+"""A hub id naming a pre-quantized checkpoint (`-GPTQ-Int4`, `-AWQ`, `-Chat-4bits`, `-Chat-8bit`)."""
+
+
+def is_prequantized(hub_id: str) -> bool:
+    return bool(_PREQUANTIZED.search(hub_id.rsplit("/", 1)[-1]))
 
 
 def family(hub_id: str) -> str:
@@ -77,12 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         result = coverage(ids)
     done = sum(len(ok) for ok, _ in result.values())
     if args.json:
-        print(json.dumps({"ids": len(ids), "resolved": done, "families": {
+        print(json.dumps({"ids": len(ids), "resolved": done,
+                          "prequantized": sorted(i for i in ids if is_prequantized(i)), "families": {
             fam: {"resolved": ok, "unresolved": [i for i, _ in miss]} for fam, (ok, miss) in result.items()
         }}, indent=1))  # fmt: skip
         return 0
     print(
         f"{args.ids.name}: {done}/{len(ids)} hub ids resolve offline ({100 * done / max(len(ids), 1):.1f} %)"
+    )
+    plain = [i for i in ids if not is_prequantized(i)]
+    resolved = {i for ok, _ in result.values() for i in ok}
+    plain_done = sum(i in resolved for i in plain)
+    print(
+        f"without the {len(ids) - len(plain)} pre-quantized checkpoints (GPTQ/AWQ/Int4/Int8/4-8 bit): "
+        f"{plain_done}/{len(plain)} ({100 * plain_done / max(len(plain), 1):.1f} %)"
     )
     print(f"{'family':<28} {'resolved':>8} {'of':>4}")
     rows = sorted(result.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0].lower()))

@@ -83,6 +83,7 @@ def test_coverage_entries_match_one_decimal_cards(name, card_billions):
         ("OpenGVLab/InternVL3_5-30B-A3B-HF", 31),  # "~31B" in a public variant table
         ("Qwen/Qwen2-VL-2B-Instruct", 2),  # Qwen2-VL report: "2B, 8B, and 72B"
         ("Qwen/Qwen2-VL-7B", 8),
+        ("google/gemma-3-27b-it", 27),  # 27.43B: a 417M SigLIP tower beside the language model
     ],
 )
 def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
@@ -100,6 +101,10 @@ def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
         ("Qwen/Qwen2.5-7B-Instruct-1M", "qwen2.5-7b"),
         ("Qwen/Qwen2.5-14B-Instruct-1M", "qwen2.5-14b"),
         ("Qwen/Qwen2.5-Math-72B-Instruct", "qwen2.5-72b"),
+        ("Qwen/QwQ-32B-Preview", "qwen2.5-32b"),  # litgpt's config: the sizes of QwQ-32B
+        ("Qwen/Qwen3-30B-A3B-Thinking-2507", "qwen3-30b-a3b"),
+        ("Qwen/Qwen3-235B-A22B-Thinking-2507", "qwen3-235b-a22b"),
+        ("google/codegemma-7b-it", "gemma-7b"),
     ],
 )
 def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
@@ -125,3 +130,11 @@ def test_vision_language_parts_match_their_cards(
     assert abs(p.total - vision - text_params) <= text_tolerance
     if vision_params is not None:
         assert abs(vision - vision_params) <= vision_tolerance
+
+
+def test_falcon_180b_is_the_nominal_180b_rounded_up():
+    # 80 layers of 14848 with 232 heads in 8 KV groups, tied 65024-token embedding: 178.56B, which the card
+    # calls "a 180B parameters" model (0.8 % above the count, two significant digits).
+    total = resolve_model("tiiuae/falcon-180B-chat").params.total
+    assert total == 178_557_088_768
+    assert round(total, -10) == 180e9
