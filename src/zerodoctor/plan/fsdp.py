@@ -263,6 +263,7 @@ def plan_fsdp(
 
     reserve = ph.reserve_items_for(inputs)
     baseline = ph.host_baseline(inputs)
+    train_baseline = ph.host_baseline(inputs, training=True)
 
     def gpu_states(*, lazy: bool, grads: bool) -> list[ph.Item]:
         if offload:
@@ -531,13 +532,13 @@ def plan_fsdp(
     first = ph.Phase(
         "first_step",
         tuple([*reserve, *gpu_states(lazy=True, grads=True), *step_extra]),
-        tuple([baseline, *host_states(lazy=True, grads=True)]),
+        tuple([train_baseline, *host_states(lazy=True, grads=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
     steady = ph.Phase(
         "steady",
         tuple([*reserve, *gpu_states(lazy=True, grads=True), *fwd, *act_items]),
-        tuple([baseline, *host_states(lazy=True, grads=True)]),
+        tuple([train_baseline, *host_states(lazy=True, grads=True)]),
         "forward/backward: gathered units, sharded states resident",
     )
 
@@ -620,7 +621,7 @@ def plan_fsdp(
         "save",
         tuple([*reserve, *gpu_states(lazy=True, grads=False), *save_gpu]),
         # FSDP1's pinned _cpu_grad is an attribute of the FlatParameter: it outlives zero_grad and the save.
-        tuple([baseline, *host_states(lazy=True, grads=lazy_init), *save_host]),
+        tuple([train_baseline, *host_states(lazy=True, grads=lazy_init), *save_host]),
         "node 0 (rank 0 gathers)" if f.state_dict_type == "full" else "",
     )
     return ph.StrategyPlan(

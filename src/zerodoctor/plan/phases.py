@@ -66,8 +66,16 @@ FRAMEWORK_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_SLA
 and the ~5 GiB per GPU EleutherAI's calculator cannot explain on Megatron-DeepSpeed (docs/memory-model.md)."""
 
 PER_RANK_HOST_BASELINE_BYTES = int(2.0 * GIB)
-"""Host RSS of one training process before any model state: Python + torch + CUDA context host side +
-NCCL host buffers, "typically 1-3 GB RSS per rank" (docs/memory-model.md)."""
+"""Host RSS of one process while the model loads, before any model state: Python + torch + CUDA context host side +
+NCCL host buffers, "typically 1-3 GB RSS per rank" (docs/memory-model.md); a rank that loads nothing (FSDP
+cpu_ram_efficient_loading) was read at 1506 MiB over from_pretrained (huggingface/blog ram-efficient-pytorch-fsdp.md)."""
+
+PER_RANK_TRAIN_HOST_BASELINE_BYTES = int(3.8 * GIB)
+"""Host RSS of one process once it trains, beside its model states: the load baseline plus what the first steps map
+in (the CUDA kernels and cuBLAS workspaces the GPU work loads lazily, autograd, the dataloader's Python state). Read,
+not derived: the PEFT README's bloomz-7b1 LoRA on one A100 without DeepSpeed (huggingface/peft 73d7224 README.md,
+"CPU Peak Memory" 3.8 GB = psutil RSS sampled over the training epoch, when no model state is on the host) and
+huggingface/peft#76 (the same script family: 4080 MiB). The smaller reading is taken."""
 
 LOAD_SHARD_BYTES = 5 * 10**9
 """One safetensors shard being read: transformers' `save_pretrained(max_shard_size="5GB")` (docs/memory-model.md,
@@ -588,6 +596,7 @@ def plan_strategy(
     else:
         init_host = []
     baseline_items = [baseline, *init_host]
+    train_baseline_items = [host_baseline(inputs, training=True), *init_host]
 
     # ---- ZeRO-3 working set in forward/backward ----------------------------------------------------------
     fwd_extra: list[Item] = []
@@ -905,7 +914,7 @@ def plan_strategy(
     first = Phase(
         "first_step",
         tuple([*reserve("first_step"), *gpu_states(lazy=True, transient=True), *ddp, *step_extra]),
-        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
+        tuple([*train_baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
 
@@ -913,7 +922,7 @@ def plan_strategy(
     steady = Phase(
         "steady",
         tuple([*reserve("steady"), *gpu_states(lazy=True, transient=False), *ddp, *fwd_extra, *act_items]),
-        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
+        tuple([*train_baseline_items, *ref_host, *host_states(lazy=True, transient=False)]),
         "forward/backward with every model state resident",
     )
 
@@ -924,7 +933,7 @@ def plan_strategy(
     save = Phase(
         "save",
         tuple([*reserve("save"), *gpu_states(lazy=True, transient=False), *ddp, *save_gpu_items]),
-        tuple([*baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
+        tuple([*train_baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
     return StrategyPlan(
@@ -1063,14 +1072,16 @@ def allocator_items(inputs: PlanInputs, zero: ZeroSettings, t: Training) -> dict
     }
 
 
-def host_baseline(inputs: PlanInputs) -> Item:
-    """The per-process host RSS of every local rank."""
+def host_baseline(inputs: PlanInputs, *, training: bool = False) -> Item:
+    """The per-process host RSS of every local rank: at load, or once it trains (first step, steady, save)."""
     n_local = inputs.cluster.gpus_per_node
+    per_rank = PER_RANK_TRAIN_HOST_BASELINE_BYTES if training else PER_RANK_HOST_BASELINE_BYTES
+    name = "PER_RANK_TRAIN_HOST_BASELINE_BYTES" if training else "PER_RANK_HOST_BASELINE_BYTES"
     return Item(
         "process baseline",
-        PER_RANK_HOST_BASELINE_BYTES * n_local,
-        f"{n_local} ranks x {PER_RANK_HOST_BASELINE_BYTES / GIB:.0f} GiB",
-        "phases.PER_RANK_HOST_BASELINE_BYTES (docs/memory-model.md)",
+        per_rank * n_local,
+        f"{n_local} ranks x {per_rank / GIB:.1f} GiB" + (" (a training process)" if training else " (while loading)"),
+        f"phases.{name} (docs/memory-model.md)",
     )
 
 
