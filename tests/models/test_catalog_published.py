@@ -105,6 +105,7 @@ def test_coverage_entries_round_to_the_nominal_size(name, card_billions):
         ("Qwen/Qwen3-30B-A3B-Thinking-2507", "qwen3-30b-a3b"),
         ("Qwen/Qwen3-235B-A22B-Thinking-2507", "qwen3-235b-a22b"),
         ("google/codegemma-7b-it", "gemma-7b"),
+        ("alpindale/Mistral-7B-v0.2-hf", "mistral-7b-v0.1"),  # litgpt: v0.2 base has v0.1's sizes
     ],
 )
 def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
@@ -138,3 +139,22 @@ def test_falcon_180b_is_the_nominal_180b_rounded_up():
     total = resolve_model("tiiuae/falcon-180B-chat").params.total
     assert total == 178_557_088_768
     assert round(total, -10) == 180e9
+
+
+# Gemma 3: the language model without its embedding, and the SigLIP tower, against the parameter table of the
+# Gemma 3 technical report (arXiv 2503.19786, Table 1: non-embedding 3,209M / 10,759M / 25,600M, vision encoder
+# 417M; figures as recalled from the report, not retrieved here). The report's embedding column (675M, 1,012M,
+# 1,416M) is 0.4-0.6 % above the 262208-row tables these entries build (671M, 1,007M, 1,410M).
+@pytest.mark.parametrize(
+    ("name", "non_embedding"),
+    [
+        ("google/gemma-3-4b-it", 3_209e6),
+        ("google/gemma-3-12b-pt", 10_759e6),
+        ("google/gemma-3-27b-it", 25_600e6),
+    ],
+)
+def test_gemma3_parts_match_the_report(name, non_embedding):
+    p = resolve_model(name).params
+    text = p.total - p.vision_tower - p.projector - p.embedding - p.lm_head
+    assert abs(text - non_embedding) <= 0.5e6
+    assert abs(p.vision_tower - 417e6) <= 0.5e6
