@@ -373,3 +373,22 @@ def test_a_loop_naming_the_checkpoint_it_saves_places_a_save(tmp_path: Path, sav
     _top, fc, phase = _run(tmp_path, text)
     assert fc["id"] == "class:collective-timeout"
     assert phase == "checkpoint_save"
+
+
+def test_a_traceback_header_glued_to_a_bar_without_its_rank_prefix_joins_that_ranks_frames(
+    tmp_path: Path,
+) -> None:
+    # TRL#2877's form: the header lost its `[rank0]: ` (glued behind the bar another process drew), the frames and
+    # the exception keep theirs; one traceback, read to its innermost library frame
+    text = (
+        " 46%|████▋     | 464/1000 [7:43:51<13:16:21, 89.14s/it]Traceback (most recent call last):\n"
+        '[rank0]:   File "/env/site-packages/transformers/trainer.py", line 3669, in training_step\n'
+        "[rank0]:     inputs = self._prepare_inputs(inputs)\n"
+        '[rank0]:   File "/env/site-packages/trl/trainer/grpo_trainer.py", line 490, in _move_model_to_vllm\n'
+        "[rank0]:     with unwrap_model_for_generation(\n"
+        "[rank0]: AssertionError\n"
+    )
+    top, fc, phase = _run(tmp_path, text)
+    assert fc["id"] == "class:library-assertion", top
+    assert "trl/trainer/grpo_trainer.py:490" in str(fc["library_frame"])
+    assert phase == "training_step"

@@ -1023,6 +1023,25 @@ class Extractor:
         where = f'File "{inner.file}", line {inner.lineno} in {inner.func}'
         self._event("watchdog", start, hit, f"{HANG_DUMP}{where}"[:300], traceback=tb)
 
+    def _open_tb(self, line: LogLine) -> Traceback | None:
+        """The traceback this frame or exception line continues: its rank's, else one opened just above it with no
+        rank prefix - torchrun's `[rankN]: ` prefix is lost when the header is glued behind a progress bar that
+        another process printed (`46%|...| 464/1000 [...]Traceback (most recent call last):`, then
+        `[rank0]:   File ...`), and that traceback becomes this rank's."""
+        tb = self._open.get((line.source, line.rank))
+        if tb is not None or line.rank is None:
+            return tb
+        bare = self._open.get((line.source, None))
+        if bare is None:
+            return None
+        last = bare.frames[-1].line.lineno if bare.frames else bare.start.lineno
+        if not 0 < line.lineno - last <= 3:
+            return None
+        del self._open[(line.source, None)]
+        bare.rank = line.rank
+        self._open[(line.source, line.rank)] = bare
+        return bare
+
     def _start_tb(self, line: LogLine) -> Traceback:
         tb = Traceback(line.source, line.rank, line)
         self._open[(line.source, line.rank)] = tb
@@ -1036,7 +1055,7 @@ class Extractor:
             m = (_RICH_FRAME if ipython else _CUT_FRAME).search(line.text)
         if not m:
             return
-        tb = self._open.get((line.source, line.rank)) or self._start_tb(line)
+        tb = self._open_tb(line) or self._start_tb(line)
         if len(tb.frames) >= MAX_FRAMES:
             del tb.frames[0]
         func = m.group(3).rsplit(".", 1)[
@@ -1049,7 +1068,9 @@ class Extractor:
         if not m:
             return
         exc_type, message = m.group(1), (m.group(2) or "").strip()
-        tb = self._open.pop((line.source, line.rank), None)
+        tb = self._open_tb(line)
+        if tb is not None:
+            del self._open[(line.source, line.rank)]
         if tb is not None:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
         if (
