@@ -392,3 +392,33 @@ def test_a_traceback_header_glued_to_a_bar_without_its_rank_prefix_joins_that_ra
     assert fc["id"] == "class:library-assertion", top
     assert "trl/trainer/grpo_trainer.py:490" in str(fc["library_frame"])
     assert phase == "training_step"
+
+
+def test_a_cut_traceback_after_a_progress_bar_is_placed_in_training(tmp_path: Path) -> None:
+    # the bar printed before the traceback began is the run's progress (the frames alone say only `<module>`)
+    text = (
+        BAR
+        + '\nTraceback (most recent call last):\n  File "/home/user/swift/cli/rlhf.py", line 5, in <module>\n'
+    )
+    text += '    rlhf_main()\n  File "/home/user/'
+    top, _fc, phase = _run(tmp_path, text)
+    assert top == "class:crash"
+    assert phase == "training_step"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '  File "/env/site-packages/deepspeed/runtime/zero/stage_1_and_2.py", line 525, in __init__\n',
+        '  File "/env/site-packages/deepspeed/runtime/zero/stage3.py", line 310, in __init__\n',
+        '  File "/env/site-packages/deepspeed/runtime/bf16_optimizer.py", line 96, in __init__\n',
+        '  File "/env/site-packages/deepspeed/runtime/engine.py", line 310, in __init__\n',
+    ],
+)
+def test_an_oom_in_the_constructor_deepspeed_initialize_builds_is_engine_init(
+    tmp_path: Path, frame: str
+) -> None:
+    text = "Traceback (most recent call last):\n" + frame + "    self.x()\n" + OOM_NEW + "\n"
+    _top, fc, phase = _run(tmp_path, text)
+    assert fc["id"] == "class:gpu-oom"
+    assert phase == "engine_init"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose.patterns import ACCUM
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
@@ -420,6 +420,19 @@ _ZERO_OPT_INIT_FUNCS = frozenset(
     }
 )
 _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_builder/builder.py")
+# Files whose classes deepspeed.initialize constructs (DeepSpeed 0.19.8: DeepSpeedEngine in runtime/engine.py; the
+# optimizer wrappers engine._configure_*_optimizer builds - DeepSpeedZeroOptimizer in zero/stage_1_and_2.py,
+# DeepSpeedZeroOptimizer_Stage3 in zero/stage3.py, BF16_Optimizer, FP16_Optimizer, FP16_UnfusedOptimizer - and
+# DeepSpeedCPUAdam): an `__init__` frame in them is the engine being set up
+_ENGINE_CTOR_FILES = (
+    "deepspeed/runtime/engine.py",
+    "deepspeed/runtime/zero/stage_1_and_2.py",
+    "deepspeed/runtime/zero/stage3.py",
+    "deepspeed/runtime/bf16_optimizer.py",
+    "deepspeed/runtime/fp16/fused_optimizer.py",
+    "deepspeed/runtime/fp16/unfused_optimizer.py",
+    "ops/adam/cpu_adam.py",
+)
 # Inside the zero.Init context (parameters created and partitioned as the model is built).
 _ZERO_INIT_FUNCS = frozenset(
     {
@@ -798,6 +811,9 @@ class Extractor:
             tuple[LogLine, Hit, str]
         ] = []  # a shell's `X: command not found` (finish decides)
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
+        # a traceback header's hit, for its training progress (frame lines get none: scan.FAILURE_KEYS); the
+        # traceback is kept in the value so its id stays its own
+        self._head_hit: dict[int, tuple[Traceback, Hit]] = {}
         self._ld_fail: tuple[LogLine, Hit] | None = None  # the linker failing a JIT build's link step
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
         self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
@@ -831,6 +847,8 @@ class Extractor:
                     lines.append((hit.seq, line))
         if "x:tb-head" in keys:
             tb = self._start_tb(line)
+            if hit.progress is not None and len(self._head_hit) < MAX_TRACEBACKS:
+                self._head_hit[id(tb)] = (tb, hit)
             ipy = _IPY_HEAD.match(line.text)
             if ipy and len(self._ipy) < MAX_TRACEBACKS:
                 self._ipy.append((tb, ipy.group(1), hit))
@@ -1371,6 +1389,15 @@ class Extractor:
             return
         last = tb.frames[-1]
         where = f'File "{last.file}", line {last.lineno}, in {last.func}'
+        # (the header's hit carries the training progress printed before the traceback began)
+        head = self._head_hit.get(id(tb))
+        p = head[1].progress if head is not None and head[0] is tb else None
+        if p is not None and not any(
+            # (a bar inside another traceback is another rank's, interleaved: not this rank's progress)
+            t is not tb and t.source == tb.source and t.start.lineno <= p.lineno <= self._tb_last(t)
+            for t in self.facts.tracebacks
+        ):
+            hit = replace(hit, progress=p)
         self._event("exception", line, hit, f"{CUT_TRACEBACK}{where}"[:300], traceback=tb)
 
     def _traceback_of(self, ev: Event) -> Traceback | None:
@@ -1566,10 +1593,13 @@ class Extractor:
                 "step" in funcs and ("torch/optim/" in files or "zero/stage" in files or "ops/adam/" in files)
             ):
                 return self._optimizer_phase(ev, "_init_group" in funcs)
-            cpu_adam_init = any(f.func == "__init__" and "ops/adam/cpu_adam.py" in f.file for f in tb.frames)
+            engine_ctor = any(
+                f.func == "__init__" and any(c in f.file.replace("\\", "/") for c in _ENGINE_CTOR_FILES)
+                for f in tb.frames
+            )
             if (
                 funcs & _ENGINE_FUNCS
-                or cpu_adam_init
+                or engine_ctor
                 or any(f in files for f in _ENGINE_FILES)
                 or ("initialize" in funcs and "deepspeed/__init__.py" in files)
             ):
