@@ -81,7 +81,7 @@ def test_coverage_entries_match_one_decimal_cards(name, card_billions):
         ("bigcode/starcoder2-7b", 7),
         ("llava-hf/llava-1.5-7b-hf", 7),
         ("OpenGVLab/InternVL3_5-30B-A3B-HF", 31),  # "~31B" in a public variant table
-        ("Qwen/Qwen2-VL-2B-Instruct", 2),  # Qwen2-VL report: "2B, 8B, and 72B"
+        ("Qwen/Qwen2-VL-2B-Instruct", 2),  # Qwen2-VL report abstract: "2B, 8B, and 72B"
         ("Qwen/Qwen2-VL-7B", 8),
         ("google/gemma-3-27b-it", 27),  # 27.43B: a 417M SigLIP tower beside the language model
     ],
@@ -118,7 +118,7 @@ def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
 @pytest.mark.parametrize(
     ("name", "text_params", "text_tolerance", "vision_params", "vision_tolerance"),
     [
-        ("Qwen/Qwen2-VL-7B-Instruct", 7.6e9, 0.05e9, 675e6, 3.4e6),  # Qwen2-VL report: LLM 7.6B, ViT 675M
+        ("Qwen/Qwen2-VL-7B-Instruct", 7.6e9, 0.05e9, 675e6, 3.4e6),  # Qwen2-7B card 7.6B; ViT ~675M
         ("Qwen/Qwen2.5-VL-3B-Instruct", 3.09e9, 0.005e9, None, None),  # Qwen2.5-3B card: 3.09B
         ("mistralai/Ministral-3-3B-Base-2512", 3.4e9, 0.05e9, 0.4e9, 0.05e9),  # card: 3.4B LM + 0.4B vision
     ],
@@ -158,3 +158,33 @@ def test_gemma3_parts_match_the_report(name, non_embedding):
     text = p.total - p.vision_tower - p.projector - p.embedding - p.lm_head
     assert abs(text - non_embedding) <= 0.5e6
     assert abs(p.vision_tower - 417e6) <= 0.5e6
+
+
+# PaliGemma / PaliGemma 2: keras-hub's presets (keras_hub/src/models/pali_gemma/pali_gemma_presets.py) state the
+# exact count of each model with the original 257152-token table; the Hugging Face checkpoints carry 64 more rows
+# (transformers' converters resize to 257152 + 2 tokens, padded to a multiple of 64), so the count is the preset's
+# plus 64 x hidden, to the parameter.
+@pytest.mark.parametrize(
+    ("name", "keras_params", "hidden"),
+    [
+        ("google/paligemma-3b-pt-224", 2_923_335_408, 2048),
+        ("google/paligemma-3b-mix-448", 2_924_220_144, 2048),
+        ("google/paligemma-3b-pt-896", 2_927_759_088, 2048),
+        ("google/paligemma2-3b-pt-224", 3_032_094_960, 2304),
+        ("google/paligemma2-3b-mix-448", 3_032_979_696, 2304),
+        ("google/paligemma2-3b-pt-896", 3_036_518_640, 2304),
+        ("google/paligemma2-10b-pt-224", 9_662_409_456, 3584),
+        ("google/paligemma2-10b-mix-448", 9_663_294_192, 3584),
+        ("google/paligemma2-10b-pt-896", 9_666_833_136, 3584),
+        ("google/paligemma2-28b-mix-224", 27_650_192_112, 4608),
+    ],
+)
+def test_paligemma_counts_equal_keras_hub_presets(name, keras_params, hidden):
+    assert resolve_model(name).params.total == keras_params + 64 * hidden
+
+
+def test_paligemma2_28b_resolutions_differ_by_their_position_embeddings():
+    # keras-hub lists the 224 px figure for the 28B at 448 and 896 px too; the towers differ only in positions.
+    at = {px: resolve_model(f"google/paligemma2-28b-pt-{px}").params.total for px in (224, 448, 896)}
+    assert at[448] - at[224] == (1024 - 256) * 1152
+    assert at[896] - at[224] == (4096 - 256) * 1152
