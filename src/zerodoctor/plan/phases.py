@@ -698,6 +698,8 @@ def plan_strategy(
         )
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
+    if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and trainable:
+        fwd_extra.extend(offload_norm_items(act, _largest_trainable_tensor(inputs, t), -(-trainable // world)))
     act_items = activation_items(act, t, inputs)
     ddp = ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world) if plain else []
 
@@ -949,6 +951,33 @@ def plan_strategy(
         margin=margin,
         label=label,
     )
+
+
+NORM_BYTES = 8
+"""`get_norm_dtype()` is fp64 on CUDA (DeepSpeed <= 0.1x wrote `.double()`), 8 bytes per element."""
+
+
+def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partition: int) -> list[Item]:
+    """ZeRO-1/2 with `offload_optimizer`: when a gradient bucket is reduced during backward, each gradient's slice in
+    this rank's partition is cast to fp64 on the GPU for its norm (`set_norm_for_param_grad_in_gpu`:
+    `accumulated_grad.data.double().norm(2)`, 0.11; `.to(get_norm_dtype()).norm(2)` in `copy_grads_in_partition`,
+    0.19) before its fp32 copy goes to the host. The largest one is the largest trainable tensor, or the partition
+    when the tensor is larger. It happens during backward, where the activations are the saved tensors plus the
+    recomputed layer, not at the loss: only what it adds over the activation peak is charged."""
+    slice_numel = min(largest_trainable, partition)
+    during_backward = act.saved_total + act.backward_transient + slice_numel * NORM_BYTES
+    extra = max(0, during_backward - act.peak)
+    return [
+        Item(
+            "offload_optimizer: a gradient slice in fp64 for its norm",
+            extra,
+            f"{slice_numel:,} elements x {NORM_BYTES} B = {slice_numel * NORM_BYTES / GIB:.2f} GiB during backward, "
+            f"beside {((act.saved_total + act.backward_transient) / GIB):.2f} GiB of activations: "
+            f"{extra / GIB:.2f} GiB over the activation peak",
+            "deepspeed/runtime/zero/stage_1_and_2.py reduce_ipg_grads -> copy_grads_in_partition "
+            "(set_norm_for_param_grad_in_gpu / .to(get_norm_dtype()).norm(2))",
+        )
+    ]
 
 
 DDP_SOURCE = (
