@@ -188,3 +188,53 @@ def test_paligemma2_28b_resolutions_differ_by_their_position_embeddings():
     at = {px: resolve_model(f"google/paligemma2-28b-pt-{px}").params.total for px in (224, 448, 896)}
     assert at[448] - at[224] == (1024 - 256) * 1152
     assert at[896] - at[224] == (4096 - 256) * 1152
+
+
+# keras-hub states the exact count of each preset (keras_hub/src/models/*/*_presets.py, "params"); these catalog
+# entries equal it to the parameter. Gemma 3 presets converted from Google's original checkpoints carry the
+# 262144-row table (64 rows fewer than the Hugging Face 262208); keras-hub's Llama 3.2 presets count the tied head
+# twice and are left out.
+@pytest.mark.parametrize(
+    ("name", "keras_params"),
+    [
+        ("Qwen/Qwen2.5-0.5B", 494_032_768),
+        ("Qwen/Qwen2.5-3B", 3_085_938_688),
+        ("Qwen/Qwen2.5-32B-Instruct", 32_763_876_352),
+        ("Qwen/Qwen2.5-72B-Instruct", 72_706_203_648),
+        ("Qwen/Qwen2.5-Math-1.5B", 1_543_714_304),  # tied, unlike DeepSeek-R1-Distill-Qwen-1.5B
+        ("Qwen/Qwen2.5-Math-7B", 7_615_616_512),
+        ("Qwen/Qwen3-0.6B", 596_049_920),
+        ("Qwen/Qwen3-1.7B", 1_720_574_976),
+        ("Qwen/Qwen3-4B", 4_022_468_096),
+        ("Qwen/Qwen3-8B", 8_190_735_360),
+        ("Qwen/Qwen3-14B", 14_768_307_200),
+        ("Qwen/Qwen3-32B", 32_762_123_264),
+        ("Qwen/Qwen3.5-4B-Base", 4_539_265_536),
+        ("Qwen/Qwen3.5-35B-A3B", 35_107_181_936),
+        ("meta-llama/Meta-Llama-3-8B", 8_030_261_248),
+        ("mistralai/Mistral-7B-v0.1", 7_241_732_096),
+        ("mistralai/Mistral-7B-v0.3", 7_248_023_552),
+        ("microsoft/Phi-3-mini-4k-instruct", 3_821_079_552),
+        ("google/codegemma-1.1-2b", 2_506_172_416),
+        ("google/codegemma-1.1-7b-it", 8_537_680_896),
+        ("google/gemma-2-2b", 2_614_341_888),
+        ("google/gemma-2-9b", 9_241_705_984),
+        ("google/gemma-2-27b", 27_227_128_320),
+        ("google/gemma-3-1b-pt", 999_885_952),
+        ("google/medgemma-4b-it", 4_300_079_472),
+    ],
+)
+def test_counts_equal_keras_hub_presets(name, keras_params):
+    assert resolve_model(name).params.total == keras_params
+
+
+@pytest.mark.parametrize(
+    ("name", "keras_params", "hidden"),
+    [
+        ("google/gemma-3-4b-pt", 4_299_915_632, 2560),
+        ("google/gemma-3-12b-it", 12_187_079_280, 3840),
+        ("google/gemma-3-27b-pt", 27_432_062_576, 5376),
+    ],
+)
+def test_gemma3_counts_are_keras_hub_presets_plus_the_64_hub_rows(name, keras_params, hidden):
+    assert resolve_model(name).params.total == keras_params + 64 * hidden
