@@ -44,6 +44,12 @@ SITES: dict[str, tuple[str, ...] | None] = {
         "_check_lora_target_modules_mamba",
         "_check_target_module_compatiblity",
     ),
+    # LoraModel: a target module of a type LoRA cannot wrap, configs that cannot be combined
+    "peft/tuners/lora/model.py": (
+        "_create_new_module",
+        "_prepare_adapter_config",
+        "_check_new_adapter_config",
+    ),
 }
 # Raise sites in those files that judge no configuration (function -> why).
 NOT_CONFIG = {

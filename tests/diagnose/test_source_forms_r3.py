@@ -173,8 +173,20 @@ def test_a_cut_save_traceback_is_a_crash_not_the_optimizer_shard_entry(tmp_path:
             "ValueError: Target modules {'c_attn'} not found in the base model. Please check the target modules and try again.",
         ),
         ("", "ValueError: Please specify `target_modules` in `peft_config`"),
+        # LoraModel._create_new_module (PEFT >= 0.5): a target whose type LoRA cannot wrap
+        (
+            "",
+            "ValueError: Target module Qwen2VLVisionBlock() is not supported. Currently, only the following modules "
+            "are supported: `torch.nn.Linear`, `torch.nn.Embedding`, `torch.nn.Conv2d`, `transformers.pytorch_utils.Conv1D`.",
+        ),
     ],
-    ids=["peft-0.4-find-and-replace", "peft-inject-adapter", "frameless", "frameless-specify"],
+    ids=[
+        "peft-0.4-find-and-replace",
+        "peft-inject-adapter",
+        "frameless",
+        "frameless-specify",
+        "frameless-type",
+    ],
 )
 def test_peft_refusing_the_target_modules_is_config_rejected(tmp_path: Path, frame: str, line: str) -> None:
     head = (
@@ -422,3 +434,41 @@ def test_an_oom_in_the_constructor_deepspeed_initialize_builds_is_engine_init(
     _top, fc, phase = _run(tmp_path, text)
     assert fc["id"] == "class:gpu-oom"
     assert phase == "engine_init"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        # gcc/nvcc: a header the build needs is not installed (python3-dev, the CUDA toolkit's headers)
+        ("/x/cpu_adam.cpp:1:10: fatal error: Python.h: No such file or directory", "fatal error: Python.h"),
+        # nvcc refusing the architecture list
+        ("nvcc fatal   : Unsupported gpu architecture 'compute_90'", "nvcc fatal"),
+        # CUDA's crt/host_config.h refusing a newer host compiler
+        (
+            "/usr/local/cuda/include/crt/host_config.h:132:2: error: #error -- unsupported GNU version! gcc versions "
+            "later than 12 are not supported!",
+            "#error -- unsupported GNU version!",
+        ),
+    ],
+    ids=["missing-header", "nvcc-fatal", "host-compiler"],
+)
+def test_the_compiler_failing_a_jit_build_is_an_op_build_failure(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    top, fc, _ = _run(tmp_path, JIT + line + "\ncompilation terminated.\n")
+    assert fc["id"] == "class:op-build-failure", top
+    assert fc["op"] == "cpu_adam"
+    assert said in str(fc["message"]) or said in top
+
+
+def test_the_latest_build_names_the_toolchain_failure(tmp_path: Path) -> None:
+    # an earlier test compile against -laio (DeepSpeed's async_io check) failed harmlessly; the JIT build after it
+    # failed on a missing header: that one is quoted
+    text = (
+        "/usr/bin/ld: cannot find -laio\n" + JIT + "fatal error: cuda_runtime.h: No such file or directory\n"
+        "FAILED: cpu_adam.o\n"
+    )
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:op-build-failure", top
+    assert "cuda_runtime.h" in str(fc["message"])
+    assert "-laio" not in str(fc["message"])

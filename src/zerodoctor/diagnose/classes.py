@@ -29,6 +29,7 @@ from zerodoctor.diagnose.extract import (
     FAILED_IMPORT,
     HANG_DUMP,
     NOT_FOUND_TYPE,
+    TOOLCHAIN_SAID,
     WAIT_FILES,
     WATCHDOG_WORK,
     Event,
@@ -183,6 +184,13 @@ _CONFIG_JUDGE_SITES = frozenset(
         ("peft/tuners/tuners_utils.py", "_inject_parameters"),
         ("peft/tuners/tuners_utils.py", "_check_lora_target_modules_mamba"),
         ("peft/tuners/tuners_utils.py", "_check_target_module_compatiblity"),
+        # LoraModel's own checks (peft/tuners/lora/model.py at 0.21.2): `Target module X is not supported.
+        # Currently, only the following modules are supported: torch.nn.Linear, ...` (a target of a type LoRA cannot
+        # wrap, _create_new_module since PEFT 0.5), `Please specify target_modules or target_parameters`, adapters
+        # whose configs cannot be combined
+        ("peft/tuners/lora/model.py", "_create_new_module"),
+        ("peft/tuners/lora/model.py", "_prepare_adapter_config"),
+        ("peft/tuners/lora/model.py", "_check_new_adapter_config"),
         ("peft/tuners/lora.py", "_find_and_replace"),
         ("peft/tuners/adalora.py", "_find_and_replace"),
         ("peft/tuners/ia3.py", "_find_and_replace"),
@@ -212,7 +220,7 @@ _CONFIG_EXC = (
 # config class or file, a command-line flag
 _NAMES_CONFIG = re.compile(
     r"(?i:\b(?:deepspeed|ds)[ _]config(?:uration)?\b|\bzero_optimization\b|\bconfig(?:uration)? file\b"
-    r"|\baccelerate config\b|\bin (?:the|your) config\b|\btarget[_ ]modules\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
+    r"|\baccelerate config\b|\bin (?:the|your) config\b|\btarget[_ ]modules?\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
     r"|(?<![\w-])--[a-z][a-z0-9_]{2,60}\b"
 )
 # A refusal of a setting in a configuration check's own words (the raise sites above share them): with a setting's
@@ -724,7 +732,11 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             if op
             else "A C++/CUDA extension failed to build or load",
             f"{where}: {exc_type}: {clip(message, 200)}" + (f" (op {op})." if op else "."),
-            "which compiler error caused it: the build output above the traceback has it (the first `error:` line).",
+            "why the toolchain refused: a package missing from the environment (headers, a CUDA library) or a "
+            "compiler / CUDA version the build does not support."
+            if TOOLCHAIN_SAID in message
+            else "which compiler error caused it: the build output above the traceback has it (the first `error:` "
+            "line).",
             "run `ds_report` for the op's status and the CUDA/torch versions it compiles against; pre-build with "
             "DS_BUILD_OPS=1 / DS_BUILD_CPU_ADAM=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
             data,

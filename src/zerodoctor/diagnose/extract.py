@@ -251,10 +251,12 @@ NOT_FOUND = re.compile(
 )
 NOT_FOUND_TYPE = "command not found"
 _BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
-# the linker's failure of an extension's link step (patterns.py "ld-failed" names the forms)
-_LD_FAILED = re.compile(
-    r"(?:\S*ld(?:\.[a-z]+)?: (?:error: unable to find library|cannot find) -l[\w+.-]{1,64}|(?:collect2: )?error: ld returned "
-    r"\d{1,3} exit status)"
+TOOLCHAIN_SAID = "the compiler/linker said: "
+# the toolchain failing a JIT op build (patterns.py "toolchain-failed" names the forms and their sources)
+_TOOLCHAIN_FAILED = re.compile(
+    r"\S*ld(?:\.[a-z]+)?: (?:error: unable to find library|cannot find) -l[\w+.-]{1,64}"
+    r"|(?:collect2: )?error: ld returned \d{1,3} exit status|fatal error: [^ :]{1,200}: No such file or directory"
+    r"|nvcc fatal +: .{1,200}|#error -- unsupported [A-Za-z ]{1,40} version!.{0,120}"
 )
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
@@ -814,7 +816,10 @@ class Extractor:
         # a traceback header's hit, for its training progress (frame lines get none: scan.FAILURE_KEYS); the
         # traceback is kept in the value so its id stays its own
         self._head_hit: dict[int, tuple[Traceback, Hit]] = {}
-        self._ld_fail: tuple[LogLine, Hit] | None = None  # the linker failing a JIT build's link step
+        self._build_seq: dict[str, int] = {}  # source -> where its latest JIT build started (torch's line)
+        self._tool_fail: tuple[LogLine, Hit] | None = (
+            None  # the toolchain failing a JIT build (its first line)
+        )
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
         self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
@@ -919,6 +924,8 @@ class Extractor:
         self._launcher(line, hit, keys)
         if "x:ninja-ext" in keys:
             x = _NINJA_EXT.search(line.text)
+            if x and line.source not in self._build_seq:
+                self._build_seq[line.source] = hit.seq
             if x:
                 self._ninja_ext[line.source] = x.group(1)
         if "x:phase-engine" in keys:
@@ -926,14 +933,20 @@ class Extractor:
                 self._ninja_stop = (line, hit)
             b = _BUILDING_EXT.search(line.text)
             if b:  # torch's _jit_compile: `Building extension module NAME...` (before ninja's compile lines)
+                self._build_seq[line.source] = hit.seq
                 self._ninja_ext.setdefault(line.source, b.group(1))
         if "x:shell-not-found" in keys and not _EXC.match(line.text) and len(self._not_found) < MAX_EVENTS:
             nf = NOT_FOUND.search(line.text)
             cmd = next((g for g in nf.groups() if g), None) if nf else None
             if cmd is not None:
                 self._not_found.append((line, hit, cmd))
-        if "x:ld-failed" in keys and self._ld_fail is None and _LD_FAILED.search(line.text):
-            self._ld_fail = (line, hit)
+        # the first failing line of the latest build (an earlier, harmless test compile does not name it)
+        if (
+            "x:toolchain-failed" in keys
+            and _TOOLCHAIN_FAILED.search(line.text)
+            and (self._tool_fail is None or self._tool_fail[1].seq < self._build_seq.get(line.source, -1))
+        ):
+            self._tool_fail = (line, hit)
         if "x:ds-backend-unset" in keys and not _EXC.match(line.text):
             d = _DS_BACKEND.search(line.text)
             if d:  # the assertion's message pasted alone
@@ -1284,18 +1297,18 @@ class Extractor:
                     detail = f"{tb.exc_type}: {tb.exc_message}" if tb.exc_message else tb.exc_type
                     self._event("exception", line, hit, detail[:300], traceback=tb)
                     break
-        if self._ninja_stop is None and self._ld_fail is not None:
-            # the linker failed a JIT build's link step and the paste ends before ninja's stop: the build failed
+        if self._ninja_stop is None and self._tool_fail is not None:
+            # the compiler or linker failed a JIT build and the paste ends before ninja's stop: the build failed
             # there, if a JIT build was running in that log (torch's `Building extension module`, ninja's compile
             # lines) and nothing ran after it (a test compile of DeepSpeed's op compatibility checks, e.g. async_io's
             # io_submit against -laio, fails harmlessly in a run that goes on)
-            line, hit = self._ld_fail
+            line, hit = self._tool_fail
             later = self.facts.last_progress != hit.progress or any(
                 m_seq > hit.seq and m_line.source == line.source and kind != "engine"
                 for kind, m_line, m_seq in self.facts.markers
             )
             if line.source in self._ninja_ext and not later:
-                self._ninja_stop = self._ld_fail
+                self._ninja_stop = self._tool_fail
         if self._ninja_stop is not None:
             # ninja stopped a JIT op build and the paste ends before torch's `Error building extension` exception:
             # the build failed (torch/utils/cpp_extension.py _run_ninja_build raises RuntimeError("Error building
@@ -1308,12 +1321,16 @@ class Extractor:
                 op = self._ninja_ext.get(line.source)
                 what = f"Error building extension '{op}'" if op else "Error building extension"
                 f = _NINJA_FAILED.search(line.text)
-                said = f"FAILED: {f.group(1)}" if f else "build stopped: subcommand failed"
-                if self._ld_fail is not None and self._ld_fail[0].source == line.source:
-                    ld = _LD_FAILED.search(self._ld_fail[0].text)
-                    if ld:  # the linker's own words say why
-                        said += f"; {ld.group(0).rsplit('/', 1)[-1]}"
-                self._event("exception", line, hit, f"RuntimeError: {what} (ninja: {said})")
+                parts = []
+                if self._ninja_stop is not self._tool_fail:
+                    parts.append(
+                        "ninja: " + (f"FAILED: {f.group(1)}" if f else "build stopped: subcommand failed")
+                    )
+                if self._tool_fail is not None and self._tool_fail[0].source == line.source:
+                    tool = _TOOLCHAIN_FAILED.search(self._tool_fail[0].text)
+                    if tool:  # the compiler's or linker's own words say why (`/usr/bin/ld: ...` as `ld: ...`)
+                        parts.append(TOOLCHAIN_SAID + re.sub(r"^\S*/", "", tool.group(0).strip()))
+                self._event("exception", line, hit, f"RuntimeError: {what} ({'; '.join(parts)})")
         for line, hit, cmd in self._not_found:
             # a script goes on after a command it could not run (no `set -e`): the run failed there only if it did
             # not train or reach another phase after it

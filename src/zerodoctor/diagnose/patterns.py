@@ -176,12 +176,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # ninja's report of the build step that failed (ninja src/status_printer.cc BuildEdgeFinished: `FAILED: ` then the
     # step's outputs; ninja >= 1.12 adds `[code=N] `), for a C++/CUDA object or the extension library
     "ninja-failed": r"FAILED: (?:\[code=-?\d+\] )?\S+\.(?:o|so|obj|pyd)\b",
-    # the linker failing the extension's link step (GNU ld / gold / lld: `/usr/bin/ld: cannot find -lcurand`, ld >=
-    # 2.40 adds `: No such file or directory`; lld `ld.lld: error: unable to find library -lcurand`; gcc's driver
-    # `collect2: error: ld returned 1 exit status`), as ninja prints it under `FAILED: NAME.so` (`collect2: ` reads as
-    # a host prefix, reader._PREFIXES, so the pattern starts after it)
-    "ld-failed": r"error: ld returned \d+ exit status|ld(\.[a-z]+)?: cannot find -l[A-Za-z0-9_+.-]+"
-    r"|ld(\.lld)?: error: unable to find library -l",
+    # the toolchain failing a JIT op build (torch/utils/cpp_extension.py runs ninja -> c++ / nvcc / the linker), in
+    # the tools' own words: the linker failing the link step (GNU ld / gold / lld: `/usr/bin/ld: cannot find -lcurand`,
+    # ld >= 2.40 adds `: No such file or directory`; lld `ld.lld: error: unable to find library -lcurand`; gcc's
+    # driver `collect2: error: ld returned 1 exit status` - `collect2: ` reads as a host prefix, reader._PREFIXES, so
+    # the pattern starts after it), a header the compiler cannot find (gcc/clang/nvcc `fatal error: Python.h: No such
+    # file or directory`), nvcc refusing its input (`nvcc fatal   : Unsupported gpu architecture 'compute_90'`), CUDA's
+    # crt/host_config.h refusing the host compiler (`#error -- unsupported GNU version! gcc versions later than 12 are
+    # not supported!`)
+    "toolchain-failed": r"error: ld returned \d+ exit status|ld(\.[a-z]+)?: cannot find -l[A-Za-z0-9_+.-]+"
+    r"|ld(\.lld)?: error: unable to find library -l|fatal error: [^ :]+: No such file or directory"
+    r"|nvcc fatal +: |#error -- unsupported [A-Za-z ]{1,40} version!",
     # DeepSpeed's communication API used before its backend was set (deepspeed/comm/comm.py: `assert cdb is not None
     # and cdb.is_initialized(), 'DeepSpeed backend not set, please initialize it using init_process_group()'` in
     # every collective wrapper, 0.6.5 to 0.19.8), a message users paste without its `AssertionError: `
