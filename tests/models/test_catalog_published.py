@@ -221,6 +221,7 @@ def test_paligemma2_28b_resolutions_differ_by_their_position_embeddings():
         ("google/gemma-2-9b", 9_241_705_984),
         ("google/gemma-2-27b", 27_227_128_320),
         ("google/gemma-3-1b-pt", 999_885_952),
+        ("google/gemma-3-270m-it", 268_098_176),
         ("google/medgemma-4b-it", 4_300_079_472),
     ],
 )
