@@ -11,7 +11,13 @@ import pytest
 from zerodoctor.models import resolve_model
 from zerodoctor.plan.activations import ActivationEstimate
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
-from zerodoctor.plan.phases import NORM_BYTES, offload_norm_items, plan_strategy
+from zerodoctor.plan.phases import (
+    NORM_BYTES,
+    ZERO3_NORM_CHUNK,
+    offload_norm_items,
+    plan_strategy,
+    zero3_offload_grad_items,
+)
 
 ITEM = "offload_optimizer: a gradient slice in fp64 for its norm"
 
@@ -58,7 +64,7 @@ def test_zero2_offload_charges_the_head_slice_and_other_strategies_do_not():
     assert "458,752,000 elements x 8 B" in steady[ITEM].detail
     assert steady[ITEM].bytes > 0
     assert ITEM not in _plan(ZeroSettings(stage=2))
-    assert ITEM not in _plan(ZeroSettings(stage=3, offload_optimizer="cpu"))
+    assert ITEM not in _plan(ZeroSettings(stage=3, offload_optimizer="cpu"))  # ZeRO-3 has its own item
 
 
 def test_the_installed_deepspeed_takes_the_norm_of_the_slice_in_the_norm_dtype():
@@ -66,3 +72,30 @@ def test_the_installed_deepspeed_takes_the_norm_of_the_slice_in_the_norm_dtype()
     source = inspect.getsource(stage12.DeepSpeedZeroOptimizer.copy_grads_in_partition)
     assert ".to(get_norm_dtype()).norm(2)" in source
     assert "torch.double" in inspect.getsource(stage12.get_norm_dtype)
+
+
+Z3_ITEM = "offload_optimizer: a gradient partition on the GPU for its fp64 norm and fp32 copy"
+
+
+def test_zero3_offload_charges_one_partition_copy_plus_its_largest_cast():
+    (item,) = zero3_offload_grad_items(_act(0, 0, 0), part=1000, pb=2)
+    assert item.name == Z3_ITEM and item.bytes == 1000 * 2 + 1000 * NORM_BYTES
+    # above 250M elements the fp64 norm goes in chunks: the fp32 cast of the whole partition can be the larger
+    (item,) = zero3_offload_grad_items(_act(0, 0, 0), part=600_000_000, pb=2)
+    assert item.bytes == 600_000_000 * 2 + max(ZERO3_NORM_CHUNK * NORM_BYTES, 600_000_000 * 4)
+    (item,) = zero3_offload_grad_items(_act(GIB, 0, 10 * GIB), part=1000, pb=2)
+    assert item.bytes == 0  # the loss peak is higher than the backward moment
+
+
+def test_zero3_plans_the_item_only_with_optimizer_offload():
+    assert Z3_ITEM in _plan(ZeroSettings(stage=3, offload_optimizer="cpu", offload_param="cpu"))
+    assert Z3_ITEM not in _plan(ZeroSettings(stage=3))
+
+
+def test_the_installed_deepspeed_moves_each_partition_to_the_gpu_before_offloading_it():
+    stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    module = inspect.getsource(stage3)  # the method itself is wrapped by an instrumentation decorator
+    start = module.index("    def partition_grads(")
+    source = module[start : module.index("\n    def ", start + 1)]
+    assert "grad_buffer.to(grad_partition.device" in source
+    assert "_offload_grad_partition_at_boundary" in source

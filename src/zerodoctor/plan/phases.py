@@ -700,6 +700,8 @@ def plan_strategy(
         fwd_extra.append(dequantised_weight_item(inputs, t))
     if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and trainable:
         fwd_extra.extend(offload_norm_items(act, _largest_trainable_tensor(inputs, t), -(-trainable // world)))
+    elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
+        fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
     ddp = ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world) if plain else []
 
@@ -976,6 +978,32 @@ def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partitio
             f"{extra / GIB:.2f} GiB over the activation peak",
             "deepspeed/runtime/zero/stage_1_and_2.py reduce_ipg_grads -> copy_grads_in_partition "
             "(set_norm_for_param_grad_in_gpu / .to(get_norm_dtype()).norm(2))",
+        )
+    ]
+
+
+ZERO3_NORM_CHUNK = 250_000_000
+"""Elements per fp64 chunk of stage3.py `_constant_buffered_norm2` (buffer_size=250000000)."""
+
+
+def zero3_offload_grad_items(act: ActivationEstimate, part: int, pb: int) -> list[Item]:
+    """ZeRO-3 with `offload_optimizer`: at the accumulation boundary `partition_grads` brings each reduce-scattered
+    gradient partition's buffer to the GPU (`grad_buffer.to(device)`), takes its norm in fp64 chunks of at most 250M
+    elements (`_constant_buffered_norm2`) and casts it to fp32 for the host copy (`_offload_grad_partition_at_boundary`),
+    one parameter at a time, during backward. The allocator replay (plan/allocator.py `_flush`) has the same
+    sequence; here its largest moment, the largest trainable tensor's partition, is charged for what it adds over the
+    activation peak (saved tensors + the recomputed layer at that moment)."""
+    transient = part * pb + max(min(part, ZERO3_NORM_CHUNK) * NORM_BYTES, part * 4)
+    extra = max(0, act.saved_total + act.backward_transient + transient - act.peak)
+    return [
+        Item(
+            "offload_optimizer: a gradient partition on the GPU for its fp64 norm and fp32 copy",
+            extra,
+            f"{part:,}-element partition: {pb} B copy + max(fp64 chunk, fp32 cast) = {transient / GIB:.2f} GiB "
+            f"during backward, beside {(act.saved_total + act.backward_transient) / GIB:.2f} GiB of activations: "
+            f"{extra / GIB:.2f} GiB over the activation peak",
+            "deepspeed/runtime/zero/stage3.py partition_grads (grad_buffer.to(device)), "
+            "_offload_grad_partition_at_boundary, _constant_buffered_norm2",
         )
     ]
 
