@@ -330,8 +330,15 @@ def test_a_dump_under_a_fatal_error_is_a_crash_not_a_hang(tmp_path: Path) -> Non
         '  File "/env/site-packages/torch/nn/functional.py", line 2233 in embedding\n'
         '  File "/x/train.py", line 80 in main\n'
     )
-    top, fc, _ = _run(tmp_path, text)
+    top, fc, phase = _run(tmp_path, text)
     assert fc["id"] == "class:crash", top
+    assert phase == "unknown"  # an embedding called from main: no phase in those frames
+    text = text.replace(
+        '"/x/train.py", line 80 in main',
+        '"/env/site-packages/transformers/trainer.py", line 3669 in training_step',
+    )
+    _top, _fc, phase = _run(tmp_path, text)
+    assert phase == "training_step"  # the dumped stack places the death
 
 
 def test_a_dump_beside_a_real_failure_adds_nothing(tmp_path: Path) -> None:

@@ -1033,6 +1033,21 @@ class Extractor:
         if len(dump.frames) < MAX_FRAMES:
             dump.frames.append(Frame(file, log_int(lineno) or 0, func.rsplit(".", 1)[-1], line))
 
+    def _fatal_dump_phase(self, ev: Event) -> str:
+        """A process that died on a signal with faulthandler on prints `Fatal Python error: Segmentation fault` and
+        its stack (Python/faulthandler.c faulthandler_fatal_error): the stack places the death."""
+        for dump, _hit in self._dumps:
+            if (
+                dump.fatal
+                and dump.frames
+                and dump.head is not None
+                and dump.source == ev.line.source
+                and 0 <= dump.head.lineno - ev.line.lineno <= 3
+            ):
+                tb = Traceback(dump.source, dump.rank, dump.head, list(reversed(dump.frames)))
+                return self._phase_from_frames(tb, ev)
+        return "unknown"
+
     def _stack_dump(self) -> None:
         """A stack dump of a process that had not failed (no exception, no exit in the log): someone dumped a
         stuck run (faulthandler.dump_traceback_later / register, py-spy dump), so the run hung where the dump
@@ -1354,6 +1369,8 @@ class Extractor:
         self._gradient_sources = self._gradient_collectives()
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
+            if ev.phase == "unknown" and ev.kind == "exit":
+                ev.phase = self._fatal_dump_phase(ev)
         last = self.facts.last_progress
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
