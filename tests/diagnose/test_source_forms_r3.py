@@ -305,6 +305,14 @@ def test_a_faulthandler_dump_of_a_run_that_did_not_fail_is_a_hang(tmp_path: Path
     assert phase == "checkpoint_save"
 
 
+def test_a_dump_the_run_outlived_is_no_hang(tmp_path: Path) -> None:
+    # faulthandler.dump_traceback_later(repeat=True) dumps on a timer; the run saved and finished after it
+    text = "Thread 0x00007f3b2a5fe700 (most recent call first):\n" + FH_FRAMES
+    text += "Saving model checkpoint to out/checkpoint-500\n{'train_runtime': 812.3, 'train_loss': 1.2}\n"
+    top, _fc, _ = _run(tmp_path, text)
+    assert top == "no-known-failure", top
+
+
 def test_a_py_spy_dump_is_read_like_faulthandlers(tmp_path: Path) -> None:
     # py-spy dump --pid: `Thread N (idle): "MainThread"`, frames `    FUNC (FILE:LINE)`, innermost first
     text = (

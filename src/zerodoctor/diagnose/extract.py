@@ -1054,7 +1054,14 @@ class Extractor:
         shows it; the thread waiting in a collective is the one that says where, else the deepest stack."""
         if self.facts.events:
             return
-        dumps = [(d, h) for d, h in self._dumps if d.frames and not d.fatal]
+
+        def outlived(d: StackDump, h: Hit) -> bool:
+            # a phase marker after the dump (a save, an evaluation, the end of training): the run went on, so the
+            # dump was a periodic one (faulthandler.dump_traceback_later(repeat=True)) or of a slow moment
+            end = h.file_index * (1 << 40) + d.frames[-1].line.lineno
+            return any(m_seq > end and m_line.source == d.source for _k, m_line, m_seq in self.facts.markers)
+
+        dumps = [(d, h) for d, h in self._dumps if d.frames and not d.fatal and not outlived(d, h)]
         if not dumps:
             return
 
