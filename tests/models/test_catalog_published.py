@@ -213,6 +213,7 @@ def test_paligemma2_28b_resolutions_differ_by_their_position_embeddings():
         ("Qwen/Qwen3.5-35B-A3B", 35_107_181_936),
         ("Qwen/Qwen3.5-9B-Base", 9_409_813_744),
         ("Qwen/Qwen3.5-27B", 27_356_728_560),
+        ("Qwen/Qwen3.5-0.8B-Base", 852_985_920),
         ("meta-llama/Meta-Llama-3-8B", 8_030_261_248),
         ("mistralai/Mistral-7B-v0.1", 7_241_732_096),
         ("mistralai/Mistral-7B-v0.3", 7_248_023_552),
