@@ -61,7 +61,9 @@ class Outcome:
 
     @property
     def error(self) -> float | None:
-        if self.measured_bytes is None:
+        """Against a published GPU peak; None for a figure at the card's size (`card_full`), which bounds the run's
+        need from above (the caching allocator keeps what it cached) and is judged only as a verdict."""
+        if self.measured_bytes is None or self.case.get("card_full"):
             return None
         return (self.predicted_gpu - self.measured_bytes) / self.measured_bytes
 
@@ -247,6 +249,8 @@ def markdown(outcomes: list[Outcome]) -> str:
             pub = "OOM" if o.case["kind"].endswith("oom") else "trains"
             if o.measured_bytes is not None:
                 pub = f"{o.case['measured']} {_unit_word(o.case['unit'])}"
+                if o.case.get("card_full"):
+                    pub = f"<= {pub} (full card)"
             pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
             if o.case["kind"] == "host_oom":
                 pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"

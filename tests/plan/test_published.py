@@ -178,3 +178,18 @@ def test_batch3_cases_build_plan_inputs():
         assert (zero.fsdp is not None) == bool(c.get("fsdp")), c["id"]
         assert inputs.expandable_segments == bool(c.get("expandable_segments")), c["id"]
         assert zero.stage in (0, 1, 2, 3), c["id"]
+
+
+def test_a_reading_at_the_cards_size_is_a_verdict_not_a_peak():
+    """`card_full` cases (a round "80 GiB" on an 80 GB card, an nvidia-smi figure within 1 % of it) bound the run's
+    need from above: their verdict is judged, but they stay out of the GPU-peak error median."""
+    full = [c for c in pp.load_all_cases() if c.get("card_full")]
+    assert full, "batch 3 has readings at the card's size"
+    for case in full:
+        assert case["kind"] == "gpu_peak" and case["card_full_why"], case["id"]
+        capacity = case["cluster"]["gpu_gib"] * pp.GIB
+        assert pp._measured_bytes(case) >= 0.99 * capacity, f"{case['id']}: not at the card's size"
+        out = pp.evaluate(case)
+        assert out.error is None and out.measured_bytes is not None
+    summary = pp.summary([pp.evaluate(c) for c in full])
+    assert summary["gpu_peaks"] == 0 and summary["cases"] == len(full)
