@@ -7,6 +7,15 @@ import pytest
 from zerodoctor.models import resolve_model
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shared_meta_build_cache(tmp_path_factory):
+    """One on-disk meta-build cache for this module: several tests count the same vision-language entry, and
+    each build imports torch and transformers' model code (seconds); the cached answer takes milliseconds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZERODOCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("meta_build_cache")))
+        yield
+
+
 @pytest.mark.parametrize(
     ("name", "total"),
     [
