@@ -235,6 +235,7 @@ def test_paligemma2_28b_resolutions_differ_by_their_position_embeddings():
         ("google/gemma-3-1b-pt", 999_885_952),
         ("google/gemma-3-270m-it", 268_098_176),
         ("google/medgemma-4b-it", 4_300_079_472),
+        ("google/medgemma-27b-text-it", 27_009_002_240),
     ],
 )
 def test_counts_equal_keras_hub_presets(name, keras_params):
