@@ -130,6 +130,8 @@ def test_aliases_resolve_to_the_entry_of_their_shape(name, slug):
         ("Qwen/Qwen2-VL-7B-Instruct", 7.6e9, 0.05e9, 675e6, 3.4e6),  # Qwen2-7B card 7.6B; ViT ~675M
         ("Qwen/Qwen2.5-VL-3B-Instruct", 3.09e9, 0.005e9, None, None),  # Qwen2.5-3B card: 3.09B
         ("Qwen/Qwen2-VL-72B-Instruct", 72_706_203_648, 0, None, None),  # keras-hub: Qwen2.5-72B
+        ("Qwen/Qwen2.5-VL-32B-Instruct", 32_763_876_352, 0, None, None),  # keras-hub: Qwen2.5-32B
+        ("Qwen/Qwen2.5-VL-72B-Instruct", 72_706_203_648, 0, None, None),  # keras-hub: Qwen2.5-72B
         ("mistralai/Ministral-3-3B-Base-2512", 3.4e9, 0.05e9, 0.4e9, 0.05e9),  # card: 3.4B LM + 0.4B vision
     ],
 )
