@@ -4,6 +4,7 @@ stay within the architecture the name denotes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,12 @@ def test_a_name_longer_than_the_file_system_allows_is_an_unknown_model(name):
     with pytest.raises(PlanError, match="unknown model") as err:
         resolve_model(name)
     assert len(str(err.value)) < 2000
+
+
+def test_the_docs_state_the_catalogs_real_size():
+    """docs/models.md names the catalog's size; it must follow the catalog as entries are added."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    stated = re.search(r"The bundled catalog: (\d+) configurations under [^,]+, (\d+) hub ids", text)
+    assert stated, "docs/models.md no longer states the catalog's size"
+    entries = catalog()
+    assert (int(stated[1]), int(stated[2])) == (len(entries), sum(len(e.hub_ids) for e in entries))
