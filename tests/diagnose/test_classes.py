@@ -139,3 +139,26 @@ def test_a_ctrl_c_after_a_long_silence_is_a_hang(tmp_path, stop_at: str, class_i
     if class_id == "class:collective-timeout":
         assert d.findings[0].data["failure_class"]["silence_s"] == 618
         assert "10 min 18 s" in d.findings[0].title and "14:56:22" in d.findings[0].message
+
+
+def test_the_op_builders_shared_checks_name_no_op_and_no_cpu_adam(tmp_path: Path) -> None:
+    """DeepSpeed#1279: FusedAdam's build stops at the op builder's CUDA_HOME check (op_builder/builder.py, shared by
+    every op). That file names no op, and the cpu_adam entry must not claim a log about another op's build."""
+    log = tmp_path / "fused_adam_cuda_home.log"
+    log.write_text(
+        "My model trains fine with an optimizer from `torch.optim` but when using\n"
+        "`deepspeed.ops.adam.FusedAdam` I get:\n"
+        'File "/opt/lib/python3.8/site-packages/deepspeed/ops/op_builder/builder.py", line 38, in installed_cuda_version\n'
+        '    assert cuda_home is not None, "CUDA_HOME does not exist, unable to compile CUDA op(s)"\n'
+        "AssertionError: CUDA_HOME does not exist, unable to compile CUDA op(s)\n",
+        encoding="utf-8",
+    )
+    findings = diagnose([str(log)]).findings
+    assert findings[0].id == "class:op-build-failure"
+    assert "'builder'" not in findings[0].title and "DS_BUILD_OPS=1" in findings[0].fixes[0].text
+    assert "cpu-adam-build-failure" not in {f.id for f in findings}
+
+
+def test_the_build_fix_names_the_failed_ops_own_switch() -> None:
+    top = diagnose([str(LOGS / "build.log")]).findings[0]
+    assert "DS_BUILD_TRANSFORMER_INFERENCE=1" in top.fixes[0].text

@@ -47,7 +47,9 @@ _KILLED = re.compile(
     r"Killed process (?P<pid>\d{1,10}) \((?P<name>[^)]{0,64})\)(?:.*?anon-rss:(?P<rss>\d{1,15})kB)?"
 )
 _EXT = re.compile(
-    r"Error building extension '(?P<op>[\w.-]{1,64})'|(?P<op2>\w{1,64})_op\b|op_builder/(?P<op3>\w{1,64})\.py"
+    r"Error building extension '(?P<op>[\w.-]{1,64})'|(?P<op2>\w{1,64})_op\b"
+    # (op_builder/builder.py and all_ops.py hold the checks every op shares: their name is no op's)
+    r"|op_builder/(?!(?:builder|all_ops|__init__)\.py)(?P<op3>\w{1,64})\.py"
 )
 _MODULE = re.compile(r"No module named '(?P<mod>[\w.]{1,128})'|cannot import name '(?P<name>\w{1,128})'")
 _QUOTED_KEY = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})[`'\"]")
@@ -75,6 +77,11 @@ _BUILD_HINTS = (
     "fused_adam",
 )
 # DeepSpeed's launcher killing the other ranks after one failed (the failed rank's code may be cut from a paste)
+def _build_var(op: str | None) -> str:
+    """The install-time switch that pre-builds one op (op_builder: BUILD_VAR = "DS_BUILD_" + NAME.upper())."""
+    return "DS_BUILD_" + re.sub(r"\W", "_", op).upper() if op else "DS_BUILD_OPS"
+
+
 _LAUNCHER_TEARDOWN = "sigkill_handler] Killing subprocess"
 # Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
 # (`'ds_numel': ` is a key of ZeRO-3's param.ds_summary(), the message of its parameter-status assertions)
@@ -738,7 +745,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             else "which compiler error caused it: the build output above the traceback has it (the first `error:` "
             "line).",
             "run `ds_report` for the op's status and the CUDA/torch versions it compiles against; pre-build with "
-            "DS_BUILD_OPS=1 / DS_BUILD_CPU_ADAM=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
+            f"{_build_var(op)}=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
             data,
         )
     # ("version" as a word: `requires fsdp_version=2` is a setting, not a package version)
