@@ -162,3 +162,26 @@ def test_the_op_builders_shared_checks_name_no_op_and_no_cpu_adam(tmp_path: Path
 def test_the_build_fix_names_the_failed_ops_own_switch() -> None:
     top = diagnose([str(LOGS / "build.log")]).findings[0]
     assert "DS_BUILD_TRANSFORMER_INFERENCE=1" in top.fixes[0].text
+
+
+def test_the_oom_killers_task_table_alone_is_a_host_oom_kill(tmp_path: Path) -> None:
+    """mm/oom_kill.c dump_tasks prints its table only while the OOM killer runs: a dmesg paste that kept only those
+    rows (ktransformers#637, localised dmesg -T dates) proves a host OOM kill; a `ps` listing does not."""
+    rows = "".join(
+        f"[四 3月 20 21:01:25 2025] [{pid:7d}] {uid:5d} {pid:5d} {vm:8d} {rss:8d} {pt:8d} {sw:8d}         {adj:5d} {name}\n"
+        for pid, uid, vm, rss, pt, sw, adj, name in [
+            (2665, 0, 55756, 339, 77824, 68, 0, "crond"),
+            (7958, 1000, 5195, 440, 86016, 416, 0, "systemd"),
+            (86682, 0, 893460, 3496, 516096, 6431, -999, "containerd"),
+        ]
+    )
+    log = tmp_path / "dmesg.log"
+    log.write_text(rows, encoding="utf-8")
+    assert diagnose([str(log)]).findings[0].id == "class:host-oom-kill"
+    ps = tmp_path / "ps.log"
+    ps.write_text(
+        "USER       PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+        "root      2665  0.0  0.0  55756   339 ?        Ss   21:01   0:00 crond\n",
+        encoding="utf-8",
+    )
+    assert not [f for f in diagnose([str(ps)]).findings if f.severity is Severity.ERROR]

@@ -42,8 +42,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (the kernel's OOM killer and memory cgroup, mm/oom_kill.c and mm/memcontrol.c; Kubernetes' container status
     # `Reason: OOMKilled` in `kubectl describe pod`, `OOMKilled` in `kubectl get pods`; docker inspect's
     # `"OOMKilled": true`)
+    # (and the task table the OOM killer alone prints, mm/oom_kill.c dump_tasks: its header, and its rows
+    # "[%7d] %5d %5d %8lu %8lu %8ld %8lu %5hd %s" -- pid, uid, tgid, total_vm, rss, pgtables_bytes, swapents,
+    # oom_score_adj, name -- for a dmesg paste that kept only the table, ktransformers#637)
     "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory"
-    r"|Reason:\s+OOMKilled|\sOOMKilled\s+\d|\"OOMKilled\": ?true|reason: OOMKilled",
+    r"|Reason:\s+OOMKilled|\sOOMKilled\s+\d|\"OOMKilled\": ?true|reason: OOMKilled"
+    r"|Tasks state \(memory values in pages\)|pgtables_bytes swapents oom_score_adj name"
+    r"|\[ {0,6}\d{1,7}\] +\d{1,10} +\d{1,10} +\d{1,20} +\d{1,20} +\d{1,20} +\d{1,20} +-?\d{1,4} +\S",
     # launcher outcomes
     "launch-ds-rc": r"exits with return code = -?\d+",
     "launch-elastic-failed": r"failed \(exitcode: -?\d+\)",
