@@ -959,6 +959,14 @@ NORM_BYTES = 8
 """`get_norm_dtype()` is fp64 on CUDA (DeepSpeed <= 0.1x wrote `.double()`), 8 bytes per element."""
 
 
+def _over_activation_peak(act: ActivationEstimate, transient: int) -> tuple[int, str]:
+    """What a tensor held during backward adds over the activation peak: backward holds the saved tensors and the
+    recomputed layer (not the loss's peak), so only the excess is charged. Returns the bytes and the detail's tail."""
+    beside = act.saved_total + act.backward_transient
+    extra = max(0, beside + transient - act.peak)
+    return extra, f"beside {beside / GIB:.2f} GiB of activations: {extra / GIB:.2f} GiB over the activation peak"
+
+
 def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partition: int) -> list[Item]:
     """ZeRO-1/2 with `offload_optimizer`: when a gradient bucket is reduced during backward, each gradient's slice in
     this rank's partition is cast to fp64 on the GPU for its norm (`set_norm_for_param_grad_in_gpu`:
@@ -967,15 +975,13 @@ def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partitio
     when the tensor is larger. It happens during backward, where the activations are the saved tensors plus the
     recomputed layer, not at the loss: only what it adds over the activation peak is charged."""
     slice_numel = min(largest_trainable, partition)
-    during_backward = act.saved_total + act.backward_transient + slice_numel * NORM_BYTES
-    extra = max(0, during_backward - act.peak)
+    extra, beside = _over_activation_peak(act, slice_numel * NORM_BYTES)
     return [
         Item(
             "offload_optimizer: a gradient slice in fp64 for its norm",
             extra,
             f"{slice_numel:,} elements x {NORM_BYTES} B = {slice_numel * NORM_BYTES / GIB:.2f} GiB during backward, "
-            f"beside {((act.saved_total + act.backward_transient) / GIB):.2f} GiB of activations: "
-            f"{extra / GIB:.2f} GiB over the activation peak",
+            + beside,
             "deepspeed/runtime/zero/stage_1_and_2.py reduce_ipg_grads -> copy_grads_in_partition "
             "(set_norm_for_param_grad_in_gpu / .to(get_norm_dtype()).norm(2))",
         )
@@ -994,14 +1000,13 @@ def zero3_offload_grad_items(act: ActivationEstimate, part: int, pb: int) -> lis
     sequence; here its largest moment, the largest trainable tensor's partition, is charged for what it adds over the
     activation peak (saved tensors + the recomputed layer at that moment)."""
     transient = part * pb + max(min(part, ZERO3_NORM_CHUNK) * NORM_BYTES, part * 4)
-    extra = max(0, act.saved_total + act.backward_transient + transient - act.peak)
+    extra, beside = _over_activation_peak(act, transient)
     return [
         Item(
             "offload_optimizer: a gradient partition on the GPU for its fp64 norm and fp32 copy",
             extra,
             f"{part:,}-element partition: {pb} B copy + max(fp64 chunk, fp32 cast) = {transient / GIB:.2f} GiB "
-            f"during backward, beside {(act.saved_total + act.backward_transient) / GIB:.2f} GiB of activations: "
-            f"{extra / GIB:.2f} GiB over the activation peak",
+            "during backward, " + beside,
             "deepspeed/runtime/zero/stage3.py partition_grads (grad_buffer.to(device)), "
             "_offload_grad_partition_at_boundary, _constant_buffered_norm2",
         )
