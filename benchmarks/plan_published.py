@@ -186,6 +186,10 @@ def evaluate(case: dict[str, Any], margin: float = DEFAULT_SAFETY_MARGIN) -> Out
             # The run itself used more than (1 - margin) of its card: "tight" (fits without the margin) is the
             # right answer for it, "fits" would need an under-prediction.
             gpu_fits = gpu <= plan.cluster.gpu_memory_bytes
+        if case.get("at_edge"):
+            # The sources show this very setup at the card's edge (it trained, and the same script ran out of memory
+            # on the same card): only "tight" (over the margin, under the card) agrees with both.
+            gpu_fits = plan.gpu_limit() < gpu <= plan.cluster.gpu_memory_bytes
         right, raw = gpu_fits and (host_fits or not case["cluster"].get("host_gib")), True
     host_measured = _measured_bytes(case, "host_measured", "host_unit")
     return Outcome(case, plan, gpu, phase, host, _measured_bytes(case), right, raw, host_measured)

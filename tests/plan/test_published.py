@@ -193,3 +193,20 @@ def test_a_reading_at_the_cards_size_is_a_verdict_not_a_peak():
         assert out.error is None and out.measured_bytes is not None
     summary = pp.summary([pp.evaluate(c) for c in full])
     assert summary["gpu_peaks"] == 0 and summary["cases"] == len(full)
+
+
+def test_a_setup_at_the_cards_edge_is_right_only_as_tight():
+    """`at_edge` cases (a setup its sources show both training and running out of memory on the same card) are
+    judged right only when the plan says "tight": a plan that moves the peak well under the card ("fits") or over
+    it ("does not fit") turns the verdict wrong."""
+    edge = [c for c in pp.load_all_cases() if c.get("at_edge")]
+    assert edge, "batch 2 has a setup at the card's edge"
+    for case in edge:
+        assert case["kind"] in ("fits", "gpu_peak") and case["at_edge_why"], case["id"]
+        out = pp.evaluate(case)
+        limit, card = out.plan.gpu_limit(), out.plan.cluster.gpu_memory_bytes
+        assert out.verdict_right == (limit < out.predicted_gpu <= card), case["id"]
+        roomier = dict(case, cluster=dict(case["cluster"], gpu_gib=case["cluster"]["gpu_gib"] * 2))
+        assert not pp.evaluate(roomier).verdict_right, f"{case['id']}: 'fits' on twice the card must be wrong"
+        smaller = dict(case, cluster=dict(case["cluster"], gpu_gib=case["cluster"]["gpu_gib"] / 2))
+        assert not pp.evaluate(smaller).verdict_right, f"{case['id']}: 'does not fit' must be wrong"
