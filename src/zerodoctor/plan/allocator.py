@@ -1130,14 +1130,15 @@ def step_shape(
     zero: ZeroSettings,
     training: Training,
     *,
-    torch_adamw: bool = True,
+    torch_adamw: bool | None = None,
     exact_load: bool = True,
 ) -> StepShape:
     """The `StepShape` of one rank for a planned strategy, from the planner's own quantities: the model's
     shapes and parameter tensors (`models.spec`), the model-state components (`plan/model_states.py`), the
     ZeRO-3 working set (`phases.zero3_working_set_numel`), the recipe's micro-batch and sequence length.
     `torch_adamw`: the optimizer is `torch.optim.AdamW` (what HF Trainer hands DeepSpeed; one fp32 temporary
-    per updated tensor) rather than DeepSpeed's FusedAdam (a DeepSpeed `optimizer` block). `exact_load=False`
+    per updated tensor) rather than DeepSpeed's FusedAdam (a DeepSpeed `optimizer` block); None takes it from
+    `zero.optimizer_from_config`. `exact_load=False`
     creates the parameters one decoder layer at a time instead of one tensor at a time (fewer events)."""
     from zerodoctor.plan import model_states as ms
     from zerodoctor.plan import phases
@@ -1271,7 +1272,8 @@ def step_shape(
         sub_groups=sub_groups,
         param_numels=tuple(per_param) if t.method == "full" else (),
         optimizer_state_bytes=opt_bytes,
-        adamw_temporary=torch_adamw and t.optimizer == "adamw",
+        adamw_temporary=(not zero.optimizer_from_config if torch_adamw is None else torch_adamw)
+        and t.optimizer == "adamw",
         loss_shift=loss_shift_for(inputs.transformers_version),
     )
 

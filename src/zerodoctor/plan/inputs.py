@@ -192,6 +192,12 @@ class ZeroSettings:
     nvme_param_buffer_count: int = DS_DEFAULT_NVME_PARAM_BUFFER_COUNT
     nvme_param_buffer_size: int = DS_DEFAULT_NVME_PARAM_BUFFER_SIZE
     nvme_optimizer_buffer_count: int = DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT
+    optimizer_from_config: bool = False
+    """The DeepSpeed config has an Adam/AdamW `optimizer` block, so DeepSpeed builds the optimizer itself
+    (runtime/engine.py `_configure_basic_optimizer` -> `get_optimizer_configuration`): FusedAdam on the GPU, whose
+    one multi-tensor kernel (`multi_tensor_adam`) updates in place with no full-size temporary; DeepSpeedCPUAdam
+    with offload_optimizer. False: the framework hands DeepSpeed torch.optim.AdamW (HF Trainer `create_optimizer`
+    when the config has no `optimizer` block), whose foreach update makes one fp32 temporary per tensor."""
     fsdp: FsdpSettings | None = None
     """Set when the strategy is torch FSDP, not DeepSpeed (`fsdp_as_zero`): the other knobs do not apply."""
 
@@ -411,4 +417,5 @@ def zero_settings(z: ZeroDescription) -> ZeroSettings:
         nvme_param_buffer_count=z.nvme_param_buffer_count,
         nvme_param_buffer_size=z.nvme_param_buffer_size,
         nvme_optimizer_buffer_count=z.nvme_optimizer_buffer_count,
+        optimizer_from_config=z.optimizer_from_config,
     )

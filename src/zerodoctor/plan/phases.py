@@ -371,6 +371,36 @@ def _steady_host(plan: StrategyPlan) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def _step_moment(items: list[Item], step_extra: list[Item], zero: ZeroSettings) -> list[Item]:
+    """The first step's model-state items with the flattened 16-bit gradient copy charged for what it adds.
+    DeepSpeed flattens a (sub-)group's 16-bit gradients and casts the copy to fp32 (ZeRO-1/2 `step`:
+    `flat_grad_partition.to(...)`, then `del flat_grad_partition`; ZeRO-3 `_prepare_fp32_grad_for_sub_group`:
+    `self.flatten(...).to(...)`, a temporary) *before* `_optimizer_step` updates that group and, at the first step,
+    creates its optimizer state: the copy and the new state never coexist, while the fp32 gradient is in both
+    moments. So the copy counts only for what it exceeds the group's new state plus the update's temporary by
+    (nothing with Adam: 8 B of state per element against 2 B of copy); the allocator replay has the same order."""
+    by = {i.name: i for i in items}
+    flat = by.get(f"model states: {ms.GRAD_FLAT_COPY}")
+    states = by.get(f"model states: {ms.OPTIMIZER_STATES}")
+    if flat is None or states is None or not flat.bytes:
+        return items
+    grad32 = by.get(f"model states: {ms.FP32_GRAD}")
+    master = by.get(f"model states: {ms.FP32_MASTER}")
+    share = min(1.0, grad32.bytes / master.bytes) if grad32 is not None and master is not None and master.bytes else 1.0
+    update = int(states.bytes * share) + sum(i.bytes for i in step_extra)
+    excess = max(0, flat.bytes - update)
+    moment = Item(
+        flat.name,
+        excess,
+        f"step transient: the flattened 16-bit gradients ({flat.bytes / GIB:.2f} GiB) are freed once cast to fp32, "
+        f"before the optimizer creates that {'sub-group' if zero.stage == 3 else 'partition'}'s state "
+        f"({update / GIB:.2f} GiB with the update's temporary): charged for what they exceed that moment by",
+        "deepspeed/runtime/zero/stage_1_and_2.py step (flat_grad_partition.to(...); del flat_grad_partition; "
+        "_optimizer_step); stage3.py _prepare_fp32_grad_for_sub_group, then _optimizer_step(sub_group_id)",
+    )
+    return [moment if i is flat else i for i in items]
+
+
 def trainable_frozen(inputs: PlanInputs, training: Training) -> tuple[int, int]:
     """(trainable, frozen) parameters. LoRA/QLoRA: the adapters plus a trainable copy of every module in
     `trainable_modules` (PEFT ModulesToSaveWrapper keeps the original frozen); freeze tuning: the last
@@ -897,7 +927,7 @@ def plan_strategy(
 
     # ---- first optimizer step ---------------------------------------------------------------------------
     step_extra: list[Item] = []
-    if zero.offload_optimizer == "none" and t.optimizer == "adamw" and trainable:
+    if zero.offload_optimizer == "none" and t.optimizer == "adamw" and trainable and not zero.optimizer_from_config:
         # torch.optim.AdamW (what HF Trainer hands DeepSpeed) builds a full-size fp32 temporary per tensor it
         # updates: `torch._foreach_sqrt(exp_avg_sqs)` (foreach, the CUDA default) or
         # `exp_avg_sq.sqrt() / bias_correction2_sqrt` (single-tensor). ZeRO-3 steps one sub-group at a time;
@@ -917,7 +947,7 @@ def plan_strategy(
         )
     first = Phase(
         "first_step",
-        tuple([*reserve("first_step"), *gpu_states(lazy=True, transient=True), *ddp, *step_extra]),
+        tuple([*reserve("first_step"), *_step_moment(gpu_states(lazy=True, transient=True), step_extra, zero), *ddp, *step_extra]),
         tuple([*train_baseline_items, *ref_host, *host_states(lazy=True, transient=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )

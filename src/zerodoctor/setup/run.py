@@ -160,6 +160,9 @@ class ZeroDescription:
     nvme_param_buffer_count: int = DS_DEFAULT_NVME_PARAM_BUFFER_COUNT
     nvme_param_buffer_size: int = DS_DEFAULT_NVME_PARAM_BUFFER_SIZE
     nvme_optimizer_buffer_count: int = DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT
+    optimizer_from_config: bool = False
+    """The DeepSpeed config has an Adam/AdamW `optimizer` block (without `torch_adam: true`): DeepSpeed builds
+    FusedAdam itself (engine.py `get_optimizer_configuration`), not the framework's torch AdamW."""
 
     @property
     def offloads(self) -> bool:
@@ -1163,7 +1166,20 @@ def _zero(
             flat.get("zero_optimization.offload_optimizer.buffer_count"),
             DS_DEFAULT_NVME_OPTIMIZER_BUFFER_COUNT,
         ),
+        optimizer_from_config=_deepspeed_builds_fused_adam(s.ds_written),
     )
+
+
+def _deepspeed_builds_fused_adam(ds: dict[str, Any] | None) -> bool:
+    """True when the DeepSpeed config's `optimizer` block makes DeepSpeed build FusedAdam (type Adam or AdamW,
+    `torch_adam` not set): deepspeed/runtime/engine.py `_configure_basic_optimizer` -> `get_optimizer_configuration`
+    (torch.optim.AdamW only with `torch_adam: true`; DeepSpeedCPUAdam with offload_optimizer). HF Trainer and
+    accelerate leave such a block to DeepSpeed (transformers integrations/deepspeed.py `deepspeed_optim_sched`)."""
+    block = ds.get("optimizer") if ds is not None else None
+    if not isinstance(block, dict) or str(block.get("type", "")).lower() not in ("adam", "adamw"):
+        return False
+    params = block.get("params")
+    return not (isinstance(params, dict) and params.get("torch_adam") is True)
 
 
 def _fsdp(s: TrainingSetup, rd: _Reader) -> tuple[FsdpDescription | None, Origin | None]:
