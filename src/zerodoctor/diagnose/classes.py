@@ -38,7 +38,7 @@ from zerodoctor.diagnose.extract import (
     Traceback,
     same_exception,
 )
-from zerodoctor.diagnose.reader import LogLine
+from zerodoctor.diagnose.reader import LogLine, log_int
 from zerodoctor.textutil import clip
 
 PREFIX = "class:"
@@ -65,7 +65,16 @@ _LIBS = (
     "bitsandbytes",
     "xtuner",
     "llamafactory",
+    # Megatron-LM / Megatron-DeepSpeed (megatron/data/gpt_dataset.py _build_index_mappings: `assert
+    # last_epoch_num_samples < (num_samples_per_epoch + 1), 'last epoch number of samples exceeded max value.'`,
+    # `<=` since; Megatron-LM#176) and vLLM (vllm/worker, vllm/executor asserts) raise their own assertions too
+    "megatron",
+    "vllm",
 )
+# what follows an environment's own directory (conda env, venv), never a package's
+_ENV_DIRS = ("lib/python", "lib64/python", "bin/", "Lib/", "include/")
+# a library's source file named in a message: `megatron/data/gpt_dataset.py:242`, `vllm/worker/worker.py`
+_LIB_FILE = re.compile(rf"\b(?P<path>(?:{'|'.join(_LIBS)})/[\w/]{{1,200}}\.py)\b(?::(?P<line>\d{{1,7}}))?")
 _BUILD_HINTS = (
     "error building extension",
     "ninja",
@@ -265,6 +274,13 @@ def _config_judge(tb: Traceback | None) -> str | None:
         or any(path.endswith(f) and fr.func == fn for f, fn in _CONFIG_JUDGE_SITES)
         # PEFT's and TRL's config modules (peft/tuners/lora/config.py, trl/trainer/sft_config.py)
         or (lib in ("peft/", "trl/") and path.endswith("config.py"))
+        # a TRL trainer's constructor checks its arguments against the config and the world size before it builds
+        # anything (trl/trainer/grpo_trainer.py GRPOTrainer.__init__ at v0.15.0-v0.17.0: "The global train batch size
+        # (P x B) must be evenly divisible by the number of generations per prompt (G)", the eval twin, reward
+        # weights / processing classes that must match the reward functions, `model_init_kwargs` with a built model;
+        # rloo_trainer.py "`policy` and `ref_policy` cannot be the same object"); later versions moved the batch
+        # check into grpo_config.py __post_init__, a config module above
+        or (lib == "trl/" and path.endswith("_trainer.py") and fr.func == "__init__")
     )
     if not judged:
         return None
@@ -315,7 +331,13 @@ def _lib_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
         for lib in _LIBS:
             marker = f"/{lib}/"
             if marker in path:
-                return lib + "/" + path.split(marker, 1)[1], fr.lineno, fr.func
+                # (a conda env or venv named after the library - `/envs/vllm/lib/python3.11/contextlib.py`,
+                # `/envs/deepspeed/lib/python3.9/site-packages/deepspeed/x.py` - is no package dir of it)
+                parts = path.split(marker)
+                for i in range(1, len(parts)):
+                    rest = marker.join(parts[i:])
+                    if not rest.startswith(_ENV_DIRS):
+                        return lib + "/" + rest, fr.lineno, fr.func
     return None
 
 
@@ -844,6 +866,13 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
             data,
         )
+    if lib is None and exc_type.endswith("AssertionError") and not (tb and tb.frames):
+        # a pasted assertion with no frame whose message names the library file that raised it (`AssertionError:
+        # megatron/data/gpt_dataset.py:242 ...`, a test harness or a logger quoting the raising line)
+        named = _LIB_FILE.search(message)
+        if named is not None:
+            lib = (named.group("path"), log_int(named.group("line")) or 0, "")
+            data["library_frame"] = named.group("path") + (f":{named.group('line')}" if named.group("line") else "")
     if exc_type.endswith("AssertionError") and lib is None and not (tb and tb.frames):
         owner = _ASSERT_OWNER.search(message)
         if owner is not None:
@@ -862,15 +891,20 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
     if exc_type.endswith("AssertionError") and lib is not None:
         lib_name = lib[0].split("/", 1)[0]
         ver = known.get(lib_name)
+        # (a file named only in the message has no function, and maybe no line)
+        at = lib[0] + (f":{lib[1]}" if lib[1] else "")
+        short = lib[0].rsplit("/", 1)[-1] + (f":{lib[1]}" if lib[1] else "")
         return FailureClass(
             "library-assertion",
             f"Assertion failed inside {lib_name}",
-            f"{where}: an assertion at {lib[0]}:{lib[1]} (in {lib[2]})"
+            f"{where}: an assertion at {at}"
+            + (f" (in {lib[2]})" if lib[2] else "")
             + (f" failed: {clip(message, 200)}" if message else " failed with no message")
             + f"; {lib_name} {ver or 'version not printed'}.",
             "what state led to it: an assertion names a broken invariant, not its cause.",
-            f"search the {lib_name} tracker for `{lib[0].rsplit('/', 1)[-1]}:{lib[1]}` and `{lib[2]}` at version "
-            f"{ver or '(run `zerodoctor env`)'}; check the release notes of the versions after it.",
+            f"search the {lib_name} tracker for `{short}`"
+            + (f" and `{lib[2]}`" if lib[2] else "")
+            + f" at version {ver or '(run `zerodoctor env`)'}; check the release notes of the versions after it.",
             data,
         )
     last = _last_frame(tb)

@@ -21,7 +21,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (a paste cut inside a frame line keeps only `...py", line N, in f`)
     # (and a frame line a terminal cut right after its line number, `File "x.py", line 15` / `3, in f`: the scan
     # joins the wrapped rest)
-    "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in |File "[^"\n]+\.py", line \d+\s*$',
+    # (and a frame line copied as padded terminal rows on one line, cut anywhere: `File "...tr` + blanks + `l/x.py",
+    # line 3` - reader.unpad_rows removes the padding before the line is read)
+    "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in |File "[^"\n]+\.py", line \d+\s*$'
+    r'|File "[^\n]{1,400} {8}[^ \n]',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
     # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)

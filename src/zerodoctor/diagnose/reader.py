@@ -43,6 +43,10 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # a line pasted as Markdown inline code (`ImportError: cannot import name ...` between single backticks); a
     # ``` fence is not inline code
     ("code", re.compile(r"^`(?!`)")),
+    # a line a GitHub comment wraps whole in Markdown emphasis (`*AssertionError: ...*`, `_..._`, `**...**`,
+    # `***...***`, `__...__`): the markers at both ends go (CommonMark: the text starts and ends with a non-blank and
+    # the closing run is as long as the opening one); `**kwargs`, `__init__` or a `____` rule are no such line
+    ("emph", re.compile(r"^(\*{1,3}|_{1,3})(?=[^\s*_])(?=.*[^\s*_]\1\s*$)")),
 )
 _INLINE_CODE_END = re.compile(r"(?<!`)`\s*$")
 _RANK_IN_TEXT = re.compile(r"\[Rank (\d+)\]|\brank(?: |=)(\d+)\b|\[rank(\d+)\]")
@@ -117,6 +121,8 @@ def split_prefixes(text: str) -> tuple[str, int | None, str | None, str | None]:
                 pass
             elif kind == "code":
                 text = _INLINE_CODE_END.sub("", text)
+            elif kind == "emph":
+                text = text.rstrip()[: -len(m.group(1))]
             elif stamp is None:
                 stamp = m.group(1)
             text = text[m.end() :]
@@ -154,11 +160,87 @@ def _split_glued(segment: str) -> list[str]:
 _FRAME_HEAD = re.compile(r'\s(?=File "[^"]+", line \d+, in )|\s(?=Traceback \(most recent call last\))')
 
 
+# One lost newline: a frame's indented source line with the next frame header glued behind it (Megatron-LM#176:
+# `    test_dataset = build_dataset(2, 'test')  File "/x/megatron/data/gpt_dataset.py", line 110, in build_dataset`).
+# Python prints a frame's source line indented by 4 (traceback.py FrameSummary format), no other line starts so and
+# holds a frame header after its text.
+_SOURCE_THEN_FRAME = re.compile(r'^ {4,}\S[^"]*?\s(?=File "[^"]+", line \d+, in )')
+
+
 def _split_lost_newlines(segment: str) -> list[str]:
     if segment.count('", line ') < 2 or len(_FRAME_HEAD.findall(segment)) < 2:
-        return [segment]
+        m = _SOURCE_THEN_FRAME.match(segment)
+        return [segment[: m.end()].rstrip(), segment[m.end() :]] if m else [segment]
     parts = _FRAME_HEAD.split(segment)
     return [p for p in parts if p.strip()]
+
+
+# Terminal rows kept on one physical line: a screen copied row by row (tmux/screen capture, a terminal emulator's
+# "copy as text", a web console) gives each row of a wrapped logical line as a field of the window's width W, padded
+# with blanks up to W, and the rows follow each other on the same line - so a run of blanks ends exactly at column W,
+# 2W, ... and the text is cut where the row ended, inside a word as often as not ("site-packages/tr" + "l/trainer",
+# "train bat" + "ch size"). A run this long that ends on such a column, with rows of text before each run, is the
+# padding of a row: it is removed. The text of each row is at most w columns (the width the program wrapped at); a
+# row filled to w was cut inside the text (joined with no blank), a shorter one ended at a blank (one blank kept).
+_PAD_MIN_RUN = 8
+_PAD_RUN = re.compile(f" {{{_PAD_MIN_RUN},}}(?=[^ ])")
+_PAD_WIDTH_MIN, _PAD_WIDTH_MAX = 80, 400
+_PAD_ROW_MIN = 20  # a row's text before its padding: a table's short cells are no wrapped rows
+# Blanks that are no row padding: a tqdm bar's empty part (`0%|          | 0/7`), rich's box (`... in <module>    │`),
+# columns of a table or a shell's job status (`8156 Killed                  python3 main.py`): a row of wrapped text
+# holds single blanks after its indentation, and no bar or box border closes its padding
+_NOT_A_ROW = re.compile(r"\S {2,}\S|[|│]\s*$")
+_BORDERS = "|│┃║"
+
+
+# the widths terminals and consoles wrap at (a row this long was filled, so cut inside the text)
+TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
+
+
+def _cut_inside(row: str, rest: str) -> bool:
+    """Whether a single padded row (whose text width is not known from other rows) was cut inside the text: it is as
+    long as a usual terminal width, it ends inside a path or a long token (its last word has a '/' or a '\\\\', or
+    is 30+ characters long: paths and identifiers hold no blank), or the next row starts with punctuation that
+    follows a word directly (`, in __init__`)."""
+    last = row.rsplit(" ", 1)[-1]
+    return (
+        len(row) in TERMINAL_WIDTHS
+        or "/" in last
+        or "\\" in last
+        or len(last) >= 30
+        or rest[:1] in (",", ".", ";", ":", ")", "]", "}")
+    )
+
+
+def unpad_rows(text: str) -> str:
+    """`text` with the padding of terminal rows copied onto one line removed (see above); unchanged otherwise."""
+    if " " * _PAD_MIN_RUN not in text:
+        return text
+    runs = list(_PAD_RUN.finditer(text))
+    if not runs:  # (only trailing blanks)
+        return text
+    width = runs[0].end()
+    if not (_PAD_WIDTH_MIN <= width <= _PAD_WIDTH_MAX) or len(runs) * width >= len(text):
+        return text
+    rows: list[str] = []
+    for k, run in enumerate(runs):
+        if run.end() != (k + 1) * width or run.start() - k * width < _PAD_ROW_MIN:
+            return text  # a run off the row grid, or a short cell: aligned text, not padded rows
+        row = text[k * width : run.start()]
+        # (the first row's rank/host/time prefix and indentation may hold several blanks)
+        body = split_prefixes(row)[0].lstrip() if k == 0 else row
+        if _NOT_A_ROW.search(body) or text[run.end()] in _BORDERS:
+            return text
+        rows.append(row)
+    inner = max(len(r) for r in rows)
+    out: list[str] = []
+    for row in rows:
+        out.append(row)
+        cut_inside = _cut_inside(row, text[width:]) if len(rows) == 1 else len(row) == inner
+        if not cut_inside:
+            out.append(" ")
+    out.append(text[len(rows) * width :])
+    return "".join(out)
 
 
 def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
@@ -167,6 +249,8 @@ def parse_line(source: str, lineno: int, raw: bytes) -> list[LogLine]:
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     text = strip_ansi(text)
     segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else [text]
+    if "        " in text:
+        segments = [unpad_rows(s) for s in segments]
     if _has_bar(text):
         segments = [p for seg in segments for p in _split_glued(seg)]
     if '", line ' in text:

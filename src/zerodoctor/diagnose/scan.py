@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
-from zerodoctor.diagnose.reader import LogLine, parse_line
+from zerodoctor.diagnose.reader import TERMINAL_WIDTHS, LogLine, parse_line
 from zerodoctor.diagnose.rundir import error_file_source
 from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_spans, open_source
 from zerodoctor.errors import UsageError
@@ -326,8 +326,8 @@ _NEW_RECORD = re.compile(
     rb"^(?:\[|\s*File \"|Traceback|\s*\^|\d{4}-\d\d-\d\d|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*: |[A-Z]\d{4} |\s{2,}\S"
     rb"|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b|\{'|\s*\d+%\|)"
 )
+_PAD = b" " * 8  # the shortest run of blanks `reader.unpad_rows` reads as a row's padding
 _FRAME_LINE = re.compile(rb'File "[^"]+", line \d+, in [\w<>.]+\s*$')
-_TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
 
 
 def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
@@ -347,7 +347,7 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
         if _FRAME_LINE.search(cur):  # a whole traceback frame line: the next line is its source line
             break
         padded = cur.endswith(b" ")
-        at_width = len(cur) in _TERMINAL_WIDTHS
+        at_width = len(cur) in TERMINAL_WIDTHS
         mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
         if not (padded or at_width or mid_word):
             break
@@ -365,7 +365,7 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
     mid_word = prev[-1:].isalnum() and (cur[:1].islower() or cur[:1].isdigit())
     # a run of physical lines of one width is a paragraph cut at the terminal's width, whatever that width is
     same_width = len(prev) == len(cur.rstrip(b"\r"))
-    return prev.endswith(b" ") or len(prev) in _TERMINAL_WIDTHS or mid_word or same_width
+    return prev.endswith(b" ") or len(prev) in TERMINAL_WIDTHS or mid_word or same_width
 
 
 def _wrapped_start(chunk: bytes, start: int, limit: int) -> int:
@@ -563,8 +563,10 @@ def scan_source(
                     lineno -= chunk.count(b"\n", first, start)
                     raw, wrapped = _join_wrapped(chunk[first:joined_end]), True
                     joined_to = joined_end
+            padded = _PAD in raw
             for line in parse_line(src.name, lineno, raw):
-                if wrapped or pids & ansi_ids:
+                # (a terminal's row padding removed from the line: `reader.unpad_rows`)
+                if wrapped or pids & ansi_ids or (padded and "        " not in line.raw):
                     # colour codes or a terminal wrap may split a pattern: run the engine again on the clean text
                     candidates = {pid for pid, _end in eng.find(line.text.encode("utf-8"))}
                 else:
