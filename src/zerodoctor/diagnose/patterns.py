@@ -24,7 +24,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (and a frame line copied as padded terminal rows on one line, cut anywhere: `File "...tr` + blanks + `l/x.py",
     # line 3` - reader.unpad_rows removes the padding before the line is read)
     "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in |File "[^"\n]+\.py", line \d+\s*$'
-    r'|File "[^\n]{1,400} {8}[^ \n]',
+    r'|File "[^\n]{1,250} {8}[^ \n]',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
     # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)
