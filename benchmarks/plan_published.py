@@ -98,10 +98,15 @@ def data_files() -> list[Path]:
     return sorted(HERE.glob(DATA_GLOB), key=lambda p: (p != DATA, p.name))
 
 
-def load_all_cases(batch: int | None = None) -> list[dict[str, Any]]:
-    """The cases of every `plan_published*.yaml` (a case without `batch` is batch 1), or of one batch."""
+def load_all_cases(batch: int | None = None, *, unscored: bool = False) -> list[dict[str, Any]]:
+    """The cases of every `plan_published*.yaml` (a case without `batch` is batch 1), or of one batch. A case marked
+    `unscored` (with its reason: a model whose config cannot be verified offline) is left out unless asked for."""
     cases = [c for path in data_files() for c in load_cases(path)]
-    return [c for c in cases if batch is None or c.get("batch", 1) == batch]
+    return [
+        c
+        for c in cases
+        if (batch is None or c.get("batch", 1) == batch) and bool(c.get("unscored")) == unscored
+    ]
 
 
 def _model(name: str) -> ModelSpec:
@@ -307,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(json.dumps(row) + "\n")
     else:
         sys.stdout.write(markdown(outcomes) + "\n")
+        for c in load_all_cases(args.batch, unscored=True):
+            if args.split in ("all", c["split"]):
+                sys.stdout.write(f"\nNot scored: {c['id']} ({c['split']}): {c['unscored']}\n")
     return 0
 
 

@@ -13,6 +13,8 @@ sys.path.insert(0, str(BENCH))
 
 import plan_published as pp  # noqa: E402
 
+from zerodoctor.errors import PlanError  # noqa: E402
+
 
 def test_truth_set_has_forty_cases_with_sources_and_a_heldout_third():
     cases = pp.load_cases()
@@ -181,14 +183,15 @@ def test_batch3_cases_build_plan_inputs():
 
 
 def test_a_reading_at_the_cards_size_is_a_verdict_not_a_peak():
-    """`card_full` cases (a round "80 GiB" on an 80 GB card, an nvidia-smi figure within 1 % of it) bound the run's
+    """`card_full` cases (a round "80 GiB" on an 80 GB card, an nvidia-smi figure within 1 % of it, a 3090's "24GB") bound the run's
     need from above: their verdict is judged, but they stay out of the GPU-peak error median."""
     full = [c for c in pp.load_all_cases() if c.get("card_full")]
     assert full, "batch 3 has readings at the card's size"
     for case in full:
         assert case["kind"] == "gpu_peak" and case["card_full_why"], case["id"]
         capacity = case["cluster"]["gpu_gib"] * pp.GIB
-        assert pp._measured_bytes(case) >= 0.99 * capacity, f"{case['id']}: not at the card's size"
+        # Within 1 % of what the card reports, or its nominal size in decimal GB ("24GB" of a 3090's 23.69 GiB).
+        assert pp._measured_bytes(case) >= 0.94 * capacity, f"{case['id']}: not at the card's size"
         out = pp.evaluate(case)
         assert out.error is None and out.measured_bytes is not None
     summary = pp.summary([pp.evaluate(c) for c in full])
@@ -210,3 +213,14 @@ def test_a_setup_at_the_cards_edge_is_right_only_as_tight():
         assert not pp.evaluate(roomier).verdict_right, f"{case['id']}: 'fits' on twice the card must be wrong"
         smaller = dict(case, cluster=dict(case["cluster"], gpu_gib=case["cluster"]["gpu_gib"] / 2))
         assert not pp.evaluate(smaller).verdict_right, f"{case['id']}: 'does not fit' must be wrong"
+
+
+def test_an_unscored_case_says_why_and_its_model_really_is_unknown():
+    """A case left out of the scores must name its reason, and stop being left out once its model resolves."""
+    unscored = pp.load_all_cases(unscored=True)
+    assert unscored, "batch 4 has a case whose model is not bundled"
+    for case in unscored:
+        assert len(str(case["unscored"])) > 40, case["id"]
+        with pytest.raises(PlanError):
+            pp.build(case)
+    assert not {c["id"] for c in unscored} & {c["id"] for c in pp.load_all_cases()}
