@@ -501,3 +501,143 @@ def activation_bytes(
         shifted_copy_peak=max(peak - without_shift, 0),
         attention_used="dense ALiBi (the model's own attention)" if alibi_masks else "",
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Vision tower and resampler of MiniCPM-Llama3-V 2.5 (the images of a vision-language fine-tune)
+# --------------------------------------------------------------------------------------------------
+
+PIXEL_CHANNELS = 3
+"""RGB slices: the patch convolution keeps its input, 3 x patch^2 values per patch."""
+
+
+@dataclass(frozen=True)
+class VisionActivations:
+    """What the vision side of one micro-batch keeps for backward, and how it was counted."""
+
+    tower: int
+    resampler: int
+    slices: int
+    patches_per_slice: int
+    detail: str
+
+    @property
+    def total(self) -> int:
+        return self.tower + self.resampler
+
+
+def vision_activation_bytes(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    images_per_sample: int,
+    tower_trainable: bool,
+    resampler_trainable: bool,
+    gradient_checkpointing: bool,
+    dtype_bytes: int,
+) -> VisionActivations | None:
+    """Saved tensors of MiniCPM-Llama3-V 2.5's vision side, which run before the language model and are
+    released only by its own backward, after the language model's: so they sit under the whole LLM peak.
+
+    From OpenBMB/MiniCPM-V finetune (dataset.py `SupervisedDataset.__getitem__` opens one image per sample;
+    `slice_image`: the source image resized to about `scale_resolution`^2 pixels plus, for a larger image, up to
+    `max_slice_nums` slices of that size) and the model's remote code (`get_vllm_embedding` with
+    `batch_vision_input`: every slice of the batch through `vpm` at once, padded to the longest;
+    `Resampler.forward`): per image at most 1 + `max_slice_nums` slices of (`scale_resolution` / patch)^2
+    patches -- the upper bound of the model's `slice_config`, since the images' sizes are the dataset's.
+    Each slice adds `query_num` tokens to the language model's sequence, inside its `model_max_length` cap.
+
+    Counted with the tensors autograd saves in transformers 5.23's Idefics2VisionTransformer (eager
+    attention, as the remote code loads it) and torch's nn.MultiheadAttention (measured with
+    saved_tensors_hooks, tests/plan/test_vision_activations.py), n = patches of the micro-batch, D = bytes of
+    the dtype, h/i = the tower's hidden/intermediate sizes, a its heads, L patches per slice, E the language
+    model's hidden size:
+    * tower, trainable (finetune.py `tune_vision`), gradient checkpointing on: the patch convolution's input
+      (3 p^2 n D), the position ids (8 n), each layer's input (n h D, `GradientCheckpointingLayer`), the
+      post-layernorm's input and statistics (n h D + 2 n D); without checkpointing each layer keeps 8 n h D
+      (norm inputs, q/k/v/out_proj inputs, q, k, v), 2 n i D (fc1 output, fc2 input), 2 n D of statistics
+      and its eager attention's fp32 softmax and 16-bit copy, (4 + D) a L n. Frozen: nothing (no input
+      requires grad).
+    * resampler (trained in every MiniCPM-V fine-tune: `resampler.requires_grad_(True)`): `kv_proj`'s input
+      (n h D), `ln_kv`'s input, the attention's key and value inputs and its projected key and value
+      (5 n E D), the attention probabilities (need_weights: D x heads x query_num x n), the norm's
+      statistics (2 n D), and per slice the query side (5 x query_num x E x D).
+    None when the model has no MiniCPM-V `slice_config`, or no image is fed."""
+    cfg = spec.config
+    slice_cfg = cfg.get("slice_config") if isinstance(cfg.get("slice_config"), dict) else None
+    vis = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else None
+    if slice_cfg is None or vis is None or images_per_sample <= 0 or not (tower_trainable or resampler_trainable):
+        return None
+    patch = int(slice_cfg.get("patch_size", vis.get("patch_size", 14)))
+    side = int(slice_cfg.get("scale_resolution", 448)) // max(patch, 1)
+    per_slice = side * side
+    slices = images_per_sample * (1 + int(slice_cfg.get("max_slice_nums", 9)))
+    n = micro_batch * slices * per_slice
+    h = int(vis["hidden_size"])
+    inter = int(vis["intermediate_size"])
+    heads = int(vis["num_attention_heads"])
+    e = spec.params.hidden_size
+    queries = int(cfg.get("query_num", 96))
+    tower, resampler = vision_saved_bytes(
+        patches=n,
+        patches_per_slice=per_slice,
+        patch=patch,
+        hidden=h,
+        intermediate=inter,
+        heads=heads,
+        layers=spec.params.vision_num_layers,
+        embed=e,
+        queries=queries,
+        resampler_heads=max(e // 128, 1),
+        dtype_bytes=dtype_bytes,
+        gradient_checkpointing=gradient_checkpointing,
+        tower_trainable=tower_trainable,
+        resampler_trainable=resampler_trainable,
+    )
+    detail = (
+        f"{slices} slices per micro-batch sample x {per_slice} patches (1 + max_slice_nums, "
+        f"(scale_resolution / patch)^2: the most the model's slice_config encodes per image); "
+        f"tower {'trainable' if tower_trainable else 'frozen'}"
+        f"{', gradient checkpointing' if tower_trainable and gradient_checkpointing else ''}: "
+        f"{tower / 2**30:.2f} GiB, resampler {resampler / 2**30:.2f} GiB; the slices add "
+        f"{slices * queries} query tokens to each sample's sequence (inside seq_len)"
+    )
+    return VisionActivations(tower, resampler, slices, per_slice, detail)
+
+
+def vision_saved_bytes(
+    *,
+    patches: int,
+    patches_per_slice: int,
+    patch: int,
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    layers: int,
+    embed: int,
+    queries: int,
+    resampler_heads: int,
+    dtype_bytes: int,
+    gradient_checkpointing: bool,
+    tower_trainable: bool,
+    resampler_trainable: bool,
+) -> tuple[int, int]:
+    """(tower, resampler) saved bytes for `patches` patch tokens in slices of `patches_per_slice`: the terms of
+    `vision_activation_bytes`."""
+    n, d = patches, dtype_bytes
+    tower = 0
+    if tower_trainable:
+        tower = PIXEL_CHANNELS * patch * patch * n * d + 8 * n + n * hidden * d + 2 * n * d  # conv in, ids, post-LN
+        if gradient_checkpointing:
+            tower += layers * n * hidden * d
+        else:
+            attention = (FP32 + d) * heads * patches_per_slice * n
+            tower += layers * (8 * n * hidden * d + 2 * n * intermediate * d + 4 * n * d + attention)
+    resampler = 0
+    if resampler_trainable:
+        slices = -(-n // max(patches_per_slice, 1))
+        resampler = n * hidden * d + 5 * n * embed * d + d * resampler_heads * queries * n + 2 * n * d
+        # the query side: the repeated queries, q's projection input and scaled copy, out_proj's and ln_post's
+        # inputs, the final `@ proj`'s input (5 x queries x E per slice) and ln_q / ln_post statistics
+        resampler += slices * queries * (5 * embed * d + 2 * d) + 2 * queries * d
+    return tower, resampler

@@ -107,6 +107,10 @@ class Training:
     (LLaMA-Factory / TRL collators, `padding=True`) and `seq_len` (`cutoff_len`, `max_length`) is only the cap,
     so the peak is planned at min(seq_len, longest_sample_tokens); None = at the cap (packing fills it)."""
 
+    images_per_sample: int = 1
+    """Images a vision-language sample feeds the vision tower (MiniCPM-V's finetune dataset opens one per sample);
+    each is encoded as up to 1 + `max_slice_nums` slices of the model's `slice_config`. Text-only models ignore it."""
+
     weights_dtype: str | None = None
     """The dtype the model's weights are loaded in (`from_pretrained(torch_dtype=...)` / `dtype=...`): "bf16",
     "fp16", "fp32" or "auto" (the checkpoint's dtype, taken as 16-bit); None = not stated. It decides the model states of a run without DeepSpeed or FSDP, whose

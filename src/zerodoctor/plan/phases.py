@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor.models.spec import LINEAR, is_output_layer
+from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer
 from zerodoctor.plan import model_states as ms
-from zerodoctor.plan.activations import ActivationEstimate, activation_bytes, loss_shift_for
+from zerodoctor.plan.activations import ActivationEstimate, activation_bytes, loss_shift_for, vision_activation_bytes
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.versions import in_range, parse_version
 
@@ -418,10 +418,17 @@ def trainable_frozen(inputs: PlanInputs, training: Training) -> tuple[int, int]:
     return inputs.model.lora_params(training.lora_rank, training.lora_targets) + extra, total
 
 
+def _named_module(m: ModuleShape, wanted: set[str]) -> bool:
+    """Is `m` one of the modules a run names (`trainable_modules`): by its last name component, its path, or a
+    parent's path -- MiniCPM-V's finetune.py unfreezes whole sub-models by their attribute (`vpm`, `resampler`),
+    whose parameters are the modules under that path."""
+    return m.name in wanted or m.path in wanted or any(m.path.startswith(w + ".") for w in wanted)
+
+
 def _module_numel(inputs: PlanInputs, names: tuple[str, ...]) -> int:
-    """Parameters of the modules whose last name component is in `names` (tied heads count once)."""
+    """Parameters of the modules a run names (`_named_module`; tied heads count once)."""
     wanted = set(names)
-    return sum(m.total for m in inputs.model.modules if m.name in wanted or m.path in wanted)
+    return sum(m.total for m in inputs.model.modules if _named_module(m, wanted))
 
 
 def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, float]:
@@ -462,7 +469,7 @@ def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
         )  # fmt: skip
     adapter = training.lora_rank * max(p.largest_linear_in, p.largest_linear_out)
     wanted = set(training.trainable_modules)
-    saved = [m.numel for m in inputs.model.modules if m.name in wanted or m.path in wanted]
+    saved = [m.numel for m in inputs.model.modules if _named_module(m, wanted)]
     return max([adapter, *saved])
 
 
@@ -1241,6 +1248,9 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
     """The activations item, and beside it what an older transformers adds to the activation peak at the loss
     (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49."""
     items = [activation_item(act, t)]
+    vision = vision_item(inputs, t)
+    if vision is not None:
+        items.append(vision)
     if act.shifted_copy_peak > 0:
         shift = loss_shift_for(inputs.transformers_version)
         items.append(
@@ -1259,6 +1269,35 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
             )
         )
     return items
+
+
+def vision_item(inputs: PlanInputs, t: Training) -> Item | None:
+    """MiniCPM-V's vision tower and resampler activations (`activations.vision_activation_bytes`), charged in the
+    steady phase beside the language model's: they are saved before the LLM runs and freed by their own backward,
+    after the LLM's. The tower keeps anything only when it trains (full fine-tuning, or `vpm` among the
+    trainable modules: finetune.py `tune_vision`), the resampler likewise (`resampler`)."""
+    named = set(t.trainable_modules)
+    full = t.method == "full"
+    vis = vision_activation_bytes(
+        inputs.model,
+        micro_batch=t.micro_batch,
+        images_per_sample=t.images_per_sample,
+        tower_trainable=full or "vpm" in named,
+        resampler_trainable=full or "resampler" in named,
+        gradient_checkpointing=t.gradient_checkpointing,
+        dtype_bytes=t.param_bytes,
+    )
+    if vis is None or vis.total == 0:
+        return None
+    return Item(
+        "vision tower + resampler activations (images)",
+        vis.total,
+        vis.detail,
+        "OpenBMB/MiniCPM-V finetune/dataset.py (one image per sample, slice_image), finetune.py (tune_vision, "
+        "resampler.requires_grad_); the model's get_vllm_embedding / Resampler.forward; transformers "
+        "Idefics2VisionTransformer, torch nn.MultiheadAttention (saved tensors measured: "
+        "tests/plan/test_vision_activations.py)",
+    )
 
 
 def _activation_targets(inputs: PlanInputs, t: Training) -> tuple[str, ...]:
