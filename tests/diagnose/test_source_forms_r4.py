@@ -281,3 +281,29 @@ def test_a_source_line_with_the_next_frame_glued_behind_it_is_two_lines(tmp_path
         "    x = build_dataset(2, 'test')",
         'File "/m/gpt_dataset.py", line 110, in build_dataset',
     ]
+
+
+def _screen(lines: list[str], width: int) -> str:
+    """`lines` as a screen copy of a `width`-column terminal: each logical line cut every `width` characters, every
+    row (the last of each line too) padded with blanks to `width`."""
+    rows = [ln[i : i + width].ljust(width) for ln in lines for i in range(0, max(len(ln), 1), width)]
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("width", [100, 120, 137])
+def test_a_padded_screen_copy_joins_full_rows_and_keeps_line_ends(tmp_path: Path, width: int) -> None:
+    # every row padded to the width (tmux capture-pane -J off, a console's "copy all"): a row whose text reaches the
+    # width goes on, one that ends earlier ended its line - the message after the exception line is no part of it
+    lines = [*GRPO_TB, "Please check your config"]
+    top, fc, _ = _run(tmp_path, _screen(lines, width))
+    assert fc["id"] == "class:config-rejected", top
+    assert str(fc["message"]).endswith("the valid values for the number of generations are: [].")
+
+
+def test_a_screen_row_cut_at_a_blank_keeps_it(tmp_path: Path) -> None:
+    # the row's last column was the blank between two words: the padded copy shows the row one short of its width
+    msg = GRPO_TB[-1]
+    width = msg.index(" ", 90) + 1  # the blank falls on the first row's last column
+    top, fc, _ = _run(tmp_path, "\n".join(GRPO_TB[:-1]) + "\n" + _screen([msg], width))
+    assert fc["id"] == "class:config-rejected", top
+    assert str(fc["message"]) == msg.split(": ", 1)[1]

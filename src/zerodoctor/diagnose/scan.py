@@ -334,6 +334,7 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
     """Where a terminal-wrapped logical line that starts at `start` ends (`stop` if it is not wrapped); the piece
     ends at `limit`."""
     end, line_start = stop, start
+    above = chunk[chunk.rfind(b"\n", 0, max(start - 1, 0)) + 1 : max(start - 1, 0)] if start else b""
     for _ in range(_WRAP_LINES):
         width = len(chunk[line_start:end].rstrip(b"\r"))
         if not (_WRAP_MIN <= width <= _WRAP_MAX) or end >= limit:
@@ -347,12 +348,21 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
         if _FRAME_LINE.search(cur):  # a whole traceback frame line: the next line is its source line
             break
         padded = cur.endswith(b" ")
+        if padded and (_row_ends_early(cur, nxt) or _row_ends_early(cur, above)):
+            break
         at_width = len(cur) in TERMINAL_WIDTHS
         mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
         if not (padded or at_width or mid_word):
             break
-        line_start, end = end + 1, nxt_stop
+        line_start, end, above = end + 1, nxt_stop, cur
     return end
+
+
+def _row_ends_early(cur: bytes, other: bytes) -> bool:
+    """Whether `cur` is a row of a screen copied with every row padded to the same width W (the row below or above,
+    `other`, has that width too) whose text ends before W - 1: the terminal would have put the next characters on
+    this row, so the logical line ended here (a text that reaches W - 1 had a blank at column W, and goes on)."""
+    return len(other.rstrip(b"\r")) == len(cur) and len(cur.rstrip(b" ")) < len(cur) - 1
 
 
 def _continues_previous(prev: bytes, cur: bytes) -> bool:
@@ -360,7 +370,7 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
     prev = prev.rstrip(b"\r")
     if not (_WRAP_MIN <= len(prev) <= _WRAP_MAX) or not cur.strip() or _NEW_RECORD.match(cur):
         return False
-    if _FRAME_LINE.search(prev):
+    if _FRAME_LINE.search(prev) or (prev.endswith(b" ") and _row_ends_early(prev, cur)):
         return False
     mid_word = prev[-1:].isalnum() and (cur[:1].islower() or cur[:1].isdigit())
     # a run of physical lines of one width is a paragraph cut at the terminal's width, whatever that width is
@@ -386,9 +396,16 @@ def _wrapped_start(chunk: bytes, start: int, limit: int) -> int:
 
 
 def _join_wrapped(raw: bytes) -> bytes:
-    """The physical lines of a wrapped line as one: the padding blanks of each cut are removed."""
-    parts = raw.split(b"\n")
-    return b"".join(p.rstrip(b"\r").rstrip(b" ") if i < len(parts) - 1 else p for i, p in enumerate(parts))
+    """The physical lines of a wrapped line as one: the padding blanks of each cut are removed. In a screen copied
+    with every row padded to one width, a row whose text stops one column short had a blank there: one is kept."""
+    parts = [p.rstrip(b"\r") for p in raw.split(b"\n")]
+    grid = len(parts) > 1 and all(len(p) == len(parts[0]) for p in parts)
+    out: list[bytes] = []
+    for p in parts[:-1]:
+        text = p.rstrip(b" ")
+        out.append(text + b" " if grid and len(text) == len(p) - 1 else text)
+    out.append(raw.rsplit(b"\n", 1)[-1])
+    return b"".join(out)
 
 
 def _line_bounds(chunk: bytes, end: int, limit: int) -> tuple[int, int]:
