@@ -26,7 +26,12 @@ from typing import Any
 
 from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer
 from zerodoctor.plan import model_states as ms
-from zerodoctor.plan.activations import ActivationEstimate, activation_bytes, loss_shift_for, vision_activation_bytes
+from zerodoctor.plan.activations import (
+    ActivationEstimate,
+    activation_bytes,
+    loss_shift_for,
+    vision_activation_bytes,
+)
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.versions import in_range, parse_version
 
