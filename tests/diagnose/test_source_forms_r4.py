@@ -307,3 +307,60 @@ def test_a_screen_row_cut_at_a_blank_keeps_it(tmp_path: Path) -> None:
     top, fc, _ = _run(tmp_path, "\n".join(GRPO_TB[:-1]) + "\n" + _screen([msg], width))
     assert fc["id"] == "class:config-rejected", top
     assert str(fc["message"]) == msg.split(": ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        GRPO_TB[-1],
+        # grpo_config.py GRPOConfig.__post_init__ (TRL after 0.17): the effective batch, the same refusal
+        "ValueError: The effective train batch size (3 x 1 x 4) must be evenly divisible by the number of generations"
+        " per prompt (8). Given the current effective train batch size, the valid values for the number of "
+        "generations are: [2, 3, 4, 6, 12].",
+    ],
+)
+def test_trls_generation_batch_refusal_pasted_alone_is_config_rejected(tmp_path: Path, line: str) -> None:
+    for text in (line, f"**{line}**"):
+        top, fc, _ = _run(tmp_path, text + "\n")
+        assert fc["id"] == "class:config-rejected", top
+
+
+# ---- rich's boxed traceback with a frame wrapped inside the box -------------------------------------------------
+
+
+def _rich_traceback(tmp_path: Path, width: int, func: str) -> str:
+    """A real rich traceback (rich/traceback.py, as accelerate and diffusers scripts install it) of an assertion
+    raised in a file at a site-packages path under `tmp_path`, rendered at `width` columns."""
+    import importlib.util
+    import io
+
+    from rich.console import Console
+    from rich.traceback import Traceback
+
+    mod = tmp_path / "home/user/.conda/envs/train/lib/python3.10/site-packages/deepspeed/runtime/zero"
+    mod.mkdir(parents=True)
+    path = mod / "partitioned_param_coordinator.py"
+    path.write_text(f"def {func}(p):\n    assert p['status'] == 'AVAILABLE', p\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("ppc_r4", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        getattr(module, func)({"id": 5, "status": "INFLIGHT", "ds_numel": 4096})
+    except AssertionError as exc:
+        buf = io.StringIO()
+        console = Console(file=buf, width=width, color_system=None)
+        console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__, width=width))
+        return buf.getvalue()
+    raise AssertionError("the module did not raise")
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 150])
+@pytest.mark.parametrize("func", ["fetch_sub_module", "_all_gather_params_and_wait_for_completion_of_fetch"])
+def test_a_rich_frame_wrapped_inside_its_box_is_read_whole(tmp_path: Path, width: int, func: str) -> None:
+    # rich wraps a frame longer than the box: a path folded at the last column, or the function name moved to the
+    # next row at the blank before it
+    text = _rich_traceback(tmp_path, width, func)
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:library-assertion", (top, text)
+    assert fc["library_frame"] == f"deepspeed/runtime/zero/partitioned_param_coordinator.py:2 in {func}", text

@@ -238,6 +238,10 @@ _NAMES_CONFIG = re.compile(
     r"(?i:\b(?:deepspeed|ds)[ _]config(?:uration)?\b|\bzero_optimization\b|\bconfig(?:uration)? file\b"
     r"|\baccelerate config\b|\bin (?:the|your) config\b|\btarget[_ ]modules?\b)|TrainingArguments|\b[A-Z]\w{1,40}(?:Config|Arguments)\b"
     r"|(?<![\w-])--[a-z][a-z0-9_]{2,60}\b"
+    # TRL's GRPO/RLOO batch check names its settings in words (grpo_trainer.py __init__ at v0.15-v0.17, grpo_config.py
+    # __post_init__ later: "The global|effective train batch size (...) must be evenly divisible by the number of
+    # generations per prompt (G)"), often pasted as that one line
+    r"|\bnumber of generations per prompt\b"
 )
 # A refusal of a setting in a configuration check's own words (the raise sites above share them): with a setting's
 # name beside it (snake_case, `quoted`, key=value, a ZeRO stage), a frameless exception line is a config refusal

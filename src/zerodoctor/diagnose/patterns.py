@@ -29,7 +29,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)
     "tb-frame-ipy": r"\.py in [A-Za-z_][A-Za-z0-9_.]*\(|File \S+\.py:\d+, in [A-Za-z_]"
-    r"|\.py:\d+ in [A-Za-z_<][A-Za-z0-9_.<>]* *(│ *)?$",
+    r"|\.py:\d+ in [A-Za-z_<][A-Za-z0-9_.<>]* *(│ *)?$"
+    # (rich wrapping the function name onto the box's next row: `│ /x/pc.py:200 in   │`)
+    r"|\.py:\d+ in *│ *$",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)"
     r"|^\s*Exception: \S",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)

@@ -342,9 +342,12 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
         nxt_stop = chunk.find(b"\n", end + 1, limit)
         nxt_stop = limit if nxt_stop < 0 else nxt_stop
         nxt = chunk[end + 1 : nxt_stop]
+        cur = chunk[line_start:end].rstrip(b"\r")
+        if _rich_frame_continues(cur, nxt):
+            line_start, end, above = end + 1, nxt_stop, cur
+            continue
         if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
             break
-        cur = chunk[line_start:end].rstrip(b"\r")
         if _FRAME_LINE.search(cur):  # a whole traceback frame line: the next line is its source line
             break
         padded = cur.endswith(b" ")
@@ -358,6 +361,41 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
     return end
 
 
+# rich's boxed traceback (rich/traceback.py _render_stack): each frame is `PATH:LINE in FUNC` inside `│ ... │`,
+# wrapped by rich.text.Text.wrap at the box's inner width - at the blank before the function name when that does
+# not fit (`│ /x/pc.py:200 in   │` / `│ fetch_sub_module   │`), or inside a path longer than the box (folded:
+# `│ /env/.../zero/partitioned_para │` / `│ m_coordinator.py:200 in fetch_sub_module │`)
+_BOX = "│".encode()
+_RICH_FUNC_CUT = re.compile(rb"\.py:\d+ in *$")
+_RICH_FRAME_REST = re.compile(rb"^\S*\.py:\d+ in \S")
+_PATH_FOLD = re.compile(rb"^\S*/\S*$")
+
+
+def _box_body(row: bytes) -> bytes | None:
+    """The text inside a rich box row `│ TEXT │` (None when the row is not one)."""
+    row = row.rstrip(b"\r").strip(b" ")
+    if len(row) < 2 * len(_BOX) or not (row.startswith(_BOX) and row.endswith(_BOX)):
+        return None
+    return row[len(_BOX) : -len(_BOX)]
+
+
+def _rich_frame_continues(cur: bytes, nxt: bytes) -> bool:
+    """Whether box row `nxt` holds the rest of the rich frame that box row `cur` starts (see above)."""
+    a, b = _box_body(cur), _box_body(nxt)
+    if a is None or b is None or len(cur.rstrip(b"\r")) != len(nxt.rstrip(b"\r")):
+        return False
+    inner = len(a.decode("utf-8", "replace")) - 2  # `│ ` + text + ` │`
+    a, b = a.strip(b" "), b.strip(b" ")
+    if _RICH_FUNC_CUT.search(a):
+        return re.fullmatch(rb"[A-Za-z_<][\w.<>]*", b) is not None
+    # (a fold fills the row: a path longer than the box is cut at its last column)
+    return (
+        _PATH_FOLD.match(a) is not None
+        and len(a.decode("utf-8", "replace")) >= inner
+        and _RICH_FRAME_REST.match(b) is not None
+    )
+
+
 def _row_ends_early(cur: bytes, other: bytes) -> bool:
     """Whether `cur` is a row of a screen copied with every row padded to the same width W (the row below or above,
     `other`, has that width too) whose text ends before W - 1: the terminal would have put the next characters on
@@ -368,6 +406,8 @@ def _row_ends_early(cur: bytes, other: bytes) -> bool:
 def _continues_previous(prev: bytes, cur: bytes) -> bool:
     """Whether physical line `cur` is the terminal-wrapped rest of `prev` (the same tests as _wrapped_end)."""
     prev = prev.rstrip(b"\r")
+    if _rich_frame_continues(prev, cur):
+        return True
     if not (_WRAP_MIN <= len(prev) <= _WRAP_MAX) or not cur.strip() or _NEW_RECORD.match(cur):
         return False
     if _FRAME_LINE.search(prev) or (prev.endswith(b" ") and _row_ends_early(prev, cur)):
@@ -399,6 +439,8 @@ def _join_wrapped(raw: bytes) -> bytes:
     """The physical lines of a wrapped line as one: the padding blanks of each cut are removed. In a screen copied
     with every row padded to one width, a row whose text stops one column short had a blank there: one is kept."""
     parts = [p.rstrip(b"\r") for p in raw.split(b"\n")]
+    if len(parts) > 1 and all(_box_body(p) is not None for p in parts):
+        return _join_box_rows(parts)
     grid = len(parts) > 1 and all(len(p) == len(parts[0]) for p in parts)
     out: list[bytes] = []
     for p in parts[:-1]:
@@ -406,6 +448,20 @@ def _join_wrapped(raw: bytes) -> bytes:
         out.append(text + b" " if grid and len(text) == len(p) - 1 else text)
     out.append(raw.rsplit(b"\n", 1)[-1])
     return b"".join(out)
+
+
+def _join_box_rows(parts: list[bytes]) -> bytes:
+    """Rich box rows of one wrapped frame as one `│ TEXT │` row: a row rich filled to the box's inner width was a
+    fold inside a word (joined with no blank), a shorter one was cut at the blank before the next word."""
+    bodies = [_box_body(p) or b"" for p in parts]
+    inner = len(bodies[0].decode("utf-8", "replace")) - 2  # `│ ` + text + ` │`
+    out = bodies[0].strip(b" ")
+    full = len(out.decode("utf-8", "replace")) >= inner
+    for body in bodies[1:]:
+        piece = body.strip(b" ")
+        out += piece if full else b" " + piece
+        full = len(piece.decode("utf-8", "replace")) >= inner
+    return _BOX + b" " + out + b" " + _BOX
 
 
 def _line_bounds(chunk: bytes, end: int, limit: int) -> tuple[int, int]:
