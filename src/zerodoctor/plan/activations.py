@@ -71,6 +71,8 @@ ATTN_IMPLS = ("flash", "sdpa", "eager")
 
 FP32 = 4
 INT64 = 8
+BOOL = 1
+"""torch.bool, the mask `native_dropout` keeps for its backward."""
 
 LOSS_SHIFTS = ("none", "loss_function", "model_forward")
 """How transformers shifts the logits for the causal-LM loss (`loss_shift_for`): "none" = 4.49 and later,
@@ -178,6 +180,7 @@ def _linear_inputs(
     lora: frozenset[str],
     rank: int,
     adapter: int,
+    dropout: bool = False,
 ) -> int:
     """Bytes kept for the input X (T x features_in) shared by the Linears in `consumers`.
 
@@ -188,6 +191,10 @@ def _linear_inputs(
     DeepSpeed) every adapted Linear makes and keeps its own copy (adapter x T x in each -- q, k and v
     make three); when it is the same (DeepSpeed bf16 casts every parameter, adapters included) the cast
     is a no-op and the adapters share X.
+    With `lora_dropout` > 0 (`dropout`) every adapter runs `lora_A(dropout(x))`: the dropout output is a new
+    tensor per adapted Linear, which `lora_A` keeps (adapter x T x in), and CUDA's fused `native_dropout` keeps
+    its bool mask (1 x T x in; on CPU `_dropout_impl` keeps a mask in the input's dtype); x itself is then kept
+    by none of them.
     """
     if full_ft:
         return t.d * t.tokens * features_in
@@ -195,6 +202,8 @@ def _linear_inputs(
     if not adapted:
         return 0
     a_out = adapter * t.tokens * rank * len(adapted)
+    if dropout:
+        return (adapter + BOOL) * t.tokens * features_in * len(adapted) + a_out
     if adapter != t.d:
         return adapter * t.tokens * features_in * len(adapted) + a_out
     return t.d * t.tokens * features_in + a_out
@@ -223,11 +232,13 @@ def _attention_saved(t: _Shape, attn_impl: str) -> int:
     return t.d * t.tokens * (t.q_dim + 2 * kv_rep) + probs
 
 
-def _mlp_saved(t: _Shape, full_ft: bool, lora: frozenset[str], rank: int, adapter: int) -> int:
+def _mlp_saved(
+    t: _Shape, full_ft: bool, lora: frozenset[str], rank: int, adapter: int, dropout: bool = False
+) -> int:
     """SwiGLU `down(silu(gate(x)) * up(x))`: SiLU keeps its input (gate output), `mul` keeps both factors
     (SiLU output, up output), `down_proj` keeps the product (full FT) -- 4 x D x T x i."""
     saved = 3 * t.d * t.tokens * t.inter
-    saved += _linear_inputs(t, t.inter, ("down_proj",), full_ft, lora, rank, adapter)
+    saved += _linear_inputs(t, t.inter, ("down_proj",), full_ft, lora, rank, adapter, dropout)
     return saved
 
 
@@ -253,18 +264,27 @@ def _moe_saved(spec: ModelSpec, t: _Shape) -> int:
 
 
 def _layer_saved(
-    spec: ModelSpec, t: _Shape, attn_impl: str, lora: frozenset[str], rank: int, adapter: int, moe: bool
+    spec: ModelSpec,
+    t: _Shape,
+    attn_impl: str,
+    lora: frozenset[str],
+    rank: int,
+    adapter: int,
+    moe: bool,
+    dropout: bool = False,
 ) -> int:
     full_ft = not lora
     saved = 2 * _norm_saved(t, trainable_weight=full_ft)  # input_layernorm, post_attention_layernorm
-    saved += _linear_inputs(t, t.hidden, ("q_proj", "k_proj", "v_proj", "W_pack"), full_ft, lora, rank, adapter)
+    saved += _linear_inputs(
+        t, t.hidden, ("q_proj", "k_proj", "v_proj", "W_pack"), full_ft, lora, rank, adapter, dropout
+    )
     saved += _attention_saved(t, attn_impl)
     # o_proj input: flash/sdpa output is already (b, s, a, d) in memory, so `.contiguous()` is a no-op and
     # o_proj saves the attention output's own storage (counted above). Eager's matmul output is
     # (b, a, s, d): the transpose+contiguous is a copy that o_proj saves.
     # Same for a bf16 `lora_A` on o_proj: its input is that storage, only `lora_A`'s output is new.
-    if attn_impl in ("eager", "alibi") or (lora and adapter != t.d):
-        saved += _linear_inputs(t, t.q_dim, ("o_proj",), full_ft, lora, rank, adapter)
+    if attn_impl in ("eager", "alibi") or (lora and (adapter != t.d or dropout)):
+        saved += _linear_inputs(t, t.q_dim, ("o_proj",), full_ft, lora, rank, adapter, dropout)
     elif "o_proj" in lora:
         saved += adapter * t.tokens * rank
     if moe:
@@ -272,8 +292,8 @@ def _layer_saved(
         if full_ft:
             saved += t.d * t.tokens * t.hidden  # the router's F.linear keeps the norm output
     else:
-        saved += _mlp_saved(t, full_ft, lora, rank, adapter)
-        saved += _linear_inputs(t, t.hidden, ("gate_proj", "up_proj"), full_ft, lora, rank, adapter)
+        saved += _mlp_saved(t, full_ft, lora, rank, adapter, dropout)
+        saved += _linear_inputs(t, t.hidden, ("gate_proj", "up_proj"), full_ft, lora, rank, adapter, dropout)
     return saved
 
 
@@ -311,6 +331,7 @@ def activation_bytes(
     trainable_layers: int | None = None,
     frozen_layers_keep_inputs: bool = False,
     loss_shift: str = "none",
+    lora_dropout: float = 0.0,
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -330,6 +351,8 @@ def activation_bytes(
     of several sequences one more fp32 tensor of b(s-1) x V alive until the loss returns (one sequence's slice
     is contiguous already: no copy); up to 4.45 the 16-bit logits are gone by then. log_softmax keeps only its
     output, so the backward has the same three tensors, of b(s-1) rows.
+    `lora_dropout` > 0: each adapter keeps its own dropped copy of its input and the dropout's bool mask
+    (`_linear_inputs`); PEFT's default and LLaMA-Factory's are 0, PEFT's example scripts use 0.1.
     """
     if loss_shift not in LOSS_SHIFTS:
         raise PlanError(f"unknown loss shift '{loss_shift}'", hint=f"use one of {LOSS_SHIFTS}")
@@ -384,12 +407,18 @@ def activation_bytes(
         notes.append("flash-attention-2 is CUDA-only: predicted from its saved tensors, not measured on CPU")
     if lora:
         how = "shared input" if adapter == dtype_bytes else "one cast copy of its input per adapter"
-        notes.append(
-            f"LoRA: frozen base saves no Linear inputs; {adapter}-byte adapters ({how}); lora_dropout 0"
+        drop = (
+            f"lora_dropout {lora_dropout:g}: each adapter keeps its dropped input copy and a bool mask"
+            if lora_dropout > 0
+            else "lora_dropout 0"
         )
+        notes.append(f"LoRA: frozen base saves no Linear inputs; {adapter}-byte adapters ({how}); {drop}")
+    dropout = bool(lora) and lora_dropout > 0
 
-    dense = _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=False)
-    moe_layer = _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=True) if p.is_moe else 0
+    dense = _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=False, dropout=dropout)
+    moe_layer = (
+        _layer_saved(spec, t, attn_impl, lora, lora_rank, adapter, moe=True, dropout=dropout) if p.is_moe else 0
+    )
     n_dense = p.num_dense_layers if p.is_moe else p.num_layers
     n_moe = p.num_moe_layers if p.is_moe else 0
     layers = n_dense + n_moe

@@ -72,6 +72,9 @@ class Training:
     method: str = "full"
     lora_rank: int = DEFAULT_LORA_RANK
     lora_targets: str | tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_dropout: float = 0.0
+    """PEFT `lora_dropout` (its default and LLaMA-Factory's: 0): above 0 every adapter keeps its own dropped copy of
+    its input and a bool mask (`activations._linear_inputs`)."""
     quant_storage: str = "uint8"
     quant_storage_by_framework: bool = False
     double_quant: bool = True
@@ -351,6 +354,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         method=run.method.value,
         lora_rank=run.lora_rank.value,
         lora_targets=run.lora_targets.value,
+        lora_dropout=run.lora_dropout.value if run.lora_dropout is not None else 0.0,
         quant_storage=run.quant_storage.value,
         quant_storage_by_framework=run.quant_storage_by_framework,
         precision=run.precision.value,

@@ -1210,6 +1210,7 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         # adapters to param_dtype like DeepSpeed does.
         lora_adapter_bytes=ms.FP32_BYTES if t.is_peft and zero.stage == 0 and zero.fsdp is None else None,
         trainable_layers=t.freeze_trainable_layers if t.method == "freeze" else None,
+        lora_dropout=t.lora_dropout if t.is_peft else 0.0,
         # transformers' activation_checkpointing_enable makes the embedding output require grad, so checkpointed
         # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",

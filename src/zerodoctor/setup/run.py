@@ -249,6 +249,8 @@ class RunDescription:
     None when not stated. The planner keeps it as the trained weights of a run without DeepSpeed or FSDP."""
     pure_bf16: Known[bool] | None = None
     """LLaMA-Factory `pure_bf16` (trainable parameters stay 16-bit instead of being upcast to fp32)."""
+    lora_dropout: Known[float] | None = None
+    """PEFT / LLaMA-Factory `lora_dropout` from the arguments (None: not stated, PEFT's default 0)."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -795,10 +797,23 @@ def describe_run(
         fsdp=fsdp,
         weights_dtype=_weights_dtype(rd),
         pure_bf16=rd.arg("pure_bf16"),
+        lora_dropout=_lora_dropout(rd),
     )
 
 
 _WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
+
+
+def _lora_dropout(rd: _Reader) -> Known[float] | None:
+    """`lora_dropout` from the arguments, when it is a probability (a value that is not is left to PEFT to reject)."""
+    k = rd.arg("lora_dropout")
+    if k is None or isinstance(k.value, bool):
+        return None
+    try:
+        value = float(k.value)
+    except (TypeError, ValueError):
+        return None
+    return Known(value, k.origin) if 0.0 <= value < 1.0 else None
 
 
 def _weights_dtype(rd: _Reader) -> Known[str] | None:
