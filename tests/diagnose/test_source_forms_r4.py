@@ -361,6 +361,8 @@ def test_a_rich_frame_wrapped_inside_its_box_is_read_whole(tmp_path: Path, width
     # rich wraps a frame longer than the box: a path folded at the last column, or the function name moved to the
     # next row at the blank before it
     text = _rich_traceback(tmp_path, width, func)
-    top, fc, _ = _run(tmp_path, text)
-    assert fc["id"] == "class:library-assertion", (top, text)
-    assert fc["library_frame"] == f"deepspeed/runtime/zero/partitioned_param_coordinator.py:2 in {func}", text
+    # also as torchrun --tee prints it, each row behind the rank's prefix
+    for log in (text, "".join(f"[default1]:{row}" for row in text.splitlines(keepends=True))):
+        top, fc, _ = _run(tmp_path, log)
+        assert fc["id"] == "class:library-assertion", (top, log)
+        assert fc["library_frame"] == f"deepspeed/runtime/zero/partitioned_param_coordinator.py:2 in {func}", log

@@ -367,23 +367,38 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
 # `│ /env/.../zero/partitioned_para │` / `│ m_coordinator.py:200 in fetch_sub_module │`)
 _BOX = "│".encode()
 _RICH_FUNC_CUT = re.compile(rb"\.py:\d+ in *$")
-_RICH_FRAME_REST = re.compile(rb"^\S*\.py:\d+ in \S")
+_RICH_FRAME_REST = re.compile(rb"^\S*\.py:\d+ in(?: \S| *$)")
 _PATH_FOLD = re.compile(rb"^\S*/\S*$")
 
 
-def _box_body(row: bytes) -> bytes | None:
-    """The text inside a rich box row `│ TEXT │` (None when the row is not one)."""
-    row = row.rstrip(b"\r").strip(b" ")
-    if len(row) < 2 * len(_BOX) or not (row.startswith(_BOX) and row.endswith(_BOX)):
+# a launcher's prefix in front of each box row (torchrun's `[default0]:` / `[rank3]:`, pdsh's `host-1: `)
+_BOX_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]:|[\w.-]{1,64}: )?\s*")
+
+
+def _box_split(row: bytes) -> tuple[bytes, bytes] | None:
+    """(prefix, text inside) of a rich box row `PREFIX│ TEXT │` (None when the row is not one)."""
+    row = row.rstrip(b"\r").rstrip(b" ")
+    at = row.find(_BOX)
+    if at < 0 or not row.endswith(_BOX) or len(row) - at < 2 * len(_BOX):
         return None
-    return row[len(_BOX) : -len(_BOX)]
+    prefix = row[:at]
+    if prefix and _BOX_PREFIX.fullmatch(prefix) is None:
+        return None
+    return prefix, row[at + len(_BOX) : -len(_BOX)]
+
+
+def _box_body(row: bytes) -> bytes | None:
+    """The text inside a rich box row `│ TEXT │`, behind a launcher's prefix or not (None when it is none)."""
+    split = _box_split(row)
+    return None if split is None else split[1]
 
 
 def _rich_frame_continues(cur: bytes, nxt: bytes) -> bool:
     """Whether box row `nxt` holds the rest of the rich frame that box row `cur` starts (see above)."""
-    a, b = _box_body(cur), _box_body(nxt)
-    if a is None or b is None or len(cur.rstrip(b"\r")) != len(nxt.rstrip(b"\r")):
+    ca, cb = _box_split(cur), _box_split(nxt)
+    if ca is None or cb is None or ca[0] != cb[0] or len(cur.rstrip(b"\r")) != len(nxt.rstrip(b"\r")):
         return False
+    a, b = ca[1], cb[1]
     inner = len(a.decode("utf-8", "replace")) - 2  # `│ ` + text + ` │`
     a, b = a.strip(b" "), b.strip(b" ")
     if _RICH_FUNC_CUT.search(a):
@@ -453,6 +468,7 @@ def _join_wrapped(raw: bytes) -> bytes:
 def _join_box_rows(parts: list[bytes]) -> bytes:
     """Rich box rows of one wrapped frame as one `│ TEXT │` row: a row rich filled to the box's inner width was a
     fold inside a word (joined with no blank), a shorter one was cut at the blank before the next word."""
+    prefix = (_box_split(parts[0]) or (b"", b""))[0]
     bodies = [_box_body(p) or b"" for p in parts]
     inner = len(bodies[0].decode("utf-8", "replace")) - 2  # `│ ` + text + ` │`
     out = bodies[0].strip(b" ")
@@ -461,7 +477,7 @@ def _join_box_rows(parts: list[bytes]) -> bytes:
         piece = body.strip(b" ")
         out += piece if full else b" " + piece
         full = len(piece.decode("utf-8", "replace")) >= inner
-    return _BOX + b" " + out + b" " + _BOX
+    return prefix + _BOX + b" " + out + b" " + _BOX
 
 
 def _line_bounds(chunk: bytes, end: int, limit: int) -> tuple[int, int]:
