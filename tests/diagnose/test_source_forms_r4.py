@@ -365,4 +365,31 @@ def test_a_rich_frame_wrapped_inside_its_box_is_read_whole(tmp_path: Path, width
     for log in (text, "".join(f"[default1]:{row}" for row in text.splitlines(keepends=True))):
         top, fc, _ = _run(tmp_path, log)
         assert fc["id"] == "class:library-assertion", (top, log)
-        assert fc["library_frame"] == f"deepspeed/runtime/zero/partitioned_param_coordinator.py:2 in {func}", log
+        assert (
+            fc["library_frame"] == f"deepspeed/runtime/zero/partitioned_param_coordinator.py:2 in {func}"
+        ), log
+
+
+@pytest.mark.parametrize("last", ["**AssertionError**", "*AssertionError*", "`AssertionError`"])
+def test_a_bare_assertion_line_in_emphasis_ends_the_traceback(tmp_path: Path, last: str) -> None:
+    # an `assert` without a message prints `AssertionError` alone (traceback.format_exception_only)
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.10/site-packages/peft/tuners/adalora/layer.py", line 365, in __init__\n'
+        "    assert self.beta1 > 0 and self.beta1 < 1\n" + last + "\n"
+    )
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:library-assertion", top
+    assert fc["library_frame"] == "peft/tuners/adalora/layer.py:365 in __init__"
+
+
+def test_deepspeeds_plain_exception_in_emphasis_is_read(tmp_path: Path) -> None:
+    # DeepSpeed raises a plain Exception (runtime/engine.py _configure_zero_optimizer at 0.19.8)
+    msg = (
+        "Exception: The deprecated version of ZeRO Stage 1 is not supported in deepspeed >= 0.5.9. Please downgrade "
+        "to a version less than 0.5.9 if you need to use this deprecated version of ZeRO."
+    )
+    plain = _run(tmp_path, msg + "\n")[1]["id"]
+    assert plain != "no-known-failure"
+    top, fc, _ = _run(tmp_path, f"*{msg}*\n")
+    assert fc["id"] == plain, top

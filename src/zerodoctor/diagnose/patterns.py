@@ -32,8 +32,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|\.py:\d+ in [A-Za-z_<][A-Za-z0-9_.<>]* *(│ *)?$"
     # (rich wrapping the function name onto the box's next row: `│ /x/pc.py:200 in   │`)
     r"|\.py:\d+ in *│ *$",
-    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?(: |:?\s*$)"
-    r"|^\s*Exception: \S",
+    # (also inside Markdown emphasis or inline code: `**AssertionError**`, `*Exception: ...*`)
+    "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?"
+    r"(: |:?[*_`]*\s*$)"
+    r"|^[\s*_`]*Exception: \S",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
     # a device out of memory, in the words of each accelerator's allocator or runtime (extract.DEVICE_OOM lists
