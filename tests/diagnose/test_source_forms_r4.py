@@ -393,3 +393,28 @@ def test_deepspeeds_plain_exception_in_emphasis_is_read(tmp_path: Path) -> None:
     assert plain != "no-known-failure"
     top, fc, _ = _run(tmp_path, f"*{msg}*\n")
     assert fc["id"] == plain, top
+
+
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [
+        # a conda env named after a library is no frame of it; the package below it is
+        ("/home/u/.conda/envs/vllm/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", "trl/trainer/"),
+        (
+            "/home/u/.conda/envs/deepspeed/lib/python3.9/site-packages/deepspeed/runtime/engine.py",
+            "deepspeed/runtime/",
+        ),
+        # a source checkout holds the package one level down
+        ("/home/u/src/trl/trl/trainer/grpo_trainer.py", "trl/trainer/"),
+        ("/workspace/Megatron-DeepSpeed/megatron/training.py", "megatron/training.py"),
+    ],
+)
+def test_the_library_frame_is_the_package_not_an_env_or_checkout_dir(
+    tmp_path: Path, path: str, want: str
+) -> None:
+    text = (
+        f'Traceback (most recent call last):\n  File "{path}", line 490, in f\n    assert x\nAssertionError\n'
+    )
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:library-assertion", top
+    assert str(fc["library_frame"]).startswith(want)

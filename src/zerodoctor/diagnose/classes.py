@@ -341,6 +341,8 @@ def _lib_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
                 for i in range(1, len(parts)):
                     rest = marker.join(parts[i:])
                     if not rest.startswith(_ENV_DIRS):
+                        # (a source checkout holds the package one level down: `/x/trl/trl/trainer/grpo_trainer.py`)
+                        rest = rest[len(lib) + 1 :] if rest.startswith(f"{lib}/") else rest
                         return lib + "/" + rest, fr.lineno, fr.func
     return None
 
