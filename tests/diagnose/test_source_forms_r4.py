@@ -418,3 +418,37 @@ def test_the_library_frame_is_the_package_not_an_env_or_checkout_dir(
     top, fc, _ = _run(tmp_path, text)
     assert fc["id"] == "class:library-assertion", top
     assert str(fc["library_frame"]).startswith(want)
+
+
+# DeepSpeed runtime/config.py DeepSpeedConfig._batch_assertion (0.19.8): the assertion users hit most
+DS_BATCH_TB = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/deepspeed/runtime/config.py", line 700, in _batch_assertion',
+    "    assert train_batch == micro_batch * grad_acc * self.world_size, (",
+    "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+    "gradient_acc_step * world_size 64 != 4 * 8 * 1",
+]
+
+
+@pytest.mark.parametrize("width", [80, 92, 100, 131])
+@pytest.mark.parametrize("pad", [False, True])
+def test_a_frame_header_cut_anywhere_by_the_terminal_keeps_its_frame(
+    tmp_path: Path, width: int, pad: bool
+) -> None:
+    # a row cut inside `, line N, in F` (`..., line 700, i` + `n _batch_assertion`) or right after a blank of the
+    # text (`config.py", ` + `line 700`): the frame and its judging function are read whole
+    unwrapped = _run(tmp_path, "\n".join(DS_BATCH_TB) + "\n")[1]
+    rows = [ln[i : i + width] for ln in DS_BATCH_TB for i in range(0, len(ln), width)]
+    text = "\n".join(r.ljust(width) if pad else r for r in rows) + "\n"
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == unwrapped["id"] == "class:config-rejected", top
+    assert fc.get("judged_by") == unwrapped.get("judged_by")
+
+
+@pytest.mark.parametrize("inner", [61, 68, 72, 75])
+def test_a_frame_header_in_padded_rows_on_one_line_is_read_whole(tmp_path: Path, inner: int) -> None:
+    # one padded row per frame header, cut inside the path, inside `line` or inside `in`
+    text = "\n".join(_rows_on_one_line(line, inner, 160) for line in DS_BATCH_TB) + "\n"
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:config-rejected", top
+    assert str(fc["judged_by"]).startswith("deepspeed/runtime/config.py:700 in _batch_assertion")

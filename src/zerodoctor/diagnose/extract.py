@@ -857,11 +857,11 @@ class Extractor:
             ipy = _IPY_HEAD.match(line.text)
             if ipy and len(self._ipy) < MAX_TRACEBACKS:
                 self._ipy.append((tb, ipy.group(1), hit))
+        # (a line the frame patterns hit that holds no whole frame - a header cut at the end of a paste - is none)
         if "x:tb-frame" in keys:
-            self._frame(line)
-            self._last_frame = (line, hit)
-        elif "x:tb-frame-ipy" in keys:
-            self._frame(line, ipython=True)
+            if self._frame(line):
+                self._last_frame = (line, hit)
+        elif "x:tb-frame-ipy" in keys and self._frame(line, ipython=True):
             self._last_frame = (line, hit)
         if "x:tb-exception" in keys:
             self._exception(line, hit)
@@ -1102,12 +1102,13 @@ class Extractor:
             self.facts.tracebacks.append(tb)
         return tb
 
-    def _frame(self, line: LogLine, *, ipython: bool = False) -> None:
+    def _frame(self, line: LogLine, *, ipython: bool = False) -> bool:
+        """Read a frame line into its traceback; False when the line holds no whole frame."""
         m = (_IPY_FRAME if ipython else _FRAME).search(line.text)
         if not m:
             m = (_RICH_FRAME if ipython else _CUT_FRAME).search(line.text)
         if not m:
-            return
+            return False
         tb = self._open_tb(line) or self._start_tb(line)
         if len(tb.frames) >= MAX_FRAMES:
             del tb.frames[0]
@@ -1115,6 +1116,7 @@ class Extractor:
             -1
         ]  # IPython: `DeepSpeedEngine._configure_optimizer` -> the function
         tb.frames.append(Frame(m.group(1), log_int(m.group(2) or "0") or 0, func, line))
+        return True
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
         m = _EXC.match(line.text) or _RUNPY.search(line.text)

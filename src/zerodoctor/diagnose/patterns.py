@@ -23,8 +23,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # joins the wrapped rest)
     # (and a frame line copied as padded terminal rows on one line, cut anywhere: `File "...tr` + blanks + `l/x.py",
     # line 3` - reader.unpad_rows removes the padding before the line is read)
+    # (and a frame header a terminal cut anywhere else - inside its path, or its `, line N, in `: `  File "/x/con` +
+    # `fig.py", line 700`, `  File "/x/config.py", line 700, i` + `n f`; the scan joins the wrapped rest)
     "tb-frame": r'(File "[^"\n]+|\.py)", line \d+, in |File "[^"\n]+\.py", line \d+\s*$'
-    r'|File "[^\n]{1,250} {8}[^ \n]',
+    r'|File "[^\n]{1,250} {8}[^ \n]'
+    r'|^\s*File "[^"\n]{1,250}$|File "[^"\n]+",(?: (?:l(?:i(?:ne?)?)?|line \d+,?(?: i)?)?)?\s*$',
     # IPython / Jupyter frames: `~/x/cpp_extension.py in _run_ninja_build(...)`, `File /x/engine.py:1184, in F(...)`
     # (and rich's boxed tracebacks, rich/traceback.py _render_stack: `│ /x/deepspeed/runtime/engine.py:1008 in
     # _do_sanity_check │`, the path sometimes wrapped onto the line above)

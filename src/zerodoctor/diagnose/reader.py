@@ -197,11 +197,32 @@ _BORDERS = "|│┃║"
 TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
 
 
+_FRAME_HEADER = re.compile(r'", line \d+, in \S')
+_IN_FRAME_PATH = re.compile(r'File "[^"]*$')
+
+
+def _frame_cut(row: str, rest: str) -> bool | None:
+    """For a row cut inside a frame header's `", line N, in F`: whether it was cut inside a word (the header reads
+    right joined with no blank) or at one of its blanks; None when the cut is not there."""
+    tail, head = row[-30:], rest[:30]
+    for sep in ("", " "):
+        m = _FRAME_HEADER.search(tail + sep + head)
+        if m is not None and m.start() < len(tail) < m.end():
+            return sep == ""
+    return None
+
+
 def _cut_inside(row: str, rest: str) -> bool:
-    """Whether a single padded row (whose text width is not known from other rows) was cut inside the text: it is as
-    long as a usual terminal width, it ends inside a path or a long token (its last word has a '/' or a '\\\\', or
-    is 30+ characters long: paths and identifiers hold no blank), or the next row starts with punctuation that
-    follows a word directly (`, in __init__`)."""
+    """Whether a single padded row (whose text width is not known from other rows) was cut inside the text: inside
+    a frame header's path (paths hold no blank) or its `", line N, in F` where the header reads right with no blank,
+    a row as long as a usual terminal width, a row ending inside a path or a long token (its last word has a '/' or
+    a '\\\\', or is 30+ characters long), or the next row starts with punctuation that follows a word directly (`, in
+    __init__`)."""
+    frame = _frame_cut(row, rest)
+    if frame is not None:
+        return frame
+    if _IN_FRAME_PATH.search(row) is not None:
+        return True
     last = row.rsplit(" ", 1)[-1]
     return (
         len(row) in TERMINAL_WIDTHS

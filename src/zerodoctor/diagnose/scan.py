@@ -348,14 +348,16 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
             continue
         if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
             break
-        if _FRAME_LINE.search(cur):  # a whole traceback frame line: the next line is its source line
+        # a whole traceback frame line: the next line is its source line (indented) - unless the terminal cut the
+        # function name (`in _batch_ass` + `ertion`)
+        if _FRAME_LINE.search(cur) and not _func_cut(cur, nxt):
             break
         padded = cur.endswith(b" ")
         if padded and (_row_ends_early(cur, nxt) or _row_ends_early(cur, above)):
             break
         at_width = len(cur) in TERMINAL_WIDTHS
         mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
-        if not (padded or at_width or mid_word):
+        if not (padded or at_width or mid_word or _OPEN_PATH.search(cur)):
             break
         line_start, end, above = end + 1, nxt_stop, cur
     return end
@@ -411,6 +413,24 @@ def _rich_frame_continues(cur: bytes, nxt: bytes) -> bool:
     )
 
 
+# a frame header cut inside its path (`  File "/x/site-packages/trl/trainer/grpo_trainer`): a path never spans lines
+_OPEN_PATH = re.compile(rb'^\s*File "[^"]*$')
+_NAME_REST = re.compile(rb"[\w<>.]+\s*$")
+_EXC_NAME = re.compile(rb"[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\s*$")
+
+
+def _func_cut(cur: bytes, nxt: bytes) -> bool:
+    """Whether a frame line `cur` as long as a terminal's width was cut inside its function name and `nxt` is the
+    rest: a name's characters, not the frame's indented source line nor a bare exception name (`AssertionError`
+    right below a frame whose source Python could not read)."""
+    return (
+        len(cur) >= _WRAP_MIN
+        and (cur[-1:].isalnum() or cur.endswith(b"_"))
+        and _NAME_REST.match(nxt) is not None
+        and _EXC_NAME.match(nxt) is None
+    )
+
+
 def _row_ends_early(cur: bytes, other: bytes) -> bool:
     """Whether `cur` is a row of a screen copied with every row padded to the same width W (the row below or above,
     `other`, has that width too) whose text ends before W - 1: the terminal would have put the next characters on
@@ -425,12 +445,20 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
         return True
     if not (_WRAP_MIN <= len(prev) <= _WRAP_MAX) or not cur.strip() or _NEW_RECORD.match(cur):
         return False
-    if _FRAME_LINE.search(prev) or (prev.endswith(b" ") and _row_ends_early(prev, cur)):
+    if (_FRAME_LINE.search(prev) and not _func_cut(prev, cur)) or (
+        prev.endswith(b" ") and _row_ends_early(prev, cur)
+    ):
         return False
     mid_word = prev[-1:].isalnum() and (cur[:1].islower() or cur[:1].isdigit())
     # a run of physical lines of one width is a paragraph cut at the terminal's width, whatever that width is
     same_width = len(prev) == len(cur.rstrip(b"\r"))
-    return prev.endswith(b" ") or len(prev) in TERMINAL_WIDTHS or mid_word or same_width
+    return (
+        prev.endswith(b" ")
+        or len(prev) in TERMINAL_WIDTHS
+        or mid_word
+        or same_width
+        or _OPEN_PATH.search(prev) is not None
+    )
 
 
 def _wrapped_start(chunk: bytes, start: int, limit: int) -> int:
@@ -451,16 +479,19 @@ def _wrapped_start(chunk: bytes, start: int, limit: int) -> int:
 
 
 def _join_wrapped(raw: bytes) -> bytes:
-    """The physical lines of a wrapped line as one: the padding blanks of each cut are removed. In a screen copied
-    with every row padded to one width, a row whose text stops one column short had a blank there: one is kept."""
+    """The physical lines of a wrapped line as one: the padding blanks of each cut are removed. A row of the full
+    width (or, in a screen copied with every row padded to one width, any row) whose text stops one column short had
+    a blank there: one is kept."""
     parts = [p.rstrip(b"\r") for p in raw.split(b"\n")]
     if len(parts) > 1 and all(_box_body(p) is not None for p in parts):
         return _join_box_rows(parts)
     grid = len(parts) > 1 and all(len(p) == len(parts[0]) for p in parts)
+    width = max(len(p) for p in parts[:-1]) if len(parts) > 1 else 0
     out: list[bytes] = []
     for p in parts[:-1]:
         text = p.rstrip(b" ")
-        out.append(text + b" " if grid and len(text) == len(p) - 1 else text)
+        # (one blank in the last column of a full row is the text's own: the terminal cut right after it)
+        out.append(text + b" " if len(text) == len(p) - 1 and (grid or len(p) == width) else text)
     out.append(raw.rsplit(b"\n", 1)[-1])
     return b"".join(out)
 
@@ -616,6 +647,7 @@ def scan_source(
     base_line = 0
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
+    frame_ids = {i for i, keys in enumerate(ps.keys) if set(keys) <= {"x:tb-frame", "x:tb-frame-ipy"}}
     pending = False  # the previous piece ended inside the line this one continues
     # Each piece is chunk[:limit]: the bytes after `limit` belong to the next piece (`source.iter_spans`).
     for chunk, limit, continues, started in _pieces_ahead(src, chunk_bytes, state):
@@ -638,6 +670,9 @@ def scan_source(
             pids = per_line[(start, stop)]
             if saturated and pids <= saturated:  # saturated earlier in this chunk
                 skipped += len(pids)
+                continue
+            if start < joined_to and pids <= frame_ids:
+                # (the rest of a frame header already joined onto the row above it: read once, whole)
                 continue
             counted_lines += chunk.count(b"\n", counted_to, start)
             counted_to = start
