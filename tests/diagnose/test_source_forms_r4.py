@@ -452,3 +452,33 @@ def test_a_frame_header_in_padded_rows_on_one_line_is_read_whole(tmp_path: Path,
     top, fc, _ = _run(tmp_path, text)
     assert fc["id"] == "class:config-rejected", top
     assert str(fc["judged_by"]).startswith("deepspeed/runtime/config.py:700 in _batch_assertion")
+
+
+OOM_TB = [
+    "[rank3]: Traceback (most recent call last):",
+    '[rank3]:   File "/env/lib/python3.10/site-packages/torch/optim/adamw.py", line 180, in _init_group',
+    "[rank3]:     state['exp_avg_sq'] = torch.zeros_like(p, memory_format=torch.preserve_format)",
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 3 has a total capacity of "
+    "79.15 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.11 GiB memory in use.",
+]
+TRACEBACKS = {
+    "ds-batch": DS_BATCH_TB,
+    "grpo": GRPO_TB,
+    "megatron": MEGATRON_TB.splitlines() + [MEGATRON_EXC],
+    "oom": OOM_TB,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACEBACKS))
+def test_every_wrap_of_a_traceback_names_the_same_class(tmp_path: Path, name: str) -> None:
+    # the same traceback cut at many terminal widths, in the three copies seen (rows per line, rows per line padded
+    # to the width, padded rows on one line): the class is the unwrapped one's
+    lines = TRACEBACKS[name]
+    want = _run(tmp_path, "\n".join(lines) + "\n")[1]["id"]
+    forms = []
+    for w in (80, 86, 93, 100, 117, 120, 144, 200):
+        forms.append("\n".join(ln[i : i + w] for ln in lines for i in range(0, len(ln), w)))
+        forms.append(_screen(lines, w).rstrip("\n"))
+    forms += ["\n".join(_rows_on_one_line(ln, inner, 160) for ln in lines) for inner in (50, 64, 73, 99)]
+    got = [_run(tmp_path, text + "\n")[1]["id"] for text in forms]
+    assert got == [want] * len(forms)
