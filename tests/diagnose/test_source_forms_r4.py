@@ -407,6 +407,14 @@ def test_deepspeeds_plain_exception_in_emphasis_is_read(tmp_path: Path) -> None:
         # a source checkout holds the package one level down
         ("/home/u/src/trl/trl/trainer/grpo_trainer.py", "trl/trainer/"),
         ("/workspace/Megatron-DeepSpeed/megatron/training.py", "megatron/training.py"),
+        # any installed package (Python puts them under site-packages, dist-packages on Debian): an assertion whose
+        # innermost frame is there broke that package's invariant, not the training script's
+        (
+            "/env/lib/python3.10/site-packages/flash_attn/flash_attn_interface.py",
+            "flash_attn/flash_attn_interface.py",
+        ),
+        ("/usr/local/lib/python3.10/dist-packages/openrlhf/trainer/ppo_trainer.py", "openrlhf/trainer/"),
+        ("/env/lib/python3.10/site-packages/six.py", "six.py:490 in f"),
     ],
 )
 def test_the_library_frame_is_the_package_not_an_env_or_checkout_dir(
@@ -482,3 +490,9 @@ def test_every_wrap_of_a_traceback_names_the_same_class(tmp_path: Path, name: st
     forms += ["\n".join(_rows_on_one_line(ln, inner, 160) for ln in lines) for inner in (50, 64, 73, 99)]
     got = [_run(tmp_path, text + "\n")[1]["id"] for text in forms]
     assert got == [want] * len(forms)
+
+
+def test_an_assertion_in_the_users_own_file_stays_a_crash(tmp_path: Path) -> None:
+    text = 'Traceback (most recent call last):\n  File "/home/u/train.py", line 77, in f\n    assert x\nAssertionError\n'
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:crash", top

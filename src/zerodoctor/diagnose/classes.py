@@ -347,6 +347,16 @@ def _lib_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
     return None
 
 
+_INSTALLED = re.compile(r"/(?:site|dist)-packages/(?P<rest>(?P<pkg>[A-Za-z_][\w.-]*?)(?:\.py\b|/).*)")
+
+
+def _installed_frame(tb: Traceback) -> tuple[str, int, str] | None:
+    """The innermost frame, when it is inside an installed package: (path from site-packages, line, function)."""
+    fr = tb.frames[-1]
+    m = _INSTALLED.search(fr.file.replace("\\", "/"))
+    return (m.group("rest"), fr.lineno, fr.func) if m else None
+
+
 def _last_frame(tb: Traceback | None) -> str | None:
     if tb is None or not tb.frames:
         return None
@@ -872,6 +882,12 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
             data,
         )
+    if lib is None and exc_type.endswith("AssertionError") and tb is not None and tb.frames:
+        # an assertion raised inside any installed package (the innermost frame under site-packages/dist-packages:
+        # flash_attn, apex, openrlhf, swift, ...) is a library's invariant too, named by its package directory
+        lib = _installed_frame(tb)
+        if lib is not None:
+            data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
     if lib is None and exc_type.endswith("AssertionError") and not (tb and tb.frames):
         # a pasted assertion with no frame whose message names the library file that raised it (`AssertionError:
         # megatron/data/gpt_dataset.py:242 ...`, a test harness or a logger quoting the raising line)
