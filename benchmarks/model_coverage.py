@@ -7,9 +7,11 @@ Face cache pointed at an empty directory so that only the bundled catalog can an
 that resolves, per family (the hub id's name up to its size, `Qwen2.5-7B-Instruct` -> `Qwen2.5`), and lists
 the ids that do not.
 
-Pre-quantized checkpoints (GPTQ, AWQ, `-Int4`, `-8bits`, ...) are counted apart as well: their weights are
-packed integers, not the bf16 tensors the catalog entry of the same architecture describes, so they are never
-aliased to it, and the share without them says how much of what users fine-tune in 16 bits is covered.
+Pre-quantized checkpoints (GPTQ, AWQ, `-Int4`, `-8bits`, ...) are counted apart as well: they resolve to their
+16-bit base's shapes with the quantization recorded (`ModelSpec.quantization`: method and bits from the hub id's
+suffix), only when the base itself resolves exactly; the report says how many of them resolve, how many are
+4-bit (what the planner models) and how many 8-bit (resolved, refused by the planner with its reason), and the
+share without them says how much of what users fine-tune in 16 bits is covered.
 
 Usage:
     python benchmarks/model_coverage.py [IDS_FILE] [--json]
@@ -38,6 +40,18 @@ _PREQUANTIZED = re.compile(r"(gptq|awq|[-_]int[48]\b|[-_][48]bits?\b)", re.IGNOR
 
 def is_prequantized(hub_id: str) -> bool:
     return bool(_PREQUANTIZED.search(hub_id.rsplit("/", 1)[-1]))
+
+
+def _bits(hub_id: str) -> int | None:
+    """The bits `resolve_model` records for a pre-quantized id (None: not resolved or not quantized)."""
+    from zerodoctor.errors import ZeroDoctorError
+    from zerodoctor.models import resolve_model
+
+    try:
+        q = resolve_model(hub_id).quantization
+    except ZeroDoctorError:
+        return None
+    return q.bits if q is not None else None
 
 
 def family(hub_id: str) -> str:
@@ -103,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"without the {len(ids) - len(plain)} pre-quantized checkpoints (GPTQ/AWQ/Int4/Int8/4-8 bit): "
         f"{plain_done}/{len(plain)} ({100 * plain_done / max(len(plain), 1):.1f} %)"
+    )
+    quantized = [i for i in ids if is_prequantized(i)]
+    q_done = [i for i in quantized if i in resolved]
+    eight = [i for i in q_done if _bits(i) == 8]
+    print(
+        f"pre-quantized checkpoints that resolve to their 16-bit base: {len(q_done)}/{len(quantized)} "
+        f"({len(q_done) - len(eight)} 4-bit, {len(eight)} 8-bit: resolved, refused by the planner)"
     )
     print(f"{'family':<28} {'resolved':>8} {'of':>4}")
     rows = sorted(result.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0].lower()))

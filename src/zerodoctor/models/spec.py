@@ -183,6 +183,44 @@ class LinearModule:
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """What a pre-quantized checkpoint stores instead of 16-bit weights (a GPTQ / AWQ / bitsandbytes QLoRA base).
+
+    `method` is "gptq", "awq", "bnb", another transformers `quant_method` read from a config.json ("fp8",
+    "compressed-tensors", ...), or None when the hub id names the bits but not the method (`-4bit`). `bits` is
+    None when the file does not say. `group_size` is GPTQ/AWQ's `group_size` (-1: one group per column), None
+    when unknown (the name never says it). `source` says where this was read: a config.json's
+    `quantization_config` block, or the hub id's suffix with the publisher whose naming it follows.
+    """
+
+    method: str | None
+    bits: int | None
+    group_size: int | None = None
+    source: str = ""
+
+    @property
+    def planner_refusal(self) -> str | None:
+        """Why the planner cannot model this base, or None: it models 4-bit GPTQ / AWQ / bitsandbytes bases
+        only (`plan/phases.py` `qlora_frozen_bytes`)."""
+        what = (
+            f"{self.method or 'pre-quantized'} {self.bits}-bit"
+            if self.bits
+            else f"{self.method} (bits unknown)"
+        )
+        if self.bits != 4:
+            return (
+                f"a {what} base ({self.source}): the planner models 4-bit quantized bases only; pass the "
+                "16-bit model (or its 4-bit GPTQ/AWQ checkpoint) to plan this run"
+            )
+        if self.method not in (None, "gptq", "awq", "bnb"):
+            return (
+                f"a {what} base ({self.source}): the planner models GPTQ, AWQ and bitsandbytes 4-bit bases only; "
+                "pass the 16-bit model to plan this run"
+            )
+        return None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A resolved model: its config, where it came from, and its exact parameter counts.
 
@@ -208,6 +246,10 @@ class ModelSpec:
     Qwen (v1) `modeling_qwen.py`: `CrossEntropyLoss()(shift_logits, ...)` without `.float()`); False for
     transformers' native models, whose `ForCausalLMLoss` upcasts the logits (`loss/loss_utils.py`). Set in
     a config's `_zerodoctor` block as `"loss_dtype": "model"`."""
+    quantization: Quantization | None = None
+    """Set for a pre-quantized checkpoint (`Quantization`): read from its config.json's `quantization_config`, or
+    from its hub id's suffix when the id resolves to its 16-bit base (`resolve_model`). The counts are the 16-bit
+    architecture's; what a quantized weight occupies is the planner's business."""
 
     def linear_modules(self, *, components: Iterable[str] | None = None) -> tuple[LinearModule, ...]:
         """Every kind of `nn.Linear` in the model, with in/out features and how many there are.
@@ -407,6 +449,166 @@ def close_matches(name: str, n: int = 5) -> list[str]:
     return found[:n]
 
 
+# --------------------------------------------------------------------------------------------------
+# Pre-quantized checkpoints (GPTQ / AWQ / bitsandbytes): the 16-bit base's shapes, the quantization recorded
+# --------------------------------------------------------------------------------------------------
+
+_PREQUANTIZED_SUFFIXES: tuple[tuple[str, str | None, int, str], ...] = (
+    ("-gptq-int4", "gptq", 4, "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"),
+    ("-gptq-int8", "gptq", 8, "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8"),
+    ("-bnb-4bit", "bnb", 4, "unsloth's naming, as unsloth/llama-3-8b-bnb-4bit"),
+    ("-gptq", "gptq", 4, "TheBloke's naming (main branch 4-bit), as TheBloke/Llama-2-70B-chat-GPTQ"),
+    ("-awq", "awq", 4, "Qwen's and TheBloke's naming, as Qwen/Qwen2.5-72B-Instruct-AWQ"),
+    ("-int4", "gptq", 4, "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-72B-Chat-Int4"),
+    ("-int8", "gptq", 8, "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-7B-Chat-Int8"),
+    (
+        "-4bits",
+        "awq",
+        4,
+        "01-ai's naming (Yi README: 4-bit models quantized by AWQ), as 01-ai/Yi-34B-Chat-4bits",
+    ),
+    (
+        "-8bits",
+        "gptq",
+        8,
+        "01-ai's naming (Yi README: 8-bit models quantized by GPTQ), as 01-ai/Yi-34B-Chat-8bits",
+    ),
+    (
+        "-4bit",
+        None,
+        4,
+        "a '-4bit' name (CohereForAI/c4ai-command-r-v01-4bit, Duxiaoman-DI/XuanYuan-70B-Chat-4bit)",
+    ),
+    ("-8bit", None, 8, "a '-8bit' name (Duxiaoman-DI/XuanYuan-70B-Chat-8bit)"),
+)
+"""Hub-id suffixes publishers give pre-quantized checkpoints, longest first: (suffix, method, bits, whose naming,
+with a real id). Every id is registered in LLaMA-Factory's src/llamafactory/extras/constants.py (before commit
+5cccaeec8 for the Qwen (v1), Yi and XuanYuan ones) or published by that org. `-4bit` / `-8bit` name no method:
+Cohere's are bitsandbytes, XuanYuan's are not documented; None lets the run (or the checkpoint's config.json) say."""
+
+_QUANTIZED_CONFIG_CHANGES: Mapping[str, tuple[Mapping[str, int], str]] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("qwen2-72b-instruct-gptq-int4", "qwen2-72b-instruct-gptq-int8", "qwen2-72b-instruct-awq"),
+            (
+                {"intermediate_size": 29696},
+                "Qwen pads the 72B MLP from 29568 to 29696 in its quantized releases (QwenLM/Qwen2#578, #787)",
+            ),
+        ),
+        **dict.fromkeys(
+            (
+                "qwen2-vl-72b-instruct-awq",
+                "qwen2-vl-72b-instruct-gptq-int4",
+                "qwen2-vl-72b-instruct-gptq-int8",
+            ),
+            (
+                {"intermediate_size": 29696},
+                "Qwen re-quantized the 72B checkpoints with the MLP padded to 29696 (QwenLM/Qwen2-VL#230)",
+            ),
+        ),
+        "qwen2.5-72b-instruct-awq": (
+            {"intermediate_size": 29696},
+            "the published config.json of Qwen/Qwen2.5-72B-Instruct-AWQ has intermediate_size 29696 (29568 padded)",
+        ),
+    }
+)
+"""Quantized releases whose config.json differs from the 16-bit base's (zero-padded for tensor-parallel kernels):
+the base's sizes with these changes, each with its source. Ids not listed keep the base's sizes."""
+
+_QUANT_METHOD_ALIASES = {"bitsandbytes": "bnb"}
+
+
+def split_prequantized(name: str) -> tuple[str, Quantization] | None:
+    """`Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4` -> (`Qwen/Qwen2.5-7B-Instruct`, gptq 4-bit), or None when the name
+    ends in none of the publishers' suffixes (`_PREQUANTIZED_SUFFIXES`). Only the suffix is removed: the base name
+    must then resolve exactly (an alias of a bundled entry, or a hub id in the local cache), never fuzzily."""
+    text = name.strip().rstrip("/")
+    low = text.lower()
+    for suffix, method, bits, whose in _PREQUANTIZED_SUFFIXES:
+        if low.endswith(suffix) and len(low) > len(suffix) and low[-len(suffix) - 1] != "/":
+            source = f"hub id suffix '{text[-len(suffix) :]}' ({whose})"
+            return text[: -len(suffix)], Quantization(method, bits, None, source)
+    return None
+
+
+def quantization_from_config(config: Mapping[str, Any], source: Path) -> Quantization | None:
+    """The `quantization_config` block of a config.json (transformers' `QuantizationConfigMixin.quant_method`,
+    `GPTQConfig` / `AwqConfig` `bits` and `group_size`, `BitsAndBytesConfig` `load_in_4bit` / `load_in_8bit`),
+    or None without one. A field of the wrong type is a PlanError naming the file and the key."""
+    block = config.get("quantization_config")
+    if block is None:
+        return None
+    if not isinstance(block, Mapping):
+        raise PlanError(
+            f"{source}: field 'quantization_config' must be an object, found {block!r}",
+            hint="fix the config.json or pass a catalog name",
+        )
+    cfg = _Cfg(block, source, prefix="quantization_config.")
+    method = cfg.str_("quant_method").lower()
+    method = _QUANT_METHOD_ALIASES.get(method, method)
+    bits = cfg.opt_int("bits")
+    if method == "bnb":
+        bits = 4 if cfg.bool_("load_in_4bit", cfg.bool_("_load_in_4bit", False)) else bits
+        bits = 8 if bits is None and cfg.bool_("load_in_8bit", cfg.bool_("_load_in_8bit", False)) else bits
+    elif method == "awq" and bits is None:
+        bits = 4  # transformers AwqConfig(bits=4)
+    group = block.get("group_size")
+    if group is not None and (
+        isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1
+    ):
+        raise PlanError(
+            f"{source}: field 'quantization_config.group_size' must be a whole number above 0 or -1, found {group!r}",
+            hint="fix the config.json or pass a catalog name",
+        )
+    return Quantization(method, bits, group, f"{source}: quantization_config")
+
+
+def _resolve_prequantized(text: str) -> ModelSpec | None:
+    """A pre-quantized hub id (`split_prequantized`) as its 16-bit base from the local cache or the catalog, named
+    as the user named it, with the quantization recorded; None when the base does not resolve exactly."""
+    found = split_prequantized(text)
+    if found is None:
+        return None
+    base, quant = found
+    config_path = None
+    # TheBloke names Meta's `Llama-2-70b-chat-hf` `Llama-2-70B-chat-GPTQ`: the `-hf` of Meta's transformers-format
+    # repos is dropped, so that exact spelling is tried second (still an alias, never a look-alike).
+    for candidate in (base, base + "-hf"):
+        cached = hf_cached_config(candidate) if "/" in candidate else None
+        slug = _lookup(candidate) if cached is None else None
+        if cached is not None or slug is not None:
+            config_path = cached or CATALOG_DIR / f"{slug}.json"
+            base = candidate
+            break
+    if config_path is None:
+        return None
+    spec = model_from_config_file(config_path)
+    notes = [f"pre-quantized checkpoint of {base}: sizes from {config_path.name}" + (
+        f" (catalog entry {spec.catalog_slug})" if spec.catalog_slug else "")]  # fmt: skip
+    changes = _QUANTIZED_CONFIG_CHANGES.get(text.rsplit("/", 1)[-1].lower())
+    if changes is not None:
+        sizes, why = changes
+        spec = model_from_config(
+            {**spec.config, **sizes},
+            name=spec.name,
+            source=spec.source,
+            display_name=spec.display_name,
+            catalog_slug=spec.catalog_slug,
+            loss_in_model_dtype=spec.loss_in_model_dtype,
+        )
+        notes.append(f"{', '.join(f'{k} {v}' for k, v in sizes.items())}: {why}")
+    if spec.notes:
+        notes.append(spec.notes)
+    return replace(
+        spec,
+        name=text,
+        display_name=text,
+        hub_ids=(text,),
+        quantization=spec.quantization or quant,
+        notes="; ".join(notes),
+    )
+
+
 def hf_cache_dirs() -> list[Path]:
     """Where the Hugging Face hub cache may be, in huggingface_hub's order: `HF_HUB_CACHE`, `HF_HOME`/hub,
     then ~/.cache/huggingface/hub."""
@@ -471,6 +673,9 @@ def resolve_model(name_or_path: str) -> ModelSpec:
             slug = _lookup(text)  # e.g. an empty /models/Llama-3.1-8B mount point: use the catalog
             if slug is not None:
                 return model_from_config_file(CATALOG_DIR / f"{slug}.json")
+            quantized = _resolve_prequantized(text)
+            if quantized is not None:
+                return quantized
             raise PlanError(
                 f"{path}: directory has no config.json",
                 hint="pass the model directory that holds config.json, or a catalog name",
@@ -485,12 +690,23 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return replace(spec, name=text, display_name=text, hub_ids=(text,))
     slug = _lookup(text)
     if slug is None:
+        quantized = _resolve_prequantized(text)
+        if quantized is not None:
+            return quantized
         matches = close_matches(text)
         family = family_from_name(text)
         same = f" of the same architecture ({family})" if family else ""
         similar = f"; close matches{same}: {', '.join(matches)}" if matches else ""
         if family and not matches:
-            similar = f"; the name denotes a {family} model and none is bundled (no other architecture is offered)"
+            similar = (
+                f"; the name denotes a {family} model and none is bundled (no other architecture is offered)"
+            )
+        split = split_prequantized(text)
+        if split is not None:
+            similar = (
+                f"; a pre-quantized checkpoint ({split[1].source.split(' (')[0]}) whose 16-bit base {split[0]} is "
+                f"neither bundled nor in the local cache{similar}"
+            )
         raise PlanError(
             f"unknown model '{text if len(text) <= 200 else text[:200] + '...'}': not a file here and not in the "
             f"bundled catalog{similar}",
@@ -521,6 +737,7 @@ def model_from_config_file(path: Path) -> ModelSpec:
         catalog_slug=path.stem if is_catalog else None,
         notes=str(meta.get("notes", "")),
         loss_in_model_dtype=str(meta.get("loss_dtype", "fp32")) == "model",
+        quantization=quantization_from_config(raw, path),
     )
 
 
@@ -534,6 +751,7 @@ def model_from_config(
     catalog_slug: str | None = None,
     notes: str = "",
     loss_in_model_dtype: bool = False,
+    quantization: Quantization | None = None,
 ) -> ModelSpec:
     """Count the parameters of a parsed config dict (see `resolve_model` for the usual entry point)."""
     cfg = _Cfg(config, source)
@@ -595,6 +813,7 @@ def model_from_config(
         count_method=count_method,
         notes=notes,
         loss_in_model_dtype=loss_in_model_dtype,
+        quantization=quantization,
     )
 
 
@@ -743,7 +962,9 @@ class _Dims:
 
 def _llama_dims(cfg: _Cfg, *, head_dim_default: int | None = None, tied_default: bool = False) -> _Dims:
     hidden = cfg.int_("hidden_size")
-    layers = cfg.int_("num_hidden_layers")  # read in the published configs' order: the first missing key is named
+    layers = cfg.int_(
+        "num_hidden_layers"
+    )  # read in the published configs' order: the first missing key is named
     heads = cfg.int_("num_attention_heads")
     if head_dim_default is not None:
         head_dim = cfg.int_("head_dim", head_dim_default)
@@ -1620,7 +1841,9 @@ def _summarise(
         dense_layer, moe_layer = layer_sizes
         final_norm = total - embedding - lm_head - vision - projector
         final_norm -= dense_layer * shape.num_dense_layers + moe_layer * shape.num_moe_layers
-        return _counts(mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer)
+        return _counts(
+            mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer
+        )
 
     def is_moe_mlp(path: str) -> bool:
         return (
@@ -1645,7 +1868,9 @@ def _summarise(
         dense_layer, moe_layer = layer_total // shape.num_dense_layers, 0
     if dense_layer * shape.num_dense_layers + moe_layer * shape.num_moe_layers != layer_total:
         raise AssertionError("per-layer counts do not add up")  # a bug in a builder, not user input
-    return _counts(mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer)
+    return _counts(
+        mods, shape, total, embedding, lm_head, final_norm, vision, projector, dense_layer, moe_layer
+    )
 
 
 def _counts(
