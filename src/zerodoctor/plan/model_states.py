@@ -609,8 +609,11 @@ def torch_optimizer_components(
     trainable_bytes: int,
     frozen_bytes_per_param: float,
     optimizer: str = "adamw",
+    trainable_groups: Sequence[tuple[int, int]] | None = None,
 ) -> list[Component]:
     """Model states of a run without DeepSpeed or FSDP (HF Trainer, DDP, plain PyTorch), all on the GPU.
+    `trainable_groups`: (elements, bytes) per dtype when the trainable weights do not share one dtype (PEFT's fp32
+    adapters beside `modules_to_save` copies in the model's dtype); their gradients and states follow each group.
 
     The torch optimizer steps the model's own parameters in the dtype they hold (`trainable_bytes`: 2 when the
     model was loaded in bf16/fp16 and nothing upcast it, 4 for fp32 weights under autocast); there is no fp32
@@ -627,18 +630,21 @@ def torch_optimizer_components(
     if not trainable:
         return out
     src = "torch/optim/adam.py _init_group (torch.zeros_like(p): the parameter's dtype)"
+    groups = list(trainable_groups) if trainable_groups else [(trainable, trainable_bytes)]
+    weights = sum(n * b for n, b in groups)
+    states = sum(math.ceil(n * optimizer_state_bytes_per_param(optimizer, b)) for n, b in groups)
     return out + [
-        Component(PARAM16, trainable * trainable_bytes, GPU, source="model parameters (the optimizer steps them)"),
+        Component(PARAM16, weights, GPU, source="model parameters (the optimizer steps them)"),
         Component(
             GRAD16,
-            trainable * trainable_bytes,
+            weights,
             GPU,
             lazy=True,
             source="param.grad (the parameter's dtype), from the first backward",
         ),
         Component(
             OPTIMIZER_STATES,
-            math.ceil(trainable * optimizer_state_bytes_per_param(optimizer, trainable_bytes)),
+            states,
             GPU,
             lazy=True,
             source=f"{src}, first step (lazy)",

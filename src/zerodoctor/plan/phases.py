@@ -366,6 +366,27 @@ def trainable_weight_bytes(inputs: PlanInputs, t: Training) -> tuple[int, str]:
     return wb, why
 
 
+def plain_trainable_groups(inputs: PlanInputs, t: Training) -> tuple[tuple[int, int], ...]:
+    """(elements, bytes per element) of the trainable weights of a run without DeepSpeed or FSDP, one group per
+    dtype. PEFT upcasts only its adapter layers (`cast_adapter_dtype` walks `BaseTunerLayer` modules): the
+    trainable copies of `modules_to_save` (`ModulesToSaveWrapper`, a deep copy of the original) keep the model's
+    dtype. LLaMA-Factory upcasts every trainable parameter, copies included (`trainable_weight_bytes`)."""
+    trainable, _ = trainable_frozen(inputs, t)
+    wb, _ = trainable_weight_bytes(inputs, t)
+    saved = _module_numel(inputs, t.trainable_modules) if t.is_peft else 0
+    load_b, _ = loaded_weight_bytes(inputs, t)
+    upcast_all = inputs.framework == "llamafactory" and not t.pure_bf16
+    if not saved or wb == load_b or upcast_all:
+        return ((trainable, wb),)
+    return ((trainable - saved, wb), (saved, load_b))
+
+
+def plain_trainable_bytes(inputs: PlanInputs, t: Training) -> int:
+    """Bytes of the trainable weights of a run without DeepSpeed or FSDP (`plain_trainable_groups`); the same for
+    their gradients."""
+    return sum(n * b for n, b in plain_trainable_groups(inputs, t))
+
+
 def _steady_host(plan: StrategyPlan) -> int:
     """Host of the steady state without the transient step buffers (the save happens between steps)."""
     return sum(i.bytes for i in plan.phase("steady").host)
@@ -557,12 +578,16 @@ def plan_strategy(
     weights_note = ""
     if plain:
         wb, weights_note = trainable_weight_bytes(inputs, t)
+        groups = plain_trainable_groups(inputs, t)
+        if len(groups) > 1:
+            weights_note += f"; the modules_to_save copies ({groups[1][0]:,}) keep the model's {groups[1][1]}-byte dtype"
         components = ms.torch_optimizer_components(
             trainable=trainable,
             frozen=frozen,
             trainable_bytes=wb,
             frozen_bytes_per_param=fbp,
             optimizer=t.optimizer,
+            trainable_groups=groups,
         )
     act = activations_for(inputs, t, zero)
 
@@ -745,7 +770,11 @@ def plan_strategy(
     elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
         fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
-    ddp = ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world) if plain else []
+    ddp = (
+        ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world, plain_trainable_bytes(inputs, t))
+        if plain
+        else []
+    )
 
     # ---- DPO/KTO reference model ------------------------------------------------------------------------
     ref_host: list[Item] = []
@@ -806,7 +835,7 @@ def plan_strategy(
     load_note = ""
     whole_model_bytes = frozen_total_bytes + trainable * pb if t.method != "full" else p.total * pb
     if plain:  # save_pretrained writes the weights in the dtype the run holds them in
-        whole_model_bytes = frozen_total_bytes + trainable * trainable_weight_bytes(inputs, t)[0]
+        whole_model_bytes = frozen_total_bytes + plain_trainable_bytes(inputs, t)
     if t.method == "qlora":
         # transformers skips zero.Init for quantised models (docs/known-failures.md): each rank loads the whole 4-bit
         # model onto its GPU with a device_map, shard by shard; DeepSpeed partitions it only in initialize.
@@ -948,10 +977,15 @@ def plan_strategy(
         part = -(-trainable // (world if zero.stage >= 1 else 1))
         numel = min(max(zero.sub_group_size, 1), part) if zero.stage == 3 else part
         state_b = trainable_weight_bytes(inputs, t)[0] if plain else ms.FP32_BYTES
+        temp = numel * state_b
+        if plain:
+            # foreach groups the tensors by dtype and makes one group's temporaries at a time
+            # (torch/optim/optimizer.py _group_tensors_by_device_and_dtype)
+            temp = max(n * b for n, b in plain_trainable_groups(inputs, t))
         step_extra.append(
             Item(
                 "AdamW update temporary",
-                numel * state_b,
+                temp,
                 f"one {state_b}-byte tensor of {numel:,} elements (the "
                 f"{'sub-group' if zero.stage == 3 else 'model' if plain else 'partition'} being updated)",
                 "torch/optim/adamw.py _multi_tensor_adamw (torch._foreach_sqrt) / _single_tensor_adamw",
@@ -1062,7 +1096,7 @@ DDP_SOURCE = (
 )
 
 
-def ddp_bucket_items(trainable: int, grad_bytes: int, world: int) -> list[Item]:
+def ddp_bucket_items(trainable: int, grad_bytes: int, world: int, total_bytes: int | None = None) -> list[Item]:
     """DistributedDataParallel's gradient buckets in a multi-GPU run without DeepSpeed or FSDP.
 
     The reducer allocates, when the model is wrapped, one flat `gradients` tensor per bucket over the parameters that
@@ -1072,7 +1106,7 @@ def ddp_bucket_items(trainable: int, grad_bytes: int, world: int) -> list[Item]:
     backward on. `bucket_cap_mb` only splits the copy into buckets, it does not bound it. One rank: no DDP wrap."""
     if world <= 1 or trainable <= 0:
         return []
-    size = trainable * grad_bytes
+    size = trainable * grad_bytes if total_bytes is None else total_bytes
     return [
         Item(
             "DDP gradient buckets",
@@ -1463,6 +1497,10 @@ def _save(
     # Without DeepSpeed the optimizer has no master copy: its state alone, in the parameters' dtype.
     opt_state = ms.optimizer_state_bytes_per_param(t.optimizer, state_b) + (0 if plain else ms.FP32_BYTES)
     optimizer_bytes = math.ceil(trainable * opt_state)
+    if plain:
+        optimizer_bytes = sum(
+            math.ceil(n * ms.optimizer_state_bytes_per_param(t.optimizer, b)) for n, b in plain_trainable_groups(inputs, t)
+        )
     gpu: list[Item] = []
     host: list[Item] = []
     gather_gpu_bpp = (whole_model_bytes / p.total) if t.method == "qlora" else float(pb)
