@@ -33,7 +33,6 @@ QWEN2_TINY = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96,
         ("Qwen/Qwen2.5-14B-Instruct-AWQ", "qwen2.5-14b", "awq", 4),
         ("Qwen/Qwen3-30B-A3B-GPTQ-Int4", "qwen3-30b-a3b", "gptq", 4),
         ("Qwen/Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4", "qwen1.5-moe-a2.7b", "gptq", 4),
-        ("Qwen/Qwen2.5-VL-7B-Instruct-AWQ", "qwen2.5-vl-7b", "awq", 4),
         ("01-ai/Yi-34B-Chat-4bits", "yi-34b", "awq", 4),
         ("01-ai/Yi-6B-Chat-8bits", "yi-6b", "gptq", 8),
         ("TheBloke/Llama-2-70B-chat-GPTQ", "llama-2-70b", "gptq", 4),
@@ -54,6 +53,15 @@ def test_prequantized_hub_id_resolves_to_its_base(hub_id, base_slug, method, bit
         assert q.planner_refusal is None
     else:
         assert q.planner_refusal is not None and "4-bit quantized bases only" in q.planner_refusal
+
+
+def test_a_vision_language_checkpoint_stays_vision_language():
+    # Never another architecture: the AWQ Qwen2.5-VL is the VL entry, not the text-only Qwen2.5-7B.
+    spec = resolve_model("Qwen/Qwen2.5-VL-7B-Instruct-AWQ")
+    assert (
+        spec.catalog_slug == "qwen2.5-vl-7b" and spec.model_type == "qwen2_5_vl" and spec.params.is_multimodal
+    )
+    assert spec.quantization is not None and spec.quantization.method == "awq"
 
 
 def test_the_16bit_ids_are_untouched():
@@ -195,3 +203,24 @@ def test_a_local_path_named_after_a_quantized_checkpoint(tmp_path):
     assert resolve_model(str(empty)).catalog_slug == "qwen2.5-7b"
     spec = resolve_model("/models/Qwen2.5-7B-Instruct-GPTQ-Int4")
     assert spec.catalog_slug == "qwen2.5-7b" and spec.quantization is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "slug", "method"),
+    [
+        # `-Int4` / `-4bits` name the method only in their publisher's naming (Qwen v1: GPTQ; Yi: AWQ) ...
+        ("Qwen/Qwen-14B-Chat-Int4", "qwen-14b", "gptq"),
+        ("/models/Qwen-72B-Chat-Int4", "qwen-72b", "gptq"),  # a path: the bundled base's owner decides
+        ("/data/Yi-6B-Chat-4bits", "yi-6b", "awq"),
+        # ... elsewhere the name says the bits, not the method: ChatGLM's own int4 format, Baichuan2's 4bits.
+        ("THUDM/chatglm2-6b-int4", "chatglm3-6b", None),
+        ("baichuan-inc/Baichuan2-13B-Chat-4bits", "baichuan2-13b", None),
+    ],
+)
+def test_a_publisher_specific_suffix_names_the_method_only_for_its_publisher(name, slug, method):
+    spec = resolve_model(name)
+    q = spec.quantization
+    assert spec.catalog_slug == slug and q is not None and q.bits == 4 and q.method == method
+    assert q.planner_refusal is None  # 4-bit: the run's quantization method stands in for an unnamed one
+    if method is None:
+        assert "the method is named by this suffix only for" in q.source

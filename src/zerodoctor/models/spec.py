@@ -453,38 +453,53 @@ def close_matches(name: str, n: int = 5) -> list[str]:
 # Pre-quantized checkpoints (GPTQ / AWQ / bitsandbytes): the 16-bit base's shapes, the quantization recorded
 # --------------------------------------------------------------------------------------------------
 
-_PREQUANTIZED_SUFFIXES: tuple[tuple[str, str | None, int, str], ...] = (
-    ("-gptq-int4", "gptq", 4, "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"),
-    ("-gptq-int8", "gptq", 8, "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8"),
-    ("-bnb-4bit", "bnb", 4, "unsloth's naming, as unsloth/llama-3-8b-bnb-4bit"),
-    ("-gptq", "gptq", 4, "TheBloke's naming (main branch 4-bit), as TheBloke/Llama-2-70B-chat-GPTQ"),
-    ("-awq", "awq", 4, "Qwen's and TheBloke's naming, as Qwen/Qwen2.5-72B-Instruct-AWQ"),
-    ("-int4", "gptq", 4, "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-72B-Chat-Int4"),
-    ("-int8", "gptq", 8, "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-7B-Chat-Int8"),
+_PREQUANTIZED_SUFFIXES: tuple[tuple[str, str | None, int, frozenset[str], str], ...] = (
+    ("-gptq-int4", "gptq", 4, frozenset(), "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"),
+    ("-gptq-int8", "gptq", 8, frozenset(), "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8"),
+    ("-bnb-4bit", "bnb", 4, frozenset(), "unsloth's naming, as unsloth/llama-3-8b-bnb-4bit"),
+    (
+        "-gptq",
+        "gptq",
+        4,
+        frozenset(),
+        "TheBloke's naming (main branch 4-bit), as TheBloke/Llama-2-70B-chat-GPTQ",
+    ),
+    ("-awq", "awq", 4, frozenset(), "Qwen's and TheBloke's naming, as Qwen/Qwen2.5-72B-Instruct-AWQ"),
+    ("-int4", "gptq", 4, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-72B-Chat-Int4"),
+    ("-int8", "gptq", 8, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-7B-Chat-Int8"),
     (
         "-4bits",
         "awq",
         4,
-        "01-ai's naming (Yi README: 4-bit models quantized by AWQ), as 01-ai/Yi-34B-Chat-4bits",
+        frozenset({"01-ai"}),
+        "Yi README: 4-bit models quantized by AWQ, as 01-ai/Yi-34B-Chat-4bits",
     ),
     (
         "-8bits",
         "gptq",
         8,
-        "01-ai's naming (Yi README: 8-bit models quantized by GPTQ), as 01-ai/Yi-34B-Chat-8bits",
+        frozenset({"01-ai"}),
+        "Yi README: 8-bit models quantized by GPTQ, as 01-ai/Yi-34B-Chat-8bits",
     ),
     (
         "-4bit",
         None,
         4,
-        "a '-4bit' name (CohereForAI/c4ai-command-r-v01-4bit, Duxiaoman-DI/XuanYuan-70B-Chat-4bit)",
+        frozenset(),
+        "as CohereForAI/c4ai-command-r-v01-4bit, Duxiaoman-DI/XuanYuan-70B-Chat-4bit",
     ),
-    ("-8bit", None, 8, "a '-8bit' name (Duxiaoman-DI/XuanYuan-70B-Chat-8bit)"),
+    ("-8bit", None, 8, frozenset(), "as Duxiaoman-DI/XuanYuan-70B-Chat-8bit"),
 )
-"""Hub-id suffixes publishers give pre-quantized checkpoints, longest first: (suffix, method, bits, whose naming,
-with a real id). Every id is registered in LLaMA-Factory's src/llamafactory/extras/constants.py (before commit
-5cccaeec8 for the Qwen (v1), Yi and XuanYuan ones) or published by that org. `-4bit` / `-8bit` name no method:
-Cohere's are bitsandbytes, XuanYuan's are not documented; None lets the run (or the checkpoint's config.json) say."""
+"""Hub-id suffixes publishers give pre-quantized checkpoints, longest first: (suffix, method, bits, publishers,
+whose naming with a real id). Every id is registered in LLaMA-Factory's src/llamafactory/extras/constants.py
+(before commit 5cccaeec8 for the Qwen (v1), Yi and XuanYuan ones) or published by that org.
+
+A suffix that names the method (`-GPTQ`, `-AWQ`, `-bnb-4bit`) says it for every publisher. `-Int4` / `-Int8` and
+`-4bits` / `-8bits` say the method only for the `publishers` whose naming it is (the id's owner, or for a path, an
+owner of the bundled base): THUDM's `chatglm2-6b-int4` is ChatGLM's own int4 format, not GPTQ, and
+`baichuan-inc/Baichuan2-13B-Chat-4bits` is not Yi's AWQ. Elsewhere, and for `-4bit` / `-8bit` (Cohere's are
+bitsandbytes, XuanYuan's undocumented), the method is None: the name says the bits, the run (or the checkpoint's
+config.json) says the method."""
 
 _QUANTIZED_CONFIG_CHANGES: Mapping[str, tuple[Mapping[str, int], str]] = MappingProxyType(
     {
@@ -518,16 +533,28 @@ the base's sizes with these changes, each with its source. Ids not listed keep t
 _QUANT_METHOD_ALIASES = {"bitsandbytes": "bnb"}
 
 
-def split_prequantized(name: str) -> tuple[str, Quantization] | None:
+def split_prequantized(name: str, base_owners: Iterable[str] = ()) -> tuple[str, Quantization] | None:
     """`Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4` -> (`Qwen/Qwen2.5-7B-Instruct`, gptq 4-bit), or None when the name
     ends in none of the publishers' suffixes (`_PREQUANTIZED_SUFFIXES`). Only the suffix is removed: the base name
-    must then resolve exactly (an alias of a bundled entry, or a hub id in the local cache), never fuzzily."""
+    must then resolve exactly (an alias of a bundled entry, or a hub id in the local cache), never fuzzily.
+
+    A publisher-specific suffix (`-Int4`, `-4bits`) names its method when the id's owner is that publisher, or,
+    for a name without an owner (a path, a bare name), when one of `base_owners` (the owners of the resolved base's
+    hub ids) is; otherwise the method is None."""
     text = name.strip().rstrip("/")
     low = text.lower()
-    for suffix, method, bits, whose in _PREQUANTIZED_SUFFIXES:
+    parts = [p for p in low.replace("\\", "/").split("/") if p]
+    is_hub_id = len(parts) == 2 and not low.startswith(("/", ".", "~"))
+    owner = parts[0] if is_hub_id else None
+    for suffix, method, bits, publishers, whose in _PREQUANTIZED_SUFFIXES:
         if low.endswith(suffix) and len(low) > len(suffix) and low[-len(suffix) - 1] != "/":
-            source = f"hub id suffix '{text[-len(suffix) :]}' ({whose})"
-            return text[: -len(suffix)], Quantization(method, bits, None, source)
+            said = text[-len(suffix) :]
+            if publishers:
+                owners = {owner} if owner is not None else {o.lower() for o in base_owners}
+                if not owners & publishers:
+                    method = None
+                    whose = f"{bits}-bit; the method is named by this suffix only for {', '.join(sorted(publishers))}: {whose}"
+            return text[: -len(suffix)], Quantization(method, bits, None, f"hub id suffix '{said}' ({whose})")
     return None
 
 
@@ -583,6 +610,8 @@ def _resolve_prequantized(text: str) -> ModelSpec | None:
     if config_path is None:
         return None
     spec = model_from_config_file(config_path)
+    owners = {h.split("/", 1)[0] for h in (*spec.hub_ids, base) if "/" in h}
+    quant = (split_prequantized(text, owners) or (base, quant))[1]  # the base's publisher names the method
     notes = [f"pre-quantized checkpoint of {base}: sizes from {config_path.name}" + (
         f" (catalog entry {spec.catalog_slug})" if spec.catalog_slug else "")]  # fmt: skip
     changes = _QUANTIZED_CONFIG_CHANGES.get(text.rsplit("/", 1)[-1].lower())
