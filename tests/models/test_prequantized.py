@@ -146,6 +146,7 @@ def test_an_8bit_config_json_is_resolved_and_says_the_planner_refuses_it(tmp_pat
             ("bnb", 4, None),
         ),
         ({"quant_method": "bitsandbytes", "_load_in_8bit": True, "load_in_8bit": True}, ("bnb", 8, None)),
+        ({"load_in_4bit": True, "bnb_4bit_compute_dtype": "bfloat16"}, ("bnb", 4, None)),  # no quant_method
         ({"quant_method": "gptq", "bits": 4, "group_size": -1}, ("gptq", 4, -1)),
         ({"quant_method": "fp8", "activation_scheme": "dynamic"}, ("fp8", None, None)),
     ],
@@ -160,9 +161,10 @@ def test_quantization_config_fields_as_transformers_names_them(tmp_path, block, 
     ("block", "key"),
     [
         ("gptq", "'quantization_config' must be an object"),
-        ({"bits": 4}, "quantization_config.quant_method"),
+        ({"bits": 4}, "has no 'quant_method'"),
         ({"quant_method": "gptq", "bits": "four"}, "quantization_config.bits"),
         ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "quantization_config.group_size"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": "yes"}, "quantization_config.load_in_4bit"),
     ],
 )
 def test_a_bad_quantization_config_is_one_error_naming_the_key(tmp_path, block, key):

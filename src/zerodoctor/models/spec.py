@@ -571,13 +571,21 @@ def quantization_from_config(config: Mapping[str, Any], source: Path) -> Quantiz
             hint="fix the config.json or pass a catalog name",
         )
     cfg = _Cfg(block, source, prefix="quantization_config.")
-    method = cfg.str_("quant_method").lower()
-    method = _QUANT_METHOD_ALIASES.get(method, method)
     bits = cfg.opt_int("bits")
-    if method == "bnb":
-        bits = 4 if cfg.bool_("load_in_4bit", cfg.bool_("_load_in_4bit", False)) else bits
-        bits = 8 if bits is None and cfg.bool_("load_in_8bit", cfg.bool_("_load_in_8bit", False)) else bits
-    elif method == "awq" and bits is None:
+    # As transformers reads it (quantizers/auto.py AutoQuantizationConfig.from_dict): `load_in_4bit` /
+    # `load_in_8bit` make it bitsandbytes whatever `quant_method` says; otherwise `quant_method` is required.
+    if cfg.bool_("load_in_4bit", False) or cfg.bool_("load_in_8bit", False):
+        method, bits = "bnb", 4 if cfg.bool_("load_in_4bit", False) else 8
+    elif not isinstance(block.get("quant_method"), str) or not block["quant_method"]:
+        raise PlanError(
+            f"{source}: 'quantization_config' has no 'quant_method' string (found {block.get('quant_method')!r}); "
+            "transformers cannot load such a checkpoint either",
+            hint="use the config.json published with the quantized weights (quant_method: gptq, awq, bitsandbytes ...)",
+        )
+    else:
+        method = str(block["quant_method"]).lower()
+        method = _QUANT_METHOD_ALIASES.get(method, method)
+    if method == "awq" and bits is None:
         bits = 4  # transformers AwqConfig(bits=4)
     group = block.get("group_size")
     if group is not None and (
