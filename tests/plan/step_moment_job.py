@@ -5,7 +5,8 @@ tensors the first `engine.step()` creates and when each is freed: every storage 
 the flattened 16-bit gradient copy's size, for a Llama built from a config in bf16 with torch AdamW
 (`optimizer.params.torch_adam: true`: single-tensor on CPU, one fp32 temporary per updated tensor).
 
-Run by tests/plan/test_step_moment.py: `torchrun --nproc_per_node 2 step_moment_job.py OUT STAGE`.
+Run by tests/plan/test_step_moment.py: `torchrun --nproc_per_node 2 step_moment_job.py OUT STAGE[,STAGE...]`
+(one launch for several stages: the launch and DeepSpeed's import are most of the time).
 """
 
 from __future__ import annotations
@@ -30,14 +31,25 @@ CONFIG = {
 def main() -> int:
     import deepspeed
     import torch
+
+    out, stages = Path(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
+    deepspeed.init_distributed()
+    rank = torch.distributed.get_rank()
+    results = [_one(stage) for stage in stages]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "stages": results}))
+    torch.distributed.barrier()
+    return 0
+
+
+def _one(stage: int) -> dict[str, Any]:
+    import deepspeed
+    import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    out, stage = Path(sys.argv[1]), int(sys.argv[2])
-    deepspeed.init_distributed()
-    rank = torch.distributed.get_rank()
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**CONFIG)).to(torch.bfloat16)
     cfg = {
@@ -84,11 +96,7 @@ def main() -> int:
         part = sum(int(t.numel()) for t in opt.fp32_partitioned_groups_flat)
     else:
         part = sum(int(t.numel()) for t in opt.single_partition_of_fp32_groups)
-    res = {"rank": rank, "stage": stage, "partition_numel": part, "step_created_peak": live.peak, "trace": live.trace}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank{rank}.json").write_text(json.dumps(res))
-    torch.distributed.barrier()
-    return 0
+    return {"stage": stage, "partition_numel": part, "step_created_peak": live.peak, "trace": live.trace}
 
 
 if __name__ == "__main__":

@@ -86,17 +86,16 @@ def test_the_run_description_reads_the_optimizer_block(tmp_path, run_cli):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("stage", [2, 3])
-def test_the_real_first_step_frees_the_flat_copy_before_the_adam_state(stage: int):
+def test_the_real_first_step_frees_the_flat_copy_before_the_adam_state():
     """torch AdamW on CPU is single-tensor: `exp_avg_sq.sqrt() / bias_correction2_sqrt` holds two fp32 temporaries
     of the partition at once (the CUDA default, foreach, holds one: `_foreach_sqrt` then in-place ops). The step's
     own tensors peak at fp32 gradient + Adam state + those two; the 16-bit flat copy (2 B per element) is gone by
-    then."""
+    then. ZeRO-2 and ZeRO-3 in one launch."""
     sys.path.insert(0, str(HERE))
     from step_moment_job import CONFIG
     from test_fsdp_engine import torchrun_job
 
-    ranks = torchrun_job(HERE / "step_moment_job.py", str(stage))
+    ranks = torchrun_job(HERE / "step_moment_job.py", "2,3")
     assert len(ranks) == 2
     spec = model_from_config({"model_type": "llama", **CONFIG}, name="tiny-llama", source=Path("<step_moment_job>"))
     inputs = PlanInputs(
@@ -105,16 +104,18 @@ def test_the_real_first_step_frees_the_flat_copy_before_the_adam_state(stage: in
         training=Training(method="full", precision="bf16", micro_batch=1, seq_len=16),
         framework="deepspeed",
     )
-    items = _first(inputs, ZeroSettings(stage=stage))
     for rank in ranks:
-        part = rank["partition_numel"]
-        grad32, state = 4 * part, 8 * part
-        assert items["model states: fp32_grad"] == pytest.approx(grad32, rel=0.01)
-        assert items["model states: optimizer_states"] == pytest.approx(state, rel=0.01)
-        assert items[FLAT] == 0
-        single_tensor_temps = 2 * 4 * part
-        # the peak is the update moment (small scalars aside), not the flatten moment plus the state
-        assert rank["step_created_peak"] == pytest.approx(grad32 + state + single_tensor_temps, rel=0.001)
-        assert rank["step_created_peak"] < grad32 + state + single_tensor_temps + 2 * part
-        ops = [op for op, _, _ in rank["trace"]]
-        assert ops.index("aten.cat.default") < ops.index("aten.zeros_like.default")  # flatten, then the state
+        assert [r["stage"] for r in rank["stages"]] == [2, 3]
+        for run in rank["stages"]:
+            items = _first(inputs, ZeroSettings(stage=run["stage"]))
+            part = run["partition_numel"]
+            grad32, state = 4 * part, 8 * part
+            assert items["model states: fp32_grad"] == pytest.approx(grad32, rel=0.01)
+            assert items["model states: optimizer_states"] == pytest.approx(state, rel=0.01)
+            assert items[FLAT] == 0
+            single_tensor_temps = 2 * 4 * part
+            # the peak is the update moment (small scalars aside), not the flatten moment plus the state
+            assert run["step_created_peak"] == pytest.approx(grad32 + state + single_tensor_temps, rel=0.001)
+            assert run["step_created_peak"] < grad32 + state + single_tensor_temps + 2 * part
+            ops = [op for op, _, _ in run["trace"]]
+            assert ops.index("aten.cat.default") < ops.index("aten.zeros_like.default")  # flatten, then the state
