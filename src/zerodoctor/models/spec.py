@@ -549,6 +549,8 @@ def split_prequantized(name: str, base_owners: Iterable[str] = ()) -> tuple[str,
     for suffix, method, bits, publishers, whose in _PREQUANTIZED_SUFFIXES:
         if low.endswith(suffix) and len(low) > len(suffix) and low[-len(suffix) - 1] != "/":
             said = text[-len(suffix) :]
+            # The table's example id is its source, not the user's checkpoint: the message names only the rule.
+            whose = whose.split(", as ")[0]
             if publishers:
                 owners = {owner} if owner is not None else {o.lower() for o in base_owners}
                 if not owners & publishers:

@@ -11,7 +11,7 @@ Nothing here imports torch, transformers or DeepSpeed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from zerodoctor.errors import PlanError
@@ -375,9 +375,32 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         weights_dtype=run.weights_dtype.value if run.weights_dtype is not None else None,
         pure_bf16=bool(run.pure_bf16.value) if run.pure_bf16 is not None else False,
     )
+    notes = list(run.notes)
+    quant = model.quantization
+    if quant is not None:
+        # A pre-quantized checkpoint (GPTQ/AWQ/bnb weights in the files) trains only adapters on top: the run is a
+        # QLoRA of the checkpoint's own method whatever the recipe's quantization flags say (LLaMA-Factory
+        # model_utils/quantization.py: "`quantization_bit` will not affect on the PTQ-quantized models").
+        refusal = quant.planner_refusal
+        if refusal is not None:
+            raise PlanError(f"{model.name}: {refusal}")
+        if training.method not in ("lora", "qlora"):
+            raise PlanError(
+                f"{model.name} is a pre-quantized checkpoint ({quant.source}): its packed weights cannot be "
+                f"trained by '{training.method}' (transformers trainer_utils: 'You cannot perform fine-tuning on "
+                "purely quantized models')",
+                hint="use --method lora (adapters on the quantized base), or plan the 16-bit base model",
+            )
+        method_q = quant.method or training.quant_method  # `-4bit` names no method: the run's (default bnb)
+        group = training.quant_group_size
+        if quant.group_size is not None:
+            group = quant.group_size if quant.group_size > 0 else model.params.hidden_size  # -1: one group per column
+        training = replace(training, method="qlora", quant_method=method_q, quant_group_size=group)
+        notes.append(
+            f"pre-quantized base: {method_q} {quant.bits}-bit (from {quant.source}); planned as a QLoRA of it"
+        )
     if training.is_peft:
         model.lora_params(training.lora_rank, training.lora_targets)  # validates target names, clear message
-    notes = list(run.notes)
     framework = run.framework.name
     if framework is None:
         framework = "hf"

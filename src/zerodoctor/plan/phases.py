@@ -199,7 +199,9 @@ class StrategyPlan:
     @property
     def name(self) -> str:
         method = self.training.method
-        if method == "qlora":
+        if method == "qlora" and self.training.quant_method in ("gptq", "awq"):
+            method += f" ({self.training.quant_method} 4-bit base)"  # packed int32 weights: no quant_storage
+        elif method == "qlora":
             method += f" (quant_storage {self.training.quant_storage})"
         return f"{self.label or self.zero.label} [{method}]"
 
