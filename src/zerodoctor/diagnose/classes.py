@@ -36,6 +36,7 @@ from zerodoctor.diagnose.extract import (
     Facts,
     OomNumbers,
     Traceback,
+    installing,
     same_exception,
 )
 from zerodoctor.diagnose.reader import LogLine, log_int
@@ -85,12 +86,17 @@ _BUILD_HINTS = (
     "cpu_adam",
     "fused_adam",
 )
-# DeepSpeed's launcher killing the other ranks after one failed (the failed rank's code may be cut from a paste)
+
+
 def _build_var(op: str | None) -> str:
     """The install-time switch that pre-builds one op (op_builder: BUILD_VAR = "DS_BUILD_" + NAME.upper())."""
     return "DS_BUILD_" + re.sub(r"\W", "_", op).upper() if op else "DS_BUILD_OPS"
 
 
+# pip's build directory of a package it installs from an sdist (pip/_internal/req/req_install.py ensure_build_location:
+# TempDirectory(kind="install") -> `pip-install-XXXX`, then `{canonical name}_{uuid4 hex}`)
+_PIP_BUILD_DIR = re.compile(r"pip-install-[^/\\]{1,40}[/\\]([A-Za-z0-9][\w.-]{0,80}?)_[0-9a-f]{32}[/\\]")
+# DeepSpeed's launcher killing the other ranks after one failed (the failed rank's code may be cut from a paste)
 _LAUNCHER_TEARDOWN = "sigkill_handler] Killing subprocess"
 # Wording only DeepSpeed's assertions use (a pasted assertion line without its frames).
 # (`'ds_numel': ` is a key of ZeRO-3's param.ds_summary(), the message of its parameter-status assertions)
@@ -547,11 +553,13 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
 # the store-based barrier (distributed_c10d.py _store_based_barrier: `Timed out initializing process group in store
 # based barrier on rank: R, for key: ... (world_size=W, worker_count=C, timeout=...)`), torchrun's rendezvous
 # (elastic/rendezvous/api.py RendezvousTimeoutError), NCCL's unique-id exchange through the store (ProcessGroupNCCL.cpp
-# `... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout`)
+# `... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout`; the message pasted ending at
+# `got error`, the store's own reason cut, is the same wait - a reason that is no timeout, e.g. `Connection reset by
+# peer` from a rank 0 that died, is not)
 _DIST_TIMEOUT = re.compile(
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation|client socket has timed out|Timed out after \d+ seconds"
-    r" waiting for clients|Timed out initializing process group|RendezvousTimeoutError|store->get\('\w+'\) got error:"
-    r" Socket Timeout|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
+    r" waiting for clients|Timed out initializing process group|RendezvousTimeoutError|store->get\('\w+'\) got error"
+    r"(?:: Socket Timeout|\s*$)|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
 )
 _SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store")
 _JOINED = re.compile(
@@ -771,6 +779,21 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         m = _EXT.search(f"{message} {' '.join(f.file for f in tb.frames) if tb else ''}")
         op = next((g for g in (m.group("op"), m.group("op2"), m.group("op3")) if g), None) if m else None
         data["op"] = op
+        if tb is not None and installing(tb):
+            # `pip install deepspeed` from its sdist: setup.py runs op_builder/builder.py's CUDA checks at import
+            # (installed_cuda_version() for the cupy extra), before any op is built or named
+            pkg = next((p.group(1) for f in tb.frames if (p := _PIP_BUILD_DIR.search(f.file))), None)
+            data["install"] = pkg or True
+            what = f"{pkg}'s" if pkg else "the package's"
+            return FailureClass(
+                "op-build-failure",
+                f"Installing {pkg or 'the package'} stopped in its setup.py (a C++/CUDA build check)",
+                f"{_where(ev)} while pip ran {what} setup.py: {exc_type}: {clip(message, 200)}.",
+                "which op would have been built: the check runs for the whole package before any op is compiled.",
+                "point CUDA_HOME at the CUDA toolkit whose version matches torch.version.cuda (install the toolkit if "
+                "it is missing, `nvcc --version`), or install a prebuilt wheel of the package instead of its sdist.",
+                data,
+            )
         return FailureClass(
             "op-build-failure",
             f"DeepSpeed op {op!r} failed to build or load"
@@ -894,7 +917,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         named = _LIB_FILE.search(message)
         if named is not None:
             lib = (named.group("path"), log_int(named.group("line")) or 0, "")
-            data["library_frame"] = named.group("path") + (f":{named.group('line')}" if named.group("line") else "")
+            data["library_frame"] = named.group("path") + (
+                f":{named.group('line')}" if named.group("line") else ""
+            )
     if exc_type.endswith("AssertionError") and lib is None and not (tb and tb.frames):
         owner = _ASSERT_OWNER.search(message)
         if owner is not None:

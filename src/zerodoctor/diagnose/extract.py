@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass, field, replace
 
-from zerodoctor.diagnose.patterns import ACCUM
+from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, parse_progress
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
@@ -81,6 +81,14 @@ _EXC = re.compile(
 # named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
+)
+# Python's own import failures quoted inside a sentence (`error info: ModuleNotFoundError: No module named 'x.y'`,
+# "The `ImportError: cannot import name 'log'` error originates from ..."): the two messages CPython builds itself
+# (Lib/importlib/_bootstrap.py _ERR_MSG_PREFIX `No module named `; Python/ceval.c import_from `cannot import name
+# %R from %R (%S)`) are certain wherever they stand on the line; the message ends with the name(s) it quotes
+_QUOTED_IMPORT = re.compile(
+    r"(?<![\w.])((?:ModuleNotFound|Import)Error): ((?:No module named|cannot import name) '[\w.]{1,200}'"
+    r"(?: from '[^'\s]{1,200}'(?: \([^()]{1,300}\))?)?)"
 )
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
@@ -421,6 +429,11 @@ _ZERO_OPT_INIT_FUNCS = frozenset(
         "_create_fp16_partitions",
     }
 )
+# ZeRO-3's prefetch check (deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module, 0.19.8 line
+# 437: `tracing error at step {step_id}: ...`) runs only once the module trace is complete - after a whole first
+# forward/backward was recorded - and inside a sub-module's forward or backward hook: a forward/backward pass, not
+# the first one (training or evaluation: the markers say which, as for a forward frame)
+_ZERO3_TRACE_CHECK = re.compile(r"\btracing error at step \d+:")
 _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_builder/builder.py")
 # Files whose classes deepspeed.initialize constructs (DeepSpeed 0.19.8: DeepSpeedEngine in runtime/engine.py; the
 # optimizer wrappers engine._configure_*_optimizer builds - DeepSpeedZeroOptimizer in zero/stage_1_and_2.py,
@@ -515,6 +528,35 @@ class Traceback:
             else (self.frames[-1].line.lineno if self.frames else self.start.lineno)
         )
         return self.start.lineno <= line.lineno <= last
+
+
+@functools.cache
+def _marker_pattern(kind: str) -> re.Pattern[str]:
+    return re.compile(EXTRACTOR_PATTERNS["phase-" + kind])
+
+
+def _marker_after_progress(kind: str, text: str) -> bool:
+    """Whether a phase marker printed on a progress bar's line comes after the bar (a script's print() while the bar
+    stays on screen: `25% 1999/8000 [1:02:25<3:07:25,  1.87s/it, loss=0.296] SAVING CHECKPOINT...`): the marker is
+    later than that progress. The line model splits text glued behind a bar into its own segment (reader.parse_line),
+    so a marker segment of the bar's line that holds no bar itself is that text."""
+    if parse_progress(text) is None and "it/s" not in text and "s/it" not in text:
+        return True
+    starts = [m.start() for m in _marker_pattern(kind).finditer(text)]
+    bar = max(text.rfind("it/s"), text.rfind("s/it"))
+    return bool(starts) and 0 <= bar < starts[-1]
+
+
+def installing(tb: Traceback) -> bool:
+    """Whether a traceback is a package's setup.py run by an installer: pip runs `python setup.py egg_info` /
+    `bdist_wheel` through its shim (pip/_internal/utils/setuptools_build.py: `<pip-setuptools-caller>`), and the
+    frames start in setup.py at module level."""
+    return any(
+        f.file == "<pip-setuptools-caller>"
+        or f.func == "<module>"
+        and f.file.replace("\\", "/").rsplit("/", 1)[-1] == "setup.py"
+        for f in tb.frames
+    )
 
 
 @dataclass
@@ -1119,7 +1161,7 @@ class Extractor:
         return True
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
-        m = _EXC.match(line.text) or _RUNPY.search(line.text)
+        m = _EXC.match(line.text) or _RUNPY.search(line.text) or _QUOTED_IMPORT.search(line.text)
         if not m:
             return
         exc_type, message = m.group(1), (m.group(2) or "").strip()
@@ -1509,6 +1551,8 @@ class Extractor:
         if phase == "unknown" or (tb is not None and self._loop_only(tb, phase)):
             lo = tb.start.lineno if tb is not None else ev.line.lineno - 6
             phase = self._code_phase(ev.line.source, lo, ev.line.lineno) or phase
+        if phase == "unknown" and _ZERO3_TRACE_CHECK.search(ev.detail):
+            phase = "forward"
         if phase == "optimizer":
             phase = self._optimizer_phase(ev, False)
         if phase == "forward":
@@ -1605,6 +1649,8 @@ class Extractor:
         return None
 
     def _phase_from_frames(self, tb: Traceback, ev: Event) -> str:
+        if installing(tb):
+            return "unknown"  # pip installing a package: no run, no phase of one
         if tb.frames:
             funcs = {f.func for f in tb.frames}
             files = " ".join(f.file for f in tb.frames)
@@ -1717,7 +1763,12 @@ class Extractor:
             g = _GUARD.search(marker[1].text)
             if g and g.group(3) in _GUARD_PHASE:
                 return _GUARD_PHASE[g.group(3)]
-        if marker is not None and (p_line is None or marker[1].lineno > p_line):
+        if marker is not None and (
+            p_line is None
+            or marker[1].lineno > p_line
+            or marker[1].lineno == p_line
+            and _marker_after_progress(marker[0], marker[1].text)
+        ):
             kind = marker[0]
             return {
                 "data": "tokenization",

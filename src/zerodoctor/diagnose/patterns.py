@@ -160,9 +160,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # DeepSpeedEngine._save_checkpoint (0.19.8), transformers >= 5 save_pretrained's tqdm
     r"|Saving model checkpoint: |Writing model shards: +\d+%"
     # CompVis latent-diffusion / stable-diffusion main.py melk(): the save on a signal or exception, and its forks
-    r"|Summoning checkpoint\.",
+    r"|Summoning checkpoint\."
+    # TheLastBen fast-stable-diffusion train_dreambooth.py: print(" SAVING CHECKPOINT...") before save_pretrained and
+    # the convertosdv2.py subprocess, then print("Done, resuming training ...") (printed behind the tqdm bar's line)
+    r"|SAVING CHECKPOINT\.\.\.",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
-    "phase-save-done": r"zero checkpoint saved",
+    "phase-save-done": r"zero checkpoint saved|Done, resuming training \.\.\.",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
     "phase-eval-done": r"\{'eval_loss': ",
     # the runtime guard's own line (zerodoctor guard [rank R, step S, PHASE]: ...), on stderr and in its error files
@@ -256,6 +259,11 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     b"Epoch(train)",
     # pytorch/examples' ProgressMeter (imagenet/main.py, copied into many training scripts): `Epoch: [0][ 415/1736]`
     b"Epoch: [",
+    # litgpt's finetune/pretrain loops (finetune/adapter.py, lora.py, full.py, pretrain.py: fabric.print(f"iter
+    # {iter_num} step {step_count}: loss {loss.item():.4f}, iter time: {...:.2f}ms"), older ones `train time:`; later
+    # `Epoch E | iter I step S | loss train: ...| iter time: ...`); step_count counts optimizer steps
+    b"iter time: ",
+    b"train time: ",
 )
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 _TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
@@ -264,6 +272,7 @@ _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
 _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 _METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
+_LITGPT = re.compile(r"\biter (\d{1,12}) step (\d{1,12})(?::| \|) loss\b.{0,120}\b(?:iter|train) time: ")
 
 
 # Progress bars of work that is not training (loading, data preparation, generation): not training progress.
@@ -297,6 +306,9 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
     m6 = _METER.search(text)
     if m6:
         return ("meter", log_int(m6.group(2)), log_int(m6.group(3)), log_float(m6.group(1)))
+    m7 = _LITGPT.search(text)
+    if m7:
+        return ("litgpt", log_int(m7.group(2)), None, None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):

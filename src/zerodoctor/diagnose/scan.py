@@ -88,7 +88,7 @@ FAILURE_KEYS = frozenset(
 class Progress:
     """The last training-progress update seen before a line."""
 
-    kind: str  # tqdm | trainer | deepspeed | mmengine
+    kind: str  # tqdm | trainer | deepspeed | mmengine | meter | litgpt
     step: int | None
     total: int | None
     epoch: float | None
