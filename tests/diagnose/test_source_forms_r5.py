@@ -249,3 +249,75 @@ def test_a_bar_after_the_save_marker_is_training_again(tmp_path: Path) -> None:
     later = BAR.replace("1999/8000", "2000/8000")
     _top, _fc, phase = _run(tmp_path, f"{BAR} SAVING CHECKPOINT...\n{later}\nKilled\n")
     assert phase == "training_step"
+
+
+# ---- a hang's stack dump placed by the main thread -------------------------------------------------------------------
+# py-spy dump (src/dump.rs print_trace): `Thread 46 (idle): "MainThread"`, then `func (file.py:line)` innermost first
+PYSPY = (
+    'Thread 46 (idle): "MainThread"\n'
+    "    backward (torch/autograd/__init__.py:266)\n"
+    "    backward (deepspeed/runtime/zero/stage3.py:2213)\n"
+    "    backward (deepspeed/runtime/engine.py:1976)\n"
+    "    backward (accelerate/accelerator.py:2126)\n"
+    "    training_loop (scripts/fine_tune_accelerate.py:410)\n"
+    "    <module> (scripts/fine_tune_accelerate.py:587)\n"
+    'Thread 931 (idle): "Thread-1"\n'
+    "    wait (threading.py:324)\n"
+    "    run (tqdm/_monitor.py:60)\n"
+    "Thread 4068 (active)\n"
+    "    all_gather_into_tensor (torch/distributed/distributed_c10d.py:2709)\n"
+    "    wrapper (torch/distributed/c10d_logger.py:72)\n"
+    "    all_gather_into_tensor (deepspeed/comm/torch.py:219)\n"
+)
+
+
+def test_a_py_spy_hang_is_placed_by_the_main_threads_stack(tmp_path: Path) -> None:
+    top, fc, phase = _run(tmp_path, PYSPY)
+    assert fc["id"] == "class:collective-timeout", top
+    assert phase == "training_step"  # the main thread waits in backward (accelerate's, DeepSpeed's)
+
+
+def test_a_py_spy_hang_without_the_main_thread_stays_unplaced(tmp_path: Path) -> None:
+    only = PYSPY[PYSPY.index("Thread 4068") :]
+    _top, _fc, phase = _run(tmp_path, only)
+    assert phase == "unknown"
+
+
+# ---- a bare assertion beside another rank's cut traceback ------------------------------------------------------------
+# Sa2VA#138 (XTuner / mmengine DeepSpeed strategy): rank 1's frames are cut from the paste, rank 0's traceback is cut
+# before its exception line; ranks fail together, each printing part
+SA2VA = (
+    "[rank1]:            ^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "[rank1]: AssertionError\n"
+    "04/10 17:22:29 - mmengine - INFO - Resume checkpoint from work_dirs/sa2va/iter_94000.pth\n"
+    "[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "/w/tools/train.py", line 65, in <module>\n'
+    "[rank0]:     train.main()\n"
+    '[rank0]:   File "/w/.venv/lib/python3.11/site-packages/mmengine/runner/_flexible_runner.py", line 1456, in '
+    "resume\n"
+    "[rank0]:     checkpoint = self.strategy.resume(\n"
+    '[rank0]:   File "/w/.venv/lib/python3.11/site-packages/xtuner/engine/_strategy/deepspeed.py", line 60, in '
+    "resume\n"
+    "[rank0]:     checkpoint = super().resume(*args, **kwargs)\n"
+)
+
+
+def test_a_bare_assertion_beside_another_ranks_cut_library_traceback_is_a_library_assertion(
+    tmp_path: Path,
+) -> None:
+    top, fc, phase = _run(tmp_path, SA2VA)
+    assert fc["id"] == "class:library-assertion", top
+    assert fc["library_frame"] == "xtuner/engine/_strategy/deepspeed.py:60 in resume"
+    assert fc["rank"] == 1
+    assert phase == "resume"
+
+
+def test_a_bare_assertion_with_no_traceback_beside_it_stays_a_crash(tmp_path: Path) -> None:
+    text = (
+        SA2VA.split("[rank0]: Traceback")[0]
+        + "\n" * 6
+        + "[rank0]: Traceback"
+        + SA2VA.split("[rank0]: Traceback")[1]
+    )
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] == "class:crash", top

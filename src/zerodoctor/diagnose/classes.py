@@ -741,7 +741,9 @@ def _not_found_class(ev: Event, message: str, where: str, data: dict[str, Any]) 
     )
 
 
-def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
+def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback | None = None) -> FailureClass:
+    """`beside`: another rank's traceback printed next to a frameless exception and cut before its own exception
+    line (ranks fail together and each prints part: extract.phase_of reads its phase the same way)."""
     tb = ev.traceback
     exc_type = (tb.exc_type if tb else None) or ev.detail.split(":", 1)[0]
     message = (tb.exc_message if tb else None) or (
@@ -911,6 +913,16 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
         lib = _installed_frame(tb)
         if lib is not None:
             data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
+    seen_beside = ""
+    if lib is None and exc_type.endswith("AssertionError") and not (tb and tb.frames) and beside is not None:
+        # a bare assertion whose frames were cut from the paste, and the traceback another rank printed beside it
+        # reaching into an installed package (XTuner/mmengine resume, Sa2VA#138): that package is where to search
+        lib = _installed_frame(beside) or _lib_frame(beside)
+        if lib is not None:
+            data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
+            data["frames_from"] = beside.start.location()
+            who = f"rank {beside.rank}" if beside.rank is not None else "another process"
+            seen_beside = f" (the innermost frame of the traceback {who} printed beside it, cut before its exception line)"
     if lib is None and exc_type.endswith("AssertionError") and not (tb and tb.frames):
         # a pasted assertion with no frame whose message names the library file that raised it (`AssertionError:
         # megatron/data/gpt_dataset.py:242 ...`, a test harness or a logger quoting the raising line)
@@ -946,6 +958,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str]) -> FailureClass:
             f"Assertion failed inside {lib_name}",
             f"{where}: an assertion at {at}"
             + (f" (in {lib[2]})" if lib[2] else "")
+            + seen_beside
             + (f" failed: {clip(message, 200)}" if message else " failed with no message")
             + f"; {lib_name} {ver or 'version not printed'}.",
             "what state led to it: an assertion names a broken invariant, not its cause.",
@@ -1087,7 +1100,21 @@ def classify(
                         seen.add((f.file, f.lineno, f.func))
                         frames.append(f)
             first = replace(first, traceback=replace(tb, frames=frames))
-        return _exception_class(first, versions)
+        beside = None
+        if tb is None:
+            beside = next(
+                (
+                    t
+                    for t in facts.tracebacks
+                    if t.source == first.line.source
+                    and t.exc_type is None
+                    and t.frames
+                    and t.rank != first.rank
+                    and abs(t.start.lineno - first.line.lineno) <= 3
+                ),
+                None,
+            )
+        return _exception_class(first, versions, beside)
     if (
         first.kind == "exit"
         and first.exit_code is None

@@ -270,6 +270,7 @@ _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
 _FH_FRAME = re.compile(r'File "([^"]+)", line (\d{1,7}) in ([A-Za-z_<][\w<>.]{0,120})')
+_PYSPY_MAIN = re.compile(r'^\s*Thread (?:0x)?[0-9A-Fa-f]{1,16} \([a-z-]{1,20}\): "MainThread"')
 _PYSPY_FRAME = re.compile(r"^\s*([A-Za-z_<][\w<>.]{0,120}) \((\S{1,300}\.py):(\d{1,7})\)\s*$")
 HANG_DUMP = "a stack dump of a process that had not failed: "
 # where a dumped stack waits on its peers: torch.distributed's collectives and DeepSpeed's comm wrappers
@@ -863,6 +864,9 @@ class Extractor:
             None  # the toolchain failing a JIT build (its first line)
         )
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
+        self._hang_main: dict[
+            int, Traceback
+        ] = {}  # a hang's dumped stack -> the main thread's stack of that dump
         self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
@@ -1117,6 +1121,25 @@ class Extractor:
         inner = dump.frames[0]
         where = f'File "{inner.file}", line {inner.lineno} in {inner.func}'
         self._event("watchdog", start, hit, f"{HANG_DUMP}{where}"[:300], traceback=tb)
+        # py-spy names each thread (`Thread 46 (idle): "MainThread"`, py-spy src/dump.rs print_trace): the main
+        # thread runs the training loop that the waiting thread serves, so its stack places the hang when the
+        # waiting thread's own frames (a collective, a prefetch worker) do not
+        main = next(
+            (
+                d
+                for d, _h in dumps
+                if d is not dump
+                and d.source == dump.source
+                and d.rank == dump.rank
+                and d.head is not None
+                and _PYSPY_MAIN.search(d.head.text)
+            ),
+            None,
+        )
+        if main is not None:
+            self._hang_main[id(tb)] = Traceback(
+                main.source, main.rank, main.frames[0].line, list(reversed(main.frames))
+            )
 
     def _open_tb(self, line: LogLine) -> Traceback | None:
         """The traceback this frame or exception line continues: its rank's, else one opened just above it with no
@@ -1422,6 +1445,9 @@ class Extractor:
             ev.phase = self.phase_of(ev)
             if ev.phase == "unknown" and ev.kind == "exit":
                 ev.phase = self._fatal_dump_phase(ev)
+            main = self._hang_main.get(id(ev.traceback)) if ev.traceback is not None else None
+            if ev.phase == "unknown" and main is not None:
+                ev.phase = self._phase_from_frames(main, ev)
         last = self.facts.last_progress
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
