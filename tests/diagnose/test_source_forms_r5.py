@@ -321,3 +321,34 @@ def test_a_bare_assertion_with_no_traceback_beside_it_stays_a_crash(tmp_path: Pa
     )
     top, fc, _ = _run(tmp_path, text)
     assert fc["id"] == "class:crash", top
+
+
+# ---- save and resume lines of litgpt, transformers and accelerate ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("before", "phase"),
+    [
+        # litgpt pretrain.py / finetune: fabric.print(f"Saving checkpoint to {str(checkpoint_file)!r}")
+        ("Saving checkpoint to 'out/pretrain/step-00001000/lit_model.pth'", "checkpoint_save"),
+        ("Saving LoRA weights to 'out/lora/iter-002000-ckpt.pth'", "checkpoint_save"),
+        # transformers modeling_utils.py save_pretrained, writing a sharded checkpoint
+        (
+            "[INFO|modeling_utils.py:2698] 2024-08-13 07:27:01,945 >> The model is bigger than the maximum size per "
+            "checkpoint (5GB) and is going to be split in 4 checkpoint shards. You can find where each parameters has "
+            "been saved in the index located at /content/out/model.safetensors.index.json.",
+            "checkpoint_save",
+        ),
+        # accelerate checkpointing.py load_accelerator_state
+        ("INFO     All model weights loaded successfully", "resume"),
+        ("INFO     All optimizer states loaded successfully", "resume"),
+        # litgpt: fabric.print(f"Resuming training from {resume}")
+        ("Resuming training from out/pretrain/step-00001000/lit_model.pth", "resume"),
+    ],
+)
+def test_save_and_resume_lines_place_a_kill(tmp_path: Path, before: str, phase: str) -> None:
+    progress = "iter 3436 step 53: loss 2.9911, iter time: 400.10ms"
+    _top, fc, got = _run(tmp_path, f"{progress}\n{before}\nKilled\n")
+    assert fc["id"] == "class:host-oom-kill"
+    assert got == phase
+    # training progress printed after the line closes that phase
+    _top, _fc, got = _run(tmp_path, f"{before}\n{progress}\nKilled\n")
+    assert got == "training_step"

@@ -134,7 +134,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Resume checkpoint from |Auto resumed from |Attempting to resume from "
     # DeepSpeed's engine loading ZeRO states (0.19.8 engine.py), accelerate's Accelerator.load_state
     r"|[Ll]oading \d+ zero partition checkpoints for rank|successfully read \d+ ZeRO state_dicts for rank"
-    r"|loaded universal zero checkpoints from|Loading states from ",
+    r"|loaded universal zero checkpoints from|Loading states from "
+    # accelerate checkpointing.py load_accelerator_state (under Accelerator.load_state): `All model weights loaded
+    # successfully`, then the optimizer, scheduler, dataloader sampler and random states; litgpt's finetune/pretrain
+    # scripts: fabric.print(f"Resuming training from {resume}") before fabric.load
+    r"|All (?:model weights|optimizer states|scheduler states|dataloader sampler states|random states) loaded"
+    r" successfully|Resuming training from ",
     "phase-zero-init": r"activating zero\.init\(\)|Detected DeepSpeed ZeRO-3: activating|zero\.Init|"
     r"partition_parameters\.py:\d+:__exit__\] finished initializing model",
     # deepspeed.initialize (any caller: HF Trainer, accelerate, LLaMA-Factory, TRL, XTuner): the engine's own
@@ -163,7 +168,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Summoning checkpoint\."
     # TheLastBen fast-stable-diffusion train_dreambooth.py: print(" SAVING CHECKPOINT...") before save_pretrained and
     # the convertosdv2.py subprocess, then print("Done, resuming training ...") (printed behind the tqdm bar's line)
-    r"|SAVING CHECKPOINT\.\.\.",
+    r"|SAVING CHECKPOINT\.\.\."
+    # litgpt finetune/pretrain: fabric.print(f"Saving checkpoint to {str(path)!r}") / `Saving LoRA weights to '...'` /
+    # `Saving weights to '...'` before fabric.save; transformers save_pretrained writing shards (modeling_utils.py:
+    # `The model is bigger than the maximum size per checkpoint ({max_shard_size}) and is going to be split in N
+    # checkpoint shards`)
+    r"|Saving (?:LoRA weights|weights|checkpoint) to '|The model is bigger than the maximum size per checkpoint",
     # ("Checkpoint global_stepN is ready now!" is printed while HF's save sequence still runs: not "done")
     "phase-save-done": r"zero checkpoint saved|Done, resuming training \.\.\.",
     "phase-finished": r"Training completed\. Do not forget|\{'train_runtime': |Training finished",
