@@ -352,3 +352,20 @@ def test_save_and_resume_lines_place_a_kill(tmp_path: Path, before: str, phase: 
     # training progress printed after the line closes that phase
     _top, _fc, got = _run(tmp_path, f"{before}\n{progress}\nKilled\n")
     assert got == "training_step"
+
+
+# ---- a traceback header glued behind a progress bar takes that bar ----------------------------------------------------
+# tqdm (tqdm/std.py status_printer) writes the bar with `\r` and no newline; a rank's traceback printed next starts on
+# the bar's line (ms-swift#4023: `Train:   0%| | 1/594 [00:21<3:28:13, 21.07s/it][rank4]: Traceback ...`)
+@pytest.mark.parametrize(("done", "phase"), [(1, "training_step"), (0, "first_optimizer_step")])
+def test_a_cut_traceback_glued_behind_a_bar_takes_that_bars_progress(
+    tmp_path: Path, done: int, phase: str
+) -> None:
+    text = (
+        f"Train:   0%|          | {done}/594 [00:21<3:28:13, 21.07s/it][rank4]: Traceback (most recent call last):\n"
+        '[rank4]:   File "/home/user/ms-swift/swift/cli/rlhf.py", line 5, in <module>\n'
+        "[rank4]:     rlhf_main()\n"
+    )
+    top, fc, got = _run(tmp_path, text)
+    assert fc["id"] == "class:crash", top
+    assert got == phase

@@ -688,7 +688,13 @@ def scan_source(
                     raw, wrapped = _join_wrapped(chunk[first:joined_end]), True
                     joined_to = joined_end
             padded = _PAD in raw
-            for line in parse_line(src.name, lineno, raw):
+            segments = parse_line(src.name, lineno, raw)
+            for line in segments:
+                if len(segments) > 1 and (bar := parse_progress(line.text)) is not None:
+                    # a bar that a failure line was glued behind (`1/594 [00:21<3:28:13, 21.07s/it][rank4]:
+                    # Traceback ...`, reader.parse_line splits them): printed before the segments after it
+                    progress = Progress(*bar, lineno)
+                    searched_to = start
                 # (a terminal's row padding removed from the line: `reader.unpad_rows`)
                 if wrapped or pids & ansi_ids or (padded and "        " not in line.raw):
                     # colour codes or a terminal wrap may split a pattern: run the engine again on the clean text
