@@ -69,6 +69,18 @@ def test_prose_about_import_errors_is_no_failure(tmp_path: Path, line: str) -> N
     assert fc["id"] != "class:import-error", top
 
 
+def test_an_import_failure_logged_by_a_run_that_went_on_is_no_failure(tmp_path: Path) -> None:
+    # a library logging a failed optional import and carrying on (the run trains after it)
+    text = (
+        "[WARNING] xformers not available: ModuleNotFoundError: No module named 'xformers'\n"
+        "***** Running training *****\n"
+        "{'loss': 1.2345, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+    )
+    top, fc, _ = _run(tmp_path, text)
+    assert fc["id"] != "class:import-error", top
+    assert top == "no-known-failure"
+
+
 # ---- pip installing deepspeed from its sdist without CUDA_HOME ------------------------------------------------------
 # DeepSpeed setup.py (v0.12.4 line 100, the cupy extra for the 1-bit optimizers): cuda_major_ver, cuda_minor_ver =
 # installed_cuda_version(); op_builder/builder.py installed_cuda_version: raise MissingCUDAException("CUDA_HOME does not

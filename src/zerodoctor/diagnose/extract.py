@@ -855,6 +855,9 @@ class Extractor:
         self._not_found: list[
             tuple[LogLine, Hit, str]
         ] = []  # a shell's `X: command not found` (finish decides)
+        # Python's import failure quoted inside a line (a logger's warning, prose): finish decides, as for a command
+        # not found - a library that logs a failed optional import and goes on is no failure
+        self._quoted_imports: list[tuple[LogLine, Hit, str]] = []
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
         # a traceback header's hit, for its training progress (frame lines get none: scan.FAILURE_KEYS); the
         # traceback is kept in the value so its id stays its own
@@ -1184,7 +1187,14 @@ class Extractor:
         return True
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
-        m = _EXC.match(line.text) or _RUNPY.search(line.text) or _QUOTED_IMPORT.search(line.text)
+        m = _EXC.match(line.text) or _RUNPY.search(line.text)
+        if not m:
+            quoted = _QUOTED_IMPORT.search(line.text)
+            if quoted is not None and self._open_tb(line) is None:
+                if len(self._quoted_imports) < MAX_EVENTS:
+                    self._quoted_imports.append((line, hit, f"{quoted.group(1)}: {quoted.group(2)}"))
+                return
+            m = quoted
         if not m:
             return
         exc_type, message = m.group(1), (m.group(2) or "").strip()
@@ -1326,6 +1336,12 @@ class Extractor:
                     self.facts.version_lines.append(line)
                 return
 
+    def _outlived(self, line: LogLine, hit: Hit) -> bool:
+        """Whether the run trained or reached another phase after this line."""
+        return self.facts.last_progress != hit.progress or any(
+            m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
+        )
+
     def _event(
         self,
         kind: str,
@@ -1423,13 +1439,13 @@ class Extractor:
         for line, hit, cmd in self._not_found:
             # a script goes on after a command it could not run (no `set -e`): the run failed there only if it did
             # not train or reach another phase after it
-            later = self.facts.last_progress != hit.progress or any(
-                m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
-            )
-            if not later:
+            if not self._outlived(line, hit):
                 self._event(
                     "exception", line, hit, f"{NOT_FOUND_TYPE}: {cmd} ({clip(line.text.strip(), 240)})"
                 )
+        for line, hit, said in self._quoted_imports:
+            if not self._outlived(line, hit):
+                self._event("exception", line, hit, said[:300])
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)
