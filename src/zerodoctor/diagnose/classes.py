@@ -519,6 +519,7 @@ def _silent_death_while_loading(ev: Event) -> FailureClass:
 
 
 _TIMEOUT = re.compile(r"(?i)timed? ?out|watchdog")
+_CHILD_KILLED = re.compile(r"TerminatedWorkerError|process \d{1,6} terminated with signal SIGKILL")
 _NCCL_OWN = re.compile(
     r"(?i)ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL error"
 )
@@ -1081,6 +1082,24 @@ def classify(
         return _host_oom(first, facts)
     if first.kind == "exception" and _DIST_TIMEOUT.search(first.detail):
         return _dist_timeout(first)
+    if first.kind == "exception" and _CHILD_KILLED.search(first.detail):
+        # the parent's exception for a child a signal ended: joblib's loky executor (process_executor.py
+        # TerminatedWorkerError, whose message goes on lines below with the workers' exit codes) or
+        # torch.multiprocessing.spawn (`process N terminated with signal SIGKILL`); a SIGKILL among them is the OOM
+        # killer's signal, and the child is the failure, not the parent's traceback
+        killed = next(
+            (
+                e
+                for e in facts.events
+                if e.kind == "exit"
+                and e.exit_code == -9
+                and e.line.source == first.line.source
+                and 0 <= e.line.lineno - first.line.lineno <= 4
+            ),
+            None,
+        )
+        if killed is not None:
+            return _host_oom(replace(killed, phase=first.phase), facts)
     if first.kind == "watchdog" and first.detail.startswith(HANG_DUMP):
         return _hang_dump(first)
     if first.kind == "watchdog" or (first.kind == "nccl" and _TIMEOUT.search(first.detail)):

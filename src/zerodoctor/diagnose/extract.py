@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, parse_progress
@@ -297,6 +298,10 @@ _SHELL_SIGNALS = (
     ("illegal", -4),
     ("terminated", -15),
 )
+# a child ended by a signal, as its parent reports it (patterns.py `launch-child-signal`): torch.multiprocessing.spawn
+# names the process index (the rank it was spawned as), joblib's loky executor the set of its workers' exit codes
+_CHILD_SIGNAL = re.compile(r"process (?P<index>\d{1,6}) terminated with signal (?P<name>SIG[A-Z]{2,8})")
+_LOKY_EXIT_CODES = re.compile(r"(?P<name>SIG[A-Z]{2,8})\((?P<code>-\d{1,2})\)")
 _RESUME_FOLDER = re.compile(r"Loading model from \S*checkpoint-\d+")
 # Collectives that only a backward pass issues at gradient-bucket sizes: DDP's gradient all-reduce (buckets of
 # bucket_cap_mb=25 MiB, torch/nn/parallel/distributed.py), ZeRO-1/2's reduction of reduce_bucket_size elements
@@ -1322,6 +1327,8 @@ class Extractor:
             code = next((c for word, c in _SHELL_SIGNALS if word in low), None)
             if code is not None:
                 self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
+        if "x:launch-child-signal" in keys:
+            self._child_signal(line, hit, text)
         if "x:launch-slurm" in keys:
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
@@ -1341,6 +1348,22 @@ class Extractor:
         return self.facts.last_progress != hit.progress or any(
             m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
         )
+
+    def _child_signal(self, line: LogLine, hit: Hit, text: str) -> None:
+        """A child process a signal ended: the spawn context's `process N terminated with signal SIGKILL` (N: the
+        index it was spawned with, its rank), or loky's exit-code set, where a SIGKILL(-9) among them is what the
+        kernel's OOM killer sends (loky's own message names "excessive memory usage" as a cause)."""
+        spawn = _CHILD_SIGNAL.search(text)
+        if spawn is not None:
+            number = getattr(signal.Signals, spawn.group("name"), None)
+            code = -int(number) if number is not None else None
+            self._event("exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index")))
+            return
+        codes = [log_int(m.group("code")) for m in _LOKY_EXIT_CODES.finditer(text)]
+        known = [c for c in codes if c is not None]
+        if known:
+            code = -9 if -9 in known else known[0]
+            self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
 
     def _event(
         self,

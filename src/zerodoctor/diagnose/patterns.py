@@ -71,9 +71,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # torchrun's agent stopped by a signal sent to it (torch/distributed/elastic/agent/server/api.py: `Received %s death
     # signal, shutting down workers` on SignalException): a scheduler's SIGTERM, a user's Ctrl-C (2)
     "launch-death-signal": r"Received \d+ death signal, shutting down workers",
-    # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar), zsh
-    # `[1]    26478 killed     python train.py`
-    "launch-shell-killed": r"(^|\]|[ \t|])Killed[ \t]*\r?$|\[\d+\]\s+\d+\s+killed\s+\S",
+    # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar; in a GitHub
+    # comment often in Markdown emphasis, `**Killed**`), zsh `[1]    26478 killed     python train.py`, and a
+    # non-interactive bash's job report (jobs.c notify_of_job_status: `/bin/bash: line 27: 318 Killed  sh start.sh`)
+    "launch-shell-killed": r"(^|\]|[ \t|])(\*{1,3}|_{1,3})?Killed(\*{1,3}|_{1,3})?[ \t]*\r?$"
+    r"|\[\d+\]\s+\d+\s+killed\s+\S|: line \d{1,7}: +\d{1,10} Killed\b",
+    # a child process that a signal ended, as its parent reports it: torch.multiprocessing.spawn
+    # (torch/multiprocessing/spawn.py ProcessContext.join: `process %d terminated with signal %s`) and joblib's loky
+    # executor (joblib/externals/loky/process_executor.py TerminatedWorkerError: `The exit codes of the workers
+    # are {SIGKILL(-9)}`)
+    "launch-child-signal": r"process \d{1,6} terminated with signal SIG[A-Z]{2,8}"
+    r"|exit codes of the workers are \{[^}\n]{0,200}\}",
     # the shell's report of a job another signal ended (bash prints strsignal(); zsh `[1]  26478 segmentation fault
     # python train.py`; Bus error is the KB's fw-exitcode-7-sigbus-shm), and a DataLoader worker's own report
     # (torch/csrc/DataLoader.cpp SIGSEGV/SIGFPE handlers)

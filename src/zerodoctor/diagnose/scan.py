@@ -73,6 +73,7 @@ FAILURE_KEYS = frozenset(
         # lines the extractor also makes failure events of: they get the progress context too
         "x:launch-shell-killed",
         "x:launch-shell-signal",
+        "x:launch-child-signal",
         "x:launch-killing",
         "x:load-copy-error",
         "x:load-size-mismatch",
