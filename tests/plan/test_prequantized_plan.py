@@ -61,3 +61,11 @@ def test_a_local_awq_config_is_planned_with_its_group_size(run_cli, tmp_path):
     assert code == 0, err
     assert doc["training"]["quant_method"] == "awq" and doc["training"]["quant_group_size"] == 64
     assert resolve_model(str(path)).quantization is not None
+
+
+def test_the_recorded_source_names_the_rule_not_another_checkpoint():
+    """What a user is shown about where the quantization was read names the suffix and the naming rule; the real
+    ids the suffix table cites as its sources (Cohere's, XuanYuan's, Qwen's own) never appear as if they were theirs."""
+    quant = resolve_model("Qwen/Qwen2.5-7B-Instruct-4bit").quantization
+    assert quant is not None and "'-4bit'" in quant.source
+    assert "Cohere" not in quant.source and "XuanYuan" not in quant.source

@@ -453,45 +453,49 @@ def close_matches(name: str, n: int = 5) -> list[str]:
 # Pre-quantized checkpoints (GPTQ / AWQ / bitsandbytes): the 16-bit base's shapes, the quantization recorded
 # --------------------------------------------------------------------------------------------------
 
-_PREQUANTIZED_SUFFIXES: tuple[tuple[str, str | None, int, frozenset[str], str], ...] = (
-    ("-gptq-int4", "gptq", 4, frozenset(), "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"),
-    ("-gptq-int8", "gptq", 8, frozenset(), "Qwen's naming, as Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8"),
-    ("-bnb-4bit", "bnb", 4, frozenset(), "unsloth's naming, as unsloth/llama-3-8b-bnb-4bit"),
+_PREQUANTIZED_SUFFIXES: tuple[tuple[str, str | None, int, frozenset[str], str, str], ...] = (
+    ("-gptq-int4", "gptq", 4, frozenset(), "Qwen's naming", "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"),
+    ("-gptq-int8", "gptq", 8, frozenset(), "Qwen's naming", "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8"),
+    ("-bnb-4bit", "bnb", 4, frozenset(), "unsloth's naming", "unsloth/llama-3-8b-bnb-4bit"),
     (
         "-gptq",
         "gptq",
         4,
         frozenset(),
-        "TheBloke's naming (main branch 4-bit), as TheBloke/Llama-2-70B-chat-GPTQ",
+        "TheBloke's naming (main branch 4-bit)",
+        "TheBloke/Llama-2-70B-chat-GPTQ",
     ),
-    ("-awq", "awq", 4, frozenset(), "Qwen's and TheBloke's naming, as Qwen/Qwen2.5-72B-Instruct-AWQ"),
-    ("-int4", "gptq", 4, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-72B-Chat-Int4"),
-    ("-int8", "gptq", 8, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq, as Qwen/Qwen-7B-Chat-Int8"),
+    ("-awq", "awq", 4, frozenset(), "Qwen's and TheBloke's naming", "Qwen/Qwen2.5-72B-Instruct-AWQ"),
+    ("-int4", "gptq", 4, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq", "Qwen/Qwen-72B-Chat-Int4"),
+    ("-int8", "gptq", 8, frozenset({"qwen"}), "Qwen (v1) naming, auto-gptq", "Qwen/Qwen-7B-Chat-Int8"),
     (
         "-4bits",
         "awq",
         4,
         frozenset({"01-ai"}),
-        "Yi README: 4-bit models quantized by AWQ, as 01-ai/Yi-34B-Chat-4bits",
+        "Yi README: 4-bit models quantized by AWQ",
+        "01-ai/Yi-34B-Chat-4bits",
     ),
     (
         "-8bits",
         "gptq",
         8,
         frozenset({"01-ai"}),
-        "Yi README: 8-bit models quantized by GPTQ, as 01-ai/Yi-34B-Chat-8bits",
+        "Yi README: 8-bit models quantized by GPTQ",
+        "01-ai/Yi-34B-Chat-8bits",
     ),
     (
         "-4bit",
         None,
         4,
         frozenset(),
-        "as CohereForAI/c4ai-command-r-v01-4bit, Duxiaoman-DI/XuanYuan-70B-Chat-4bit",
+        "bits only, the method not named",
+        "CohereForAI/c4ai-command-r-v01-4bit, Duxiaoman-DI/XuanYuan-70B-Chat-4bit",
     ),
-    ("-8bit", None, 8, frozenset(), "as Duxiaoman-DI/XuanYuan-70B-Chat-8bit"),
+    ("-8bit", None, 8, frozenset(), "bits only, the method not named", "Duxiaoman-DI/XuanYuan-70B-Chat-8bit"),
 )
 """Hub-id suffixes publishers give pre-quantized checkpoints, longest first: (suffix, method, bits, publishers,
-whose naming with a real id). Every id is registered in LLaMA-Factory's src/llamafactory/extras/constants.py
+whose naming -- the words a user is shown --, real ids that carry it -- the source, never shown as the user's). Every id is registered in LLaMA-Factory's src/llamafactory/extras/constants.py
 (before commit 5cccaeec8 for the Qwen (v1), Yi and XuanYuan ones) or published by that org.
 
 A suffix that names the method (`-GPTQ`, `-AWQ`, `-bnb-4bit`) says it for every publisher. `-Int4` / `-Int8` and
@@ -546,11 +550,9 @@ def split_prequantized(name: str, base_owners: Iterable[str] = ()) -> tuple[str,
     parts = [p for p in low.replace("\\", "/").split("/") if p]
     is_hub_id = len(parts) == 2 and not low.startswith(("/", ".", "~"))
     owner = parts[0] if is_hub_id else None
-    for suffix, method, bits, publishers, whose in _PREQUANTIZED_SUFFIXES:
+    for suffix, method, bits, publishers, whose, _ in _PREQUANTIZED_SUFFIXES:
         if low.endswith(suffix) and len(low) > len(suffix) and low[-len(suffix) - 1] != "/":
             said = text[-len(suffix) :]
-            # The table's example id is its source, not the user's checkpoint: the message names only the rule.
-            whose = whose.split(", as ")[0]
             if publishers:
                 owners = {owner} if owner is not None else {o.lower() for o in base_owners}
                 if not owners & publishers:
