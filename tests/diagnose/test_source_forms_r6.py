@@ -14,14 +14,11 @@ import json
 
 import pytest
 
-from zerodoctor.cli.main import main
 
-
-def _top(tmp_path, capsys, text: str) -> dict:
+def _top(tmp_path, run_cli, text: str) -> dict:
     log = tmp_path / "run.log"
     log.write_text(text, encoding="utf-8")
-    code = main(["diagnose", str(log), "--format", "json"])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli("diagnose", str(log), "--format", "json")
     assert code in (0, 1), err
     doc = json.loads(out)
     findings = doc["findings"] if isinstance(doc, dict) else doc
@@ -41,14 +38,14 @@ HOST_KILLS = {
 
 
 @pytest.mark.parametrize("name", sorted(HOST_KILLS))
-def test_a_sigkilled_child_reported_by_its_parent_is_a_host_kill(tmp_path, capsys, name):
-    top = _top(tmp_path, capsys, HOST_KILLS[name])
+def test_a_sigkilled_child_reported_by_its_parent_is_a_host_kill(tmp_path, run_cli, name):
+    top = _top(tmp_path, run_cli, HOST_KILLS[name])
     assert top["id"] in ("class:host-oom-kill", "host-oom-sigkill"), top["id"]
     assert top["severity"] == "error"
 
 
-def test_the_spawn_index_is_the_rank_that_failed(tmp_path, capsys):
-    top = _top(tmp_path, capsys, HOST_KILLS["spawn-sigkill"])
+def test_the_spawn_index_is_the_rank_that_failed(tmp_path, run_cli):
+    top = _top(tmp_path, run_cli, HOST_KILLS["spawn-sigkill"])
     assert (top.get("data") or {}).get("first_failure", {}).get("rank") == 1
 
 
@@ -64,6 +61,6 @@ NOT_HOST_KILLS = {
 
 
 @pytest.mark.parametrize("name", sorted(NOT_HOST_KILLS))
-def test_other_ends_are_not_host_kills(tmp_path, capsys, name):
-    top = _top(tmp_path, capsys, NOT_HOST_KILLS[name])
+def test_other_ends_are_not_host_kills(tmp_path, run_cli, name):
+    top = _top(tmp_path, run_cli, NOT_HOST_KILLS[name])
     assert top["id"] not in ("class:host-oom-kill", "host-oom-sigkill"), (name, top["id"])
