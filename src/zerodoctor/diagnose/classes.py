@@ -29,6 +29,7 @@ from zerodoctor.diagnose.extract import (
     FAILED_IMPORT,
     HANG_DUMP,
     NOT_FOUND_TYPE,
+    PACKAGE_BUILD_TYPE,
     TOOLCHAIN_SAID,
     WAIT_FILES,
     WATCHDOG_WORK,
@@ -53,6 +54,21 @@ _EXT = re.compile(
     r"|op_builder/(?!(?:builder|all_ops|__init__)\.py)(?P<op3>\w{1,64})\.py"
 )
 _MODULE = re.compile(r"No module named '(?P<mod>[\w.]{1,128})'|cannot import name '(?P<name>\w{1,128})'")
+# a shared library the dynamic loader could not open or resolve (dlopen's `libcudart.so.11.0: cannot open shared object
+# file: No such file or directory`, `X.so: undefined symbol: _ZN...`), raised as OSError (ctypes) or ImportError
+_SHARED_OBJECT = re.compile(
+    r"(?P<lib>[\w.+-]{1,200}\.so(?:\.[\w.]{1,20})?): (?:cannot open shared object file|undefined symbol)"
+)
+# a version requirement refused, in the words of each checker: transformers' require_version
+# (utils/versions.py _compare_versions: `accelerate>=0.26.0 is required for a normal functioning of this module, but
+# found accelerate==0.21.0.`), importlib.metadata (`No package metadata was found for bitsandbytes`), setuptools'
+# pkg_resources (`VersionConflict: (tokenizers 0.14.1 (/x), Requirement.parse('tokenizers<0.14,>=0.11.1'))`)
+_REQUIRED_VERSION = re.compile(
+    r"(?P<want>[A-Za-z0-9][\w.-]{0,80}(?:[<>=!~]=?[\w.*+-]{1,40},?){1,4}) is required for a normal functioning of"
+    r" this module, but found (?P<found>[\w.-]{1,80}==[\w.+-]{1,40})"
+    r"|No package metadata was found for (?P<pkg>[A-Za-z0-9][\w.-]{0,80})"
+    r"|Requirement\.parse\('(?P<dist>[^']{1,120})'\)"
+)
 _QUOTED_KEY = re.compile(r"[`'\"](?P<key>[A-Za-z_][\w.]{1,80})[`'\"]")
 _DS_VALIDATION = re.compile(r"validation errors? for deepspeed\w*config")
 _CONFIG_CLASS = re.compile(r"validation errors? for (?P<cls>[A-Za-z_]\w{0,80})")
@@ -78,6 +94,10 @@ _ENV_DIRS = ("lib/python", "lib64/python", "bin/", "Lib/", "include/")
 _LIB_FILE = re.compile(rf"\b(?P<path>(?:{'|'.join(_LIBS)})/[\w/]{{1,200}}\.py)\b(?::(?P<line>\d{{1,7}}))?")
 _BUILD_HINTS = (
     "error building extension",
+    # torch/utils/cpp_extension.py: _write_ninja_file_and_compile_objects' error prefix (setup.py builds through
+    # BuildExtension), and CUDA_MISMATCH_MESSAGE (_check_cuda_version)
+    "error compiling objects for extension",
+    "mismatches the version that was used to compile",
     "ninja",
     "nvcc",
     "cuda_home",
@@ -256,7 +276,10 @@ _REFUSAL = re.compile(
     r"|\bhas to be\b|\bcannot be (?:used|set|both|combined|enabled)\b|\bcan't be both\b|\bshould be\b"
     r"|\bneeds? to be (?:provided|set|specified)\b|\binvalid\b|\bplease (?:set|use|adjust|configure|switch|pass"
     r"|disable|enable|specify|provide|correct)\b|\bis only available\b|\bnot (?:yet )?implemented\b"
-    r"|\bare not compatible\b|\bis not compatible\b|\bis incompatible\b|\bmismatch)"
+    r"|\bare not compatible\b|\bis not compatible\b|\bis incompatible\b|\bmismatch"
+    # (TrainingArguments.__post_init__: `Your setup doesn't support bf16/gpu.`; Trainer.__init__: `Either set
+    # `args.eval_strategy` to `no` or pass an `eval_dataset`.`)
+    r"|\b(?:doesn't|does not|don't|do not) support\b|\beither set\b)"
 )
 _SETTING_NAME = re.compile(
     r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|`[^`\s]{2,60}`|\b[A-Za-z_]\w*=\S|(?i:\bZeRO(?:[- ]?stage)?[- ]?\d\b)"
@@ -491,6 +514,48 @@ def _host_oom(ev: Event, facts: Facts) -> FailureClass:
     )
 
 
+# Host RAM refused an allocation inside the process (no kill): torch's CPU allocator (c10/core/impl/alloc_cpu.cpp
+# alloc_cpu, torch 1.x-2.x: on Linux's posix_memalign path `[enforce fail at alloc_cpu.cpp:117] err == 0.
+# DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes. Error code 12 (Cannot allocate memory)`,
+# on the other paths - Windows, Android, mimalloc - `DefaultCPUAllocator: not enough memory: you tried to allocate N
+# bytes.`), Python's MemoryError and numpy's _ArrayMemoryError (`Unable to allocate 3.20 GiB for an array with shape`)
+_HOST_ALLOC = re.compile(
+    r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): you tried to allocate (?P<bytes>\d{1,20}) bytes"
+    r"|Unable to allocate (?P<size>[\d.]{1,12}) (?P<unit>[KMGT]iB) for an array"
+)
+_UNIT_GIB = {"KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0, "TiB": 1024.0}
+
+
+def _host_alloc_failed(ev: Event) -> FailureClass | None:
+    """A host allocation that failed inside the process (ENOMEM), not a kill: the same shortage of host RAM."""
+    m = _HOST_ALLOC.search(ev.detail)
+    exc = ev.detail.split(":", 1)[0].rsplit(".", 1)[-1].strip()
+    if m is None and exc not in ("MemoryError", "_ArrayMemoryError"):
+        return None
+    data: dict[str, Any] = {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location(), "exit_code": None}
+    ask = ""
+    if m is not None:
+        gib = (
+            int(m.group("bytes")) / 1024**3
+            if m.group("bytes")
+            else float(m.group("size")) * _UNIT_GIB[m.group("unit")]
+        )
+        data["tried_gib"] = round(gib, 2)
+        ask = f" It asked for {gib:.2f} GiB of host RAM."
+    return FailureClass(
+        "host-oom-kill",
+        "Host out of memory: an allocation in host RAM failed"
+        + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
+        f"{_where(ev)} could not allocate host memory during {_phase(ev)}: {clip(ev.detail, 200).rstrip('. ')}.{ask} "
+        "The process was refused memory (ENOMEM) rather than killed, so it printed its own error.",
+        "what else held the host's RAM (other ranks' copies of the model, offloaded optimizer state, pinned buffers, "
+        "dataloader workers), nor how much RAM the node or container has.",
+        "compare host RAM per node with `zerodoctor plan` for this phase (offload, ranks per node); check the "
+        "container's memory limit and `ulimit -v`.",
+        data,
+    )
+
+
 # Phases in which every rank reads a model or a checkpoint's states into host RAM at once: HF from_pretrained
 # materialises each shard on the CPU per process (modeling_utils.py load_state_dict), DeepSpeed's load_checkpoint
 # torch.loads the ZeRO optimizer partitions on the CPU (runtime/engine.py _get_all_zero_checkpoint_state_dicts).
@@ -520,24 +585,41 @@ def _silent_death_while_loading(ev: Event) -> FailureClass:
 
 _TIMEOUT = re.compile(r"(?i)timed? ?out|watchdog")
 _CHILD_KILLED = re.compile(r"TerminatedWorkerError|process \d{1,6} terminated with signal SIGKILL")
+# (torch prints NCCL's result name on the line below its DistBackendError, `ncclUnhandledCudaError: Call to CUDA
+# function failed.`; pastes cut at the line's start keep `UnhandledCudaError: ...`, a name no other library raises)
 _NCCL_OWN = re.compile(
     r"(?i)ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL error"
+    r"|^(?-i:UnhandledCudaError): "
 )
+# gloo's TCP transport losing its peer mid-collective (third_party/gloo/gloo/transport/tcp/pair.cc: `Connection closed
+# by peer [ADDR]:PORT`, `Connection reset by peer`): the other process ended first
+_GLOO_PEER = re.compile(r"gloo/transport/\S*\] (?:Connection (?:closed|reset) by peer|Read error)")
+# ProcessGroupNCCL aborting the communicator after its watchdog's timeout, raised on the next collective (torch 1.x-2.x
+# ProcessGroupNCCL.cpp: `NCCL communicator was aborted on rank R. Original reason for failure was: [Rank R] Watchdog
+# caught collective operation timeout: WorkNCCL(...) ran for N milliseconds before timing out.`)
+_ABORTED_TIMEOUT = "Watchdog caught collective operation timeout"
 
 
 def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
-    """An NCCL error on a rank (not a timeout): a system call, the network (IB/RoCE, sockets), shared memory."""
+    """An NCCL error on a rank (not a timeout): a system call, the network (IB/RoCE, sockets), shared memory; or
+    gloo's transport losing its peer."""
     nccl = [e for e in facts.events if e.kind in ("nccl", "exception") and _NCCL_OWN.search(e.detail)] or [ev]
     ranks = sorted({e.rank for e in nccl if e.rank is not None})
     data: dict[str, Any] = {"ranks": ranks, "phase": ev.phase, "line": ev.line.location()}
+    gloo = _GLOO_PEER.search(ev.detail) is not None
+    if gloo:
+        data["backend"] = "gloo"
     warn = next((e.line.text.strip() for e in facts.events if "NCCL WARN" in e.line.text), None)
-    proves = f"{_where(ev)} failed in NCCL during {_phase(ev)}: {clip(ev.detail, 200).rstrip('. ')}."
+    proves = f"{_where(ev)} failed in {'gloo' if gloo else 'NCCL'} during {_phase(ev)}: {clip(ev.detail, 200).rstrip('. ')}."
+    if gloo:
+        proves += " The peer process closed its connection in the middle of a collective: it had ended (or was killed) first."
     if warn:
         data["nccl_warn"] = clip(warn, 300)
         proves += f" NCCL's own warning: {clip(warn, 200).rstrip('. ')}."
     return FailureClass(
         "nccl-error",
-        "NCCL communication error" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
+        ("Communication error (gloo): a peer closed the connection" if gloo else "NCCL communication error")
+        + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
         proves,
         "which resource failed unless NCCL's warning says it (a socket or InfiniBand/RoCE link, /dev/shm, a "
         "peer that died first): NCCL_DEBUG=INFO shows the failing call.",
@@ -557,12 +639,15 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
 # `... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout`; the message pasted ending at
 # `got error`, the store's own reason cut, is the same wait - a reason that is no timeout, e.g. `Connection reset by
 # peer` from a rank 0 that died, is not)
+# (torch 1.x's c10d socket helpers, torch/lib/c10d/Utils.cpp / Utils.hpp: `connect() timed out. Original timeout was N
+# ms.` connecting to the store, and recvBytes' bare `Socket Timeout` reading from it)
 _DIST_TIMEOUT = re.compile(
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation|client socket has timed out|Timed out after \d+ seconds"
     r" waiting for clients|Timed out initializing process group|RendezvousTimeoutError|store->get\('\w+'\) got error"
     r"(?:: Socket Timeout|\s*$)|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
+    r"|connect\(\) timed out\.|(?:Error|Exception): Socket Timeout\s*$"
 )
-_SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store")
+_SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store|connect\(\)")
 _JOINED = re.compile(
     r"world_size=(?P<w>\d{1,7}), worker_count=(?P<c>\d{1,7})|(?P<c2>\d{1,7})/(?P<w2>\d{1,7}) clients joined"
 )
@@ -742,13 +827,22 @@ def _not_found_class(ev: Event, message: str, where: str, data: dict[str, Any]) 
     )
 
 
+_EXC_HEAD = re.compile(r"([A-Za-z_][\w.]{0,200}(?:::[A-Za-z_]\w{0,80}){0,6})(?::\s?(.*))?$", re.S)
+
+
 def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback | None = None) -> FailureClass:
     """`beside`: another rank's traceback printed next to a frameless exception and cut before its own exception
     line (ranks fail together and each prints part: extract.phase_of reads its phase the same way)."""
     tb = ev.traceback
-    exc_type = (tb.exc_type if tb else None) or ev.detail.split(":", 1)[0]
+    # (a C++ exception's type keeps its namespace: `c10::Error: CUDA error: ...`)
+    head = _EXC_HEAD.match(ev.detail)
+    exc_type = (tb.exc_type if tb else None) or (head.group(1) if head else ev.detail.split(":", 1)[0])
     message = (tb.exc_message if tb else None) or (
-        ev.detail.split(":", 1)[1].strip() if ":" in ev.detail else ""
+        (head.group(2) or "").strip()
+        if head
+        else ev.detail.split(":", 1)[1].strip()
+        if ":" in ev.detail
+        else ""
     )
     if ev.detail.startswith(CUT_TRACEBACK):  # a paste that ends inside the traceback
         exc_type, message = "an exception (its type and message are cut from the log)", ev.detail
@@ -768,6 +862,24 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
     vers = ", ".join(f"{k} {v}" for k, v in known.items()) or "no versions printed in the log"
     if exc_type == NOT_FOUND_TYPE and tb is None:
         return _not_found_class(ev, message, where, data)
+    if exc_type == PACKAGE_BUILD_TYPE and tb is None:
+        pkg, _, said = message.partition(" (")
+        pkg = "" if pkg == "a package" else pkg
+        data["package"] = pkg or None
+        data["op"] = None
+        return FailureClass(
+            "op-build-failure",
+            f"pip could not build {pkg or 'a package'} from source (a C++/CUDA build)",
+            f"{where}: pip failed building {pkg or 'a package'}"
+            + (f"; the build's compiler step: {said.rstrip(')')}" if said else "")
+            + f" ({clip(ev.line.text.strip(), 200)}).",
+            "which compiler error caused it: the first `error:` line of the build output above it has it (a missing "
+            "header, nvcc's CUDA not matching torch's, an unsupported GPU architecture or host compiler).",
+            f"install a prebuilt wheel of {pkg or 'the package'} matching your torch and CUDA versions if one exists "
+            "(pip install --no-build-isolation picks up the torch already installed); otherwise make nvcc's CUDA "
+            "match torch.version.cuda and install ninja.",
+            data,
+        )
     said = (
         f"{exc_type} {message}".lower()
     )  # the exception itself, not the frame paths (cpu_adam.py in a step)
@@ -814,18 +926,37 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         )
     # ("version" as a word: `requires fsdp_version=2` is a setting, not a package version)
     lazy = FAILED_IMPORT.match(message)
+    shared = _SHARED_OBJECT.search(message)
     if (
-        exc_type.endswith(("ImportError", "ModuleNotFoundError"))
+        exc_type.endswith(("ImportError", "ModuleNotFoundError", "PackageNotFoundError", "VersionConflict"))
         or lazy is not None
+        or (exc_type.endswith("OSError") and shared is not None)
         or "requires" in low
         and _VERSION_WORD.search(low)
     ):
         m = _MODULE.search(message)
-        name = (m.group("mod") or m.group("name")) if m else lazy.group(1) if lazy else None
+        req = _REQUIRED_VERSION.search(message)
+        name = (
+            (m.group("mod") or m.group("name"))
+            if m
+            else lazy.group(1)
+            if lazy
+            else shared.group("lib")
+            if shared
+            else (req.group("want") or req.group("pkg") or req.group("dist"))
+            if req
+            else None
+        )
         data["missing"] = name
+        if req is not None and req.group("found"):
+            data["found"] = req.group("found").rstrip(".")
         return FailureClass(
             "import-error",
-            f"Import failed: {name}" if name else "Import or version requirement failed",
+            f"Version requirement not met: {name}"
+            if req is not None and name
+            else f"Import failed: {name}"
+            if name
+            else "Import or version requirement failed",
             f"{where}: {exc_type}: {clip(message, 200)}.",
             "whether the package is missing or installed at an incompatible version (" + vers + ").",
             "compare `pip show` of the package with what the importing library requires at its installed version; "
@@ -1080,6 +1211,8 @@ def classify(
         return _gpu_oom(first, oom)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
+    if first.kind == "exception" and (host_alloc := _host_alloc_failed(first)) is not None:
+        return host_alloc
     if first.kind == "exception" and _DIST_TIMEOUT.search(first.detail):
         return _dist_timeout(first)
     if first.kind == "exception" and _CHILD_KILLED.search(first.detail):
@@ -1102,9 +1235,15 @@ def classify(
             return _host_oom(replace(killed, phase=first.phase), facts)
     if first.kind == "watchdog" and first.detail.startswith(HANG_DUMP):
         return _hang_dump(first)
-    if first.kind == "watchdog" or (first.kind == "nccl" and _TIMEOUT.search(first.detail)):
+    if (
+        first.kind == "watchdog"
+        or (first.kind == "nccl" and _TIMEOUT.search(first.detail))
+        or (first.kind == "exception" and _ABORTED_TIMEOUT in first.detail)
+    ):
         return _collective(first, facts)
-    if first.kind == "nccl" or (first.kind == "exception" and _NCCL_OWN.search(first.detail)):
+    if first.kind == "nccl" or (
+        first.kind == "exception" and (_NCCL_OWN.search(first.detail) or _GLOO_PEER.search(first.detail))
+    ):
         return _nccl_error(first, facts)
     if first.kind == "exception":
         tb = first.traceback

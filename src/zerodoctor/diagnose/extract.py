@@ -74,7 +74,9 @@ _IPY_HEAD = re.compile(
 # (a bare `Exception: ...` too: DeepSpeed and accelerate raise plain Exception in places, e.g. engine.py
 # _configure_zero_optimizer's "The deprecated version of ZeRO Stage 1 is not supported")
 _EXC = re.compile(
-    r"^\s*((?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)|Exception)(?:\([A-Za-z_][\w.]*\))?)"
+    r"^\s*((?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)|Exception"
+    # (setuptools' pkg_resources raises VersionConflict / ContextualVersionConflict, a ResolutionError not named so)
+    r"|(?:pkg_resources\.)?(?:Contextual)?VersionConflict)(?:\([A-Za-z_][\w.]*\))?)"
     r"(?::\s?(.*))?\s*$"
 )
 # `python -m pkg.mod` whose module cannot be found prints no traceback, only runpy's one line:
@@ -160,7 +162,9 @@ _OOM_FIELDS = {
         r"Tried to allocate " + _SIZE + r"|Cannot allocate " + _SIZE + r" memory on"
         r"|Out of memory while trying to allocate " + _SIZE + r"|Failed to allocate request for " + _SIZE
     ),
-    "total": re.compile(r"total capacity of " + _SIZE + r"|" + _SIZE + r" total capacity"),
+    # (torch 2.1's allocator misspelt it: `GPU 0 has a total capacty of 14.75 GiB of which 11.06 MiB is free`,
+    # c10/cuda/CUDACachingAllocator.cpp at v2.1.0-v2.1.2)
+    "total": re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity"),
     "free": re.compile(
         r"of which " + _SIZE + r" is free|; " + _SIZE + r" free|available memory is only " + _SIZE
     ),
@@ -259,6 +263,17 @@ NOT_FOUND = re.compile(
     r"|\benv: [\'\"\u2018`]?(?P<cmd6>[\w./+-]{1,200})[\'\"\u2019`]?: No such file or directory"
 )
 NOT_FOUND_TYPE = "command not found"
+_SRUN_TASK = re.compile(r": task (\d{1,7}): Out Of Memory")
+# a package pip could not build from source (patterns.py "pip-build" names the forms and their sources)
+PACKAGE_BUILD_TYPE = "package build failed"
+_PIP_WHEEL = re.compile(
+    r"(?:Failed building wheel for|Could not build wheels for) ([A-Za-z0-9][\w.-]{0,100})"
+    r"|Failed to build installable wheels for some pyproject\.toml based projects \(([^)\n]{1,200})\)"
+)
+_SETUPTOOLS_CMD = re.compile(r"error: command '([^'\n]{1,300})' failed with exit (?:status|code) (-?\d{1,5})")
+_CUDA_MISMATCH = re.compile(
+    r"The detected CUDA version \(([0-9.]{1,12})\) mismatches the version that was used to compile"
+)
 _BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
 TOOLCHAIN_SAID = "the compiler/linker said: "
 # the toolchain failing a JIT op build (patterns.py "toolchain-failed" names the forms and their sources)
@@ -743,6 +758,10 @@ class Event:
             msg = self.detail
             if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit", "SignalException")):
                 return 2
+            if (t or msg.split(":", 1)[0]).endswith("UnhandledCudaError"):
+                # NCCL's result name, the line below torch's DistBackendError (`ncclUnhandledCudaError: Call to CUDA
+                # function failed.`): the same failure as the NCCL error line above it, not a second one
+                return 1
             low = (t + " " + msg).lower()
             # Collective trouble that waits on another rank (a remote rank exited, a watchdog timeout, a closed
             # connection) is class 1, whatever the exception type; torch prints `ncclRemoteError: ...` as an
@@ -863,6 +882,11 @@ class Extractor:
         # Python's import failure quoted inside a line (a logger's warning, prose): finish decides, as for a command
         # not found - a library that logs a failed optional import and goes on is no failure
         self._quoted_imports: list[tuple[LogLine, Hit, str]] = []
+        # pip failing to build a package: the compiler's exit (setuptools) and the wheel pip could not build; and the
+        # seq of pip's last `Successfully installed` (a failed wheel that pip then installed otherwise is no failure)
+        self._pip_cmd: tuple[LogLine, Hit, str] | None = None
+        self._pip_wheel: tuple[LogLine, Hit, str] | None = None
+        self._pip_ok: dict[str, int] = {}
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
         # a traceback header's hit, for its training progress (frame lines get none: scan.FAILURE_KEYS); the
         # traceback is kept in the value so its id stays its own
@@ -974,7 +998,11 @@ class Extractor:
             if device_oom_line:
                 self._event("cuda-oom", line, hit, clip(line.text.strip(), 300))
         if "x:oom-host" in keys:
-            self._event("host-oom", line, hit, clip(line.text, 300))
+            # (srun names the task the OOM killer ended, its global rank: `srun: error: node12: task 3: Out Of Memory`)
+            task = _SRUN_TASK.search(line.text)
+            self._event(
+                "host-oom", line, hit, clip(line.text, 300), rank=log_int(task.group(1)) if task else None
+            )
         self._launcher(line, hit, keys)
         if "x:ninja-ext" in keys:
             x = _NINJA_EXT.search(line.text)
@@ -1009,6 +1037,10 @@ class Extractor:
             self._dump_head(line, hit)
         if "x:fh-frame" in keys:
             self._dump_frame(line, hit)
+        if "x:pip-build" in keys:
+            self._pip_build(line, hit)
+        if "x:cuda-mismatch" in keys:
+            self._cuda_mismatch(line, hit)
         if "x:ninja-failed" in keys and self._ninja_stop is None:
             self._ninja_stop = (line, hit)  # the step that failed comes first; `build stopped` follows it
         w = _WATCHDOG_EXC.search(line.text) if "x:nccl-watchdog-exc" in keys else None
@@ -1193,6 +1225,10 @@ class Extractor:
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
         m = _EXC.match(line.text) or _RUNPY.search(line.text)
+        if not m and "╯" in line.text:
+            # a rich traceback box flattened onto one line (a paste that lost its newlines, a quoted comment): the
+            # exception rich prints below the box's bottom border (rich/traceback.py _render_exception) follows `╯`
+            m = _EXC.match(line.text.rsplit("╯", 1)[1])
         if not m:
             quoted = _QUOTED_IMPORT.search(line.text)
             if quoted is not None and self._open_tb(line) is None:
@@ -1329,9 +1365,43 @@ class Extractor:
                 self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
         if "x:launch-child-signal" in keys:
             self._child_signal(line, hit, text)
-        if "x:launch-slurm" in keys:
+        if "x:launch-slurm" in keys and "x:oom-host" not in keys:  # (Slurm's OOM lines are host-oom events)
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
+        if "x:launch-exit-137" in keys:
+            self._event("exit", line, hit, text.strip()[-300:], exit_code=137)
+
+    def _pip_build(self, line: LogLine, hit: Hit) -> None:
+        if "Successfully installed " in line.text:
+            self._pip_ok[line.source] = hit.seq
+            return
+        w = _PIP_WHEEL.search(line.text)
+        if w is not None and self._pip_wheel is None:
+            self._pip_wheel = (line, hit, (w.group(1) or w.group(2) or "").strip())
+            return
+        c = _SETUPTOOLS_CMD.search(line.text)
+        if c is not None and self._pip_cmd is None:
+            self._pip_cmd = (line, hit, f"{c.group(1).rsplit('/', 1)[-1]} exited with {c.group(2)}")
+
+    def _cuda_mismatch(self, line: LogLine, hit: Hit) -> None:
+        """torch's CUDA_MISMATCH_MESSAGE starts on the line below its bare `RuntimeError:`: the message of that
+        exception (or, with the exception line cut from the paste, the failure itself)."""
+        m = _CUDA_MISMATCH.search(line.text)
+        if m is None:
+            return
+        what = f"RuntimeError: {m.group(0)} PyTorch."
+        for ev in reversed(self.facts.events):
+            if (
+                ev.line.source == line.source
+                and 0 < line.lineno - ev.line.lineno <= 2
+                and ev.kind == "exception"
+            ):
+                if ev.detail.rstrip(": ") in ("RuntimeError",):
+                    ev.detail = what[:300]
+                    if ev.traceback is not None:
+                        ev.traceback.exc_message = what.split(": ", 1)[1]
+                return
+        self._event("exception", line, hit, what[:300])
 
     def _version(self, line: LogLine) -> None:
         for rx, name in _VERSION_LINES:
@@ -1357,7 +1427,9 @@ class Extractor:
         if spawn is not None:
             number = getattr(signal.Signals, spawn.group("name"), None)
             code = -int(number) if number is not None else None
-            self._event("exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index")))
+            self._event(
+                "exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index"))
+            )
             return
         codes = [log_int(m.group("code")) for m in _LOKY_EXIT_CODES.finditer(text)]
         known = [c for c in codes if c is not None]
@@ -1466,6 +1538,13 @@ class Extractor:
                 self._event(
                     "exception", line, hit, f"{NOT_FOUND_TYPE}: {cmd} ({clip(line.text.strip(), 240)})"
                 )
+        fail = self._pip_wheel or self._pip_cmd
+        if fail is not None and self._pip_ok.get(fail[0].source, -1) < fail[1].seq:
+            # pip could not build a package from source, and installed nothing after it
+            line, hit, _ = fail
+            pkg = (self._pip_wheel[2] if self._pip_wheel is not None else "") or "a package"
+            said = f" ({self._pip_cmd[2]})" if self._pip_cmd is not None else ""
+            self._event("exception", line, hit, f"{PACKAGE_BUILD_TYPE}: {pkg}{said}"[:300])
         for line, hit, said in self._quoted_imports:
             if not self._outlived(line, hit):
                 self._event("exception", line, hit, said[:300])
@@ -1474,6 +1553,7 @@ class Extractor:
             # that teardown (its exit code was cut from the paste or printed elsewhere)
             line, hit = self._teardown
             self._event("exit", line, hit, line.text.strip()[-300:], exit_code=None)
+        self._logged_oom_outlived()
         self._cut_traceback()
         self._stack_dump()
         self._oom_messages()
@@ -1496,6 +1576,28 @@ class Extractor:
             end = LogLine(m_line.source, m_line.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, m_seq + 1, None)
         return self.facts
+
+    def _logged_oom_outlived(self) -> None:
+        """A device OOM printed as text, not raised (no `...Error:` line and no traceback), in a log whose run then
+        reached its end (the trainer's `train_runtime` summary, `Training completed`, `Training finished`) is no
+        failure: advice quoting the message, a library that catches the OOM and retries with a smaller batch
+        (accelerate's find_executable_batch_size, DeepSpeed's autotuner trying configurations)."""
+        ends: dict[str, int] = {}
+        for kind, m_line, m_seq in self.facts.markers:
+            if kind == "finished":
+                ends[m_line.source] = max(ends.get(m_line.source, -1), m_seq)
+        if not ends:
+            return
+        self.facts.events = [
+            e
+            for e in self.facts.events
+            if not (
+                e.kind == "cuda-oom"
+                and e.traceback is None
+                and not _EXC.match(e.line.text)
+                and ends.get(e.line.source, -1) > e.seq
+            )
+        ]
 
     def _oom_messages(self) -> None:
         """An exception line whose message continues on the next lines with a device OOM: PaddlePaddle's

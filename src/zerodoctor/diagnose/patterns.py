@@ -38,7 +38,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (also inside Markdown emphasis or inline code: `**AssertionError**`, `*Exception: ...*`)
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?"
     r"(: |:?[*_`]*\s*$)"
-    r"|^[\s*_`]*Exception: \S",
+    r"|^[\s*_`]*Exception: \S|VersionConflict: \(",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",
     # a device out of memory, in the words of each accelerator's allocator or runtime (extract.DEVICE_OOM lists
@@ -55,7 +55,21 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (and the task table the OOM killer alone prints, mm/oom_kill.c dump_tasks: its header, and its rows
     # "[%7d] %5d %5d %8lu %8lu %8ld %8lu %5hd %s" -- pid, uid, tgid, total_vm, rss, pgtables_bytes, swapents,
     # oom_score_adj, name -- for a dmesg paste that kept only the table, ktransformers#637)
+    # (kernels before 5.0 print the choice and the kill on two lines, mm/oom_kill.c oom_kill_process: `Out of memory: Kill
+    # process 23456 (python) score 912 or sacrifice child`, then `Killed process 23456 (python) total-vm:...kB,
+    # anon-rss:...kB` - `, UID 1000,` inside on RHEL 7's 3.10 -; the reaper's `oom_reaper: reaped process N (name), now
+    # anon-rss:0kB` follows every kill since 4.6, __oom_reap_task_mm)
+    # (Slurm's cgroup plugins count the kernel's kills in a step: `Detected 1 oom-kill event(s) in StepId=1.0. Some of
+    # your processes may have been killed by the cgroup out-of-memory handler.` (task/cgroup, cgroup v1), `Detected 1
+    # oom_kill event in StepId=1.0. Some of the step tasks have been OOM Killed.` (cgroup/v2, 22.05+), printed by
+    # slurmstepd or as `error: ...` in the job's output file; jobacct_gather's own limit, src/common/slurm_jobacct_gather.c
+    # `%ps exceeded memory limit (%lu > %lu), being killed`; srun's report of the task, `srun: error: node12: task 0: Out
+    # Of Memory`; sacct's job state OUT_OF_MEMORY, `OUT_OF_ME+` in its default 10-column table)
     "oom-host": r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory"
+    r"|Out of memory: Kill process \d|Killed process \d{1,10} \([^)\n]{0,64}\),? (UID \d{1,10}, )?total-vm:"
+    r"|oom_reaper: reaped process \d"
+    r"|Detected \d{1,9} oom[-_]kill events?|exceeded memory limit \(\d{1,20} > \d{1,20}\), being killed"
+    r"|: tasks? [\d,-]{1,200}: Out Of Memory|\bOUT_OF_ME(MORY\b|\+)"
     r"|Reason:\s+OOMKilled|\sOOMKilled\s+\d|\"OOMKilled\": ?true|reason: OOMKilled"
     r"|Tasks state \(memory values in pages\)|pgtables_bytes swapents oom_score_adj name"
     r"|\[ {0,6}\d{1,7}\] +\d{1,10} +\d{1,10} +\d{1,20} +\d{1,20} +\d{1,20} +\d{1,20} +-?\d{1,4} +\S",
@@ -94,6 +108,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # KeyboardInterrupt it raises
     "interrupt": r"(^|\s)\^C|KeyboardInterrupt",
     "launch-slurm": r"slurmstepd: error: .*(oom-kill|OOM Killed|CANCELLED|DUE TO TIME LIMIT)",
+    # a process's exit status 137 (128 + SIGKILL) as the tool that ran it reports it: kubectl exec (`command terminated
+    # with exit code 137`, k8s.io/kubectl pkg/cmd/util/helpers.go), docker compose (`train-1 exited with code 137`),
+    # PyCharm's run console (`Process finished with exit code 137 (interrupted by signal 9: SIGKILL)`)
+    "launch-exit-137": r"(command terminated with exit|Process finished with exit|[\w.-] exited with) code 137\b",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
     r"|ncclInvalidUsage",
@@ -101,6 +119,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Some NCCL operations have failed or timed out"
     # the heartbeat monitor (torch >= 2.2): the watchdog itself stuck in a NCCL/CUDA call, the process terminated
     r"|watchdog got stuck for \d+ seconds|Terminating the process after attempting to dump debug info"
+    # (ProcessGroupNCCL.cpp heartbeatMonitor, torch 2.2+: `[PG 0 Rank 25] Heartbeat monitor timed out! Process will be
+    # terminated after dumping debug info. workMetaList_.size()=2`)
+    r"|Heartbeat monitor timed out! Process will be terminated"
     # the watchdog's own C++ stack (WorkNCCL::checkTimeout), for pastes that keep only the frames of the timeout
     r"|Exception raised from checkTimeout at |ProcessGroupNCCL::WorkNCCL::checkTimeout\(",
     "nccl-peer": r"Connection (reset|closed) by (peer|remote peer)|remote process exited or there was a network error",
@@ -133,6 +154,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (torch/csrc/distributed/c10d/socket.cpp: `[c10d] The client socket has timed out after 900s while trying to
     # connect to (host, port).`)
     "c10d-socket": r"\[c10d\] The client socket has timed out after ",
+    # torch's JIT/setup build refusing a toolkit that is not the one torch was built with (torch/utils/cpp_extension.py
+    # CUDA_MISMATCH_MESSAGE, printed on the line below a bare `RuntimeError:`: `The detected CUDA version (11.8)
+    # mismatches the version that was used to compile`)
+    "cuda-mismatch": r"The detected CUDA version \([0-9.]{1,12}\) mismatches the version that was used to compile",
     "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
     # torch's load_state_dict per-parameter error inside `Error(s) in loading state_dict for X:`
     "load-size-mismatch": r"size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
@@ -223,6 +248,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "toolchain-failed": r"error: ld returned \d+ exit status|ld(\.[a-z]+)?: cannot find -l[A-Za-z0-9_+.-]+"
     r"|ld(\.lld)?: error: unable to find library -l|fatal error: [^ :]+: No such file or directory"
     r"|nvcc fatal +: |#error -- unsupported [A-Za-z ]{1,40} version!",
+    # pip building a package from source that failed (a C++/CUDA extension package: flash-attn, apex, deepspeed with
+    # DS_BUILD_OPS, bitsandbytes): pip/_internal/wheel_builder.py `Failed building wheel for %s`, pip 21-23's `ERROR:
+    # Could not build wheels for %s, which is required to install pyproject.toml-based projects`, pip 24+'s `ERROR:
+    # Failed to build installable wheels for some pyproject.toml based projects (%s)`; the compiler's exit as
+    # setuptools' distutils reports it (_distutils/spawn.py DistutilsExecError: `error: command '/usr/local/cuda/bin/nvcc'
+    # failed with exit code 1`, `exit status 1` before setuptools 59); and pip's own success line, which ends it (pip <
+    # 23 installs with `setup.py install` after a failed wheel build)
+    "pip-build": r"Failed building wheel for [A-Za-z0-9]|Could not build wheels for [A-Za-z0-9]"
+    r"|Failed to build installable wheels for some pyproject"
+    r"|error: command '[^'\n]{1,250}' failed with exit (status|code) \d"
+    r"|Successfully installed [A-Za-z0-9]",
     # DeepSpeed's communication API used before its backend was set (deepspeed/comm/comm.py: `assert cdb is not None
     # and cdb.is_initialized(), 'DeepSpeed backend not set, please initialize it using init_process_group()'` in
     # every collective wrapper, 0.6.5 to 0.19.8), a message users paste without its `AssertionError: `
