@@ -250,6 +250,13 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict]] = {
         COLL,
         {"setup": False},
     ),
+    "uniqueid-store-wait-timeout": (
+        "[rank1]: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+        "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: wait timeout "
+        "after 600000ms, keys: /default_pg/0//cuda//0\n",
+        COLL,
+        {"setup": True, "rank": 1},
+    ),
     # ---- NCCL / communication errors ---------------------------------------------------------------------
     "gloo-peer-closed": (
         TB
@@ -356,6 +363,40 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict]] = {
         CONFIG,
         {"keys_has": "args.eval_strategy"},
     ),
+    "hf-argparser-unused-arguments": (
+        TB
+        + '  File "/x/site-packages/transformers/hf_argparser.py", line 348, in parse_args_into_dataclasses\n'
+        '    raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {remaining_args}")\n'
+        "ValueError: Some specified arguments are not used by the HfArgumentParser: ['--lora_rank', '8']\n",
+        CONFIG,
+        {"keys_has": "lora_rank"},
+    ),
+    "argparse-unrecognized-local-rank": (
+        "usage: train.py [-h] [--local_rank LOCAL_RANK]\ntrain.py: error: unrecognized arguments: --local-rank=0\n",
+        CONFIG,
+        {"keys_has": "--local-rank", "program": "train.py"},
+    ),
+    "argparse-required": (
+        "usage: train.py [-h] --model_name_or_path MODEL_NAME_OR_PATH\ntrain.py: error: the following arguments "
+        "are required: --model_name_or_path\n",
+        CONFIG,
+        {"keys_has": "--model_name_or_path"},
+    ),
+    "argparse-invalid-value": (
+        "usage: train.py [-h] [--epochs EPOCHS]\ntrain.py: error: argument --epochs: invalid int value: 'three'\n",
+        CONFIG,
+        {"keys_has": "--epochs"},
+    ),
+    "accelerate-launch-argparse": (
+        "accelerate <command> [<args>] launch: error: unrecognized arguments: --zero_stage 3\n",
+        CONFIG,
+        {"keys_has": "--zero_stage"},
+    ),
+    "ds-duplicate-keys-script-frame-only": (
+        TB + "ValueError: Duplicate keys in DeepSpeed config: ['fp16']\n",
+        CONFIG,
+        {"keys_has": "fp16"},
+    ),
     "ds-pydantic-v2-extra": (
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
         "offload_optimizer.pin_memroy\n  Extra inputs are not permitted [type=extra_forbidden, input_value=True, "
@@ -386,6 +427,11 @@ def test_each_source_form_is_named_with_its_class_and_values(tmp_path, run_cli, 
             assert top["data"]["first_failure"]["rank"] == want, (name, top["data"]["first_failure"])
         else:
             assert fc.get(key) == want, (name, key, fc.get(key), want)
+
+
+def test_the_launchers_rank_flag_refused_gets_its_own_fix(tmp_path, run_cli):
+    top = _top(tmp_path, run_cli, CASES["argparse-unrecognized-local-rank"][0])
+    assert "--local-rank', '--local_rank'" in top["fixes"][0], top["fixes"]
 
 
 def test_a_srun_task_report_names_the_task_as_the_rank(tmp_path, run_cli):
@@ -434,6 +480,9 @@ NEGATIVES = {
     # advice quoting the OOM message in a run that finished
     "oom-quoted-in-advice": "If you see `CUDA out of memory`, lower the batch size.\n" + HEALTHY_END,
     "oom-reaper-in-prose": "The kernel log had no oom_reaper lines; training finished.\n" + HEALTHY_END,
+    # a script of several commands that goes on after one was refused
+    "argparse-then-training": "eval.py: error: unrecognized arguments: --fast\n***** Running training *****\n"
+    + HEALTHY_END,
     "version-word-in-prose": "Requirement already satisfied: tokenizers>=0.11.1 in /x/site-packages (0.13.3)\n"
     + HEALTHY_END,
 }

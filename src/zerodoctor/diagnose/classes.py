@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from zerodoctor.diagnose.extract import (
+    ARGPARSE_TYPE,
     CUT_TRACEBACK,
     FAILED_IMPORT,
     HANG_DUMP,
@@ -176,6 +177,9 @@ _CONFIG_JUDGE_FILES = (
     "transformers/training_args.py",
     "accelerate/utils/dataclasses.py",
     "/hparams/",
+    # HfArgumentParser (parse_args_into_dataclasses: `Some specified arguments are not used by the HfArgumentParser:
+    # [...]`, parse_json_file / parse_yaml_file's unused keys)
+    "transformers/hf_argparser.py",
 )
 #  - the functions of other files that check the configuration: DeepSpeedEngine's sanity checks and optimizer set-up
 #    (deepspeed/runtime/engine.py _do_sanity_check, _do_args_sanity_check, _configure_with_arguments,
@@ -644,7 +648,7 @@ def _nccl_error(ev: Event, facts: Facts) -> FailureClass:
 _DIST_TIMEOUT = re.compile(
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation|client socket has timed out|Timed out after \d+ seconds"
     r" waiting for clients|Timed out initializing process group|RendezvousTimeoutError|store->get\('\w+'\) got error"
-    r"(?:: Socket Timeout|\s*$)|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
+    r"(?:: Socket Timeout|: [Ww]ait timeout after \d|\s*$)|(?:DistStoreError|DistNetworkError)\b.*(?i:timed? ?out)"
     r"|connect\(\) timed out\.|(?:Error|Exception): Socket Timeout\s*$"
 )
 _SETUP_WORDS = re.compile(r"(?i)socket|clients|initializing process group|rendezvous|store|connect\(\)")
@@ -791,6 +795,32 @@ _BUILD_TOOLS = frozenset(
 )
 
 
+def _argparse_class(ev: Event, message: str, where: str, data: dict[str, Any]) -> FailureClass:
+    """A script's argparse refused its command line (extract.ARGPARSE: `PROG: error: unrecognized arguments: ...`)."""
+    prog, _, said = message.partition(": ")
+    flags = list(dict.fromkeys(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]{0,60})", said)))[:5]
+    data["keys"] = flags
+    data["program"] = prog
+    fix = "run the script with `--help` and pass only the options it defines (or add the missing ones)"
+    if any(f in ("--local-rank", "--local_rank") for f in flags):
+        # torch >= 2.0's launchers (torch.distributed.launch, deepspeed's launcher with torch 2) pass `--local-rank=N`;
+        # scripts written for `--local_rank` (and the reverse) refuse it
+        fix = (
+            "accept both spellings of the launcher's rank flag (`parser.add_argument('--local-rank', '--local_rank', "
+            "type=int, default=-1)`) or read LOCAL_RANK from the environment; torchrun passes no flag at all"
+        )
+    return FailureClass(
+        "config-rejected",
+        f"{prog}'s argument parser rejected the command line" + (f" ({flags[0]})" if flags else ""),
+        f"{where}: {prog} stopped before doing anything: {clip(said, 240)} (argparse prints the usage and exits with "
+        "code 2).",
+        "who passed the options: the user's command, a launcher adding its own (torch.distributed.launch / deepspeed "
+        "add --local-rank), or a wrapper script.",
+        fix + ".",
+        data,
+    )
+
+
 def _not_found_class(ev: Event, message: str, where: str, data: dict[str, Any]) -> FailureClass:
     """A shell could not run a command (extract.NOT_FOUND): the program is not installed, not on PATH, or a script's
     #! interpreter is gone."""
@@ -862,6 +892,8 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
     vers = ", ".join(f"{k} {v}" for k, v in known.items()) or "no versions printed in the log"
     if exc_type == NOT_FOUND_TYPE and tb is None:
         return _not_found_class(ev, message, where, data)
+    if exc_type == ARGPARSE_TYPE and tb is None:
+        return _argparse_class(ev, message, where, data)
     if exc_type == PACKAGE_BUILD_TYPE and tb is None:
         pkg, _, said = message.partition(" (")
         pkg = "" if pkg == "a package" else pkg
@@ -970,7 +1002,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         and any(any(c in f.file for c in _CONFIG_FILES) for f in tb.frames)
     )
     judge = _config_judge(tb) if ev.phase != "resume" and exc_type.endswith(_CONFIG_EXC) else None
-    frameless = not (tb and tb.frames)
+    # (no frame, or only the script's own frames: a paste cut before the library frames that raised, or a script
+    # that checks the config itself)
+    frameless = not (tb and tb.frames) or (lib is None and _installed_frame(tb) is None)
     if (
         judge is not None
         or (

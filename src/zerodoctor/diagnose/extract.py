@@ -263,6 +263,15 @@ NOT_FOUND = re.compile(
     r"|\benv: [\'\"\u2018`]?(?P<cmd6>[\w./+-]{1,200})[\'\"\u2019`]?: No such file or directory"
 )
 NOT_FOUND_TYPE = "command not found"
+# a script's argparse refusing its command line (CPython Lib/argparse.py ArgumentParser.error: the usage, then
+# `%(prog)s: error: %(message)s` and exit 2; the messages of parse_known_args / _get_values: `unrecognized arguments:
+# %s`, `the following arguments are required: %s`, `argument %s: invalid %s value: %r`, `argument %s: invalid choice:
+# %r (choose from ...)`, `argument %s: expected one argument`)
+ARGPARSE = re.compile(
+    r"^\s*([\w.<>/ \[\]-]{1,120}?): error: ((?:unrecognized arguments|the following arguments are required): .{1,240}"
+    r"|argument -{1,2}[\w-]{1,60}(?:/-{1,2}[\w-]{1,60})?: (?:invalid|expected|not allowed|ignored).{0,240})$"
+)
+ARGPARSE_TYPE = "argparse error"
 _SRUN_TASK = re.compile(r": task (\d{1,7}): Out Of Memory")
 # a package pip could not build from source (patterns.py "pip-build" names the forms and their sources)
 PACKAGE_BUILD_TYPE = "package build failed"
@@ -879,8 +888,9 @@ class Extractor:
         self._not_found: list[
             tuple[LogLine, Hit, str]
         ] = []  # a shell's `X: command not found` (finish decides)
-        # Python's import failure quoted inside a line (a logger's warning, prose): finish decides, as for a command
-        # not found - a library that logs a failed optional import and goes on is no failure
+        # Python's import failure quoted inside a line (a logger's warning, prose), and argparse's refusal of a
+        # command line: finish decides, as for a command not found - a library that logs a failed optional import
+        # and goes on, a script that runs on after one of its commands was refused, are no failure
         self._quoted_imports: list[tuple[LogLine, Hit, str]] = []
         # pip failing to build a package: the compiler's exit (setuptools) and the wheel pip could not build; and the
         # seq of pip's last `Successfully installed` (a failed wheel that pip then installed otherwise is no failure)
@@ -964,6 +974,12 @@ class Extractor:
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
                 self._event("exception", line, hit, f"OSError: {b.group(0).strip()}"[:300])
+        if "x:argparse" in keys and not _EXC.match(line.text):
+            a = ARGPARSE.match(line.text)
+            if a is not None and len(self._quoted_imports) < MAX_EVENTS:
+                # (finish decides, as for a quoted import: a script of several commands goes on after one refused)
+                said = f"{ARGPARSE_TYPE}: {a.group(1).strip()}: {a.group(2).strip()}"
+                self._quoted_imports.append((line, hit, said))
         if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
             ka = _KERNEL_ASSERT.search(line.text)
             if ka:  # one event per log: every GPU thread prints the same assertion

@@ -226,6 +226,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # 'c10::Error'` then `  what():  CUDA error: ...`
     # an OSError printed as its str() alone (`[Errno 2] No such file or directory: 'x'`), as scripts log it
     "bare-oserror": r"\[Errno \d+\] [A-Z][a-z]",
+    # a script's argparse refusing its command line (extract.ARGPARSE names the messages): `train.py: error:
+    # unrecognized arguments: --local-rank=0`
+    "argparse": r": error: (unrecognized arguments: |the following arguments are required: |argument -)",
     "cpp-terminate": r"terminate called after throwing an instance of '",
     # a shell that could not run a command: the launcher, the interpreter or a tool is not installed or not on PATH
     # (extract.NOT_FOUND lists each shell's wording and its source)
