@@ -817,6 +817,7 @@ def plan_strategy(
         return [allocator[phase] if i.name == ALLOCATOR_ITEM else i for i in reserve_items]
 
     # ---- load -------------------------------------------------------------------------------------------
+    before_cast, loaded_why = 0, ""  # a model loaded wider than 16-bit, on the host before the engine casts it
     load_gpu = [*reserve("load"), *gpu_states(lazy=False, transient=False)]
     load_host = [*baseline_items, *ref_host, *host_states(lazy=False, transient=False)]
     if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and zero.pin_memory:
@@ -882,6 +883,12 @@ def plan_strategy(
         )
         load_b = loaded_weight_bytes(inputs, t)[0] if plain else pb
         per_rank = p.total * load_b if not flat or on_gpu else max(p.total * pb, 2 * flat)
+        if not plain:
+            # transformers materialises the model in the dtype it loads (fp32 from transformers 4 without
+            # torch_dtype); DeepSpeed casts it to 16-bit only inside deepspeed.initialize (engine.py
+            # _configure_distributed_model: the cast, then module.to(device)), before any ZeRO state exists.
+            loaded_b, loaded_why = loaded_weight_bytes(inputs, t)
+            before_cast = p.total * loaded_b * n_local if loaded_b > pb else 0
         load_host.append(
             Item(
                 "whole model loaded per rank",
@@ -964,6 +971,20 @@ def plan_strategy(
                 + (" (brought from the host first: offload_param)" if zero.offload_param != "none" else ""),
                 "transformers integrations/deepspeed.py _load_state_dict_into_zero3_model "
                 "(deepspeed.zero.GatheredParameters(params_to_gather, modifier_rank=0) per module)",
+            )
+        )
+    if before_cast:
+        # The loaded model is an earlier moment than the states deepspeed.initialize builds: charge what it (with
+        # the process baseline) exceeds the rest of the load phase by.
+        later = sum(i.bytes for i in load_host) - sum(i.bytes for i in baseline_items)
+        load_host.append(
+            Item(
+                "the model in its loaded dtype, before deepspeed.initialize casts it",
+                max(0, before_cast - later),
+                f"{n_local} ranks x {before_cast // n_local / GIB:.1f} GiB ({loaded_why}) before the engine casts "
+                f"it to {8 * pb}-bit: {max(0, before_cast - later) / GIB:.2f} GiB over the rest of the load phase",
+                "transformers from_pretrained; deepspeed/runtime/engine.py _configure_distributed_model "
+                "(_cast_module_mixed_precision, then module.to(device))",
             )
         )
     load = Phase("load", tuple(load_gpu), tuple(load_host), load_note)
