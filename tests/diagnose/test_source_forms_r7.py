@@ -204,6 +204,13 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict]] = {
         {"tried_gib": 0.01},
     ),
     "python-memoryerror": (TB + "MemoryError\n", HOST, {}),
+    "errno-12-enomem": (TB + "OSError: [Errno 12] Cannot allocate memory\n", HOST, {}),
+    "torch-shared-mmap-enomem": (
+        TB
+        + "RuntimeError: unable to mmap 1048576 bytes from file </torch_1234_5678_0>: Cannot allocate memory (12)\n",
+        HOST,
+        {"tried_gib": 0.0},
+    ),
     # ---- collectives ----------------------------------------------------------------------------------------
     "watchdog-torch1.13": (
         "[E ProcessGroupNCCL.cpp:821] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12345, "
@@ -257,6 +264,20 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict]] = {
         COLL,
         {"setup": True, "rank": 1},
     ),
+    "monitored-barrier-stragglers": (
+        TB + "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms\n",
+        COLL,
+        {"silent_ranks": [1, 3], "timeout_ms": 1800000},
+    ),
+    "collective-fingerprint-mismatch": (
+        TB + "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[1024], TensorDtypes=Float, "
+        "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), "
+        "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))), but Rank 1 is "
+        "running collective: CollectiveFingerPrint(SequenceNumber=12, OpType=BROADCAST).\n",
+        COLL,
+        {"ranks": [0, 1], "collective": "ALLREDUCE", "other_collective": "BROADCAST"},
+    ),
     # ---- NCCL / communication errors ---------------------------------------------------------------------
     "gloo-peer-closed": (
         TB
@@ -308,6 +329,14 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict]] = {
         "PyTorch (12.1). Please make sure to use the same CUDA versions.\n",
         BUILD,
         {"message_has": "(11.8)"},
+    ),
+    "torch-ninja-missing": (TB + "RuntimeError: Ninja is required to load C++ extensions\n", BUILD, {}),
+    "bitsandbytes-cuda-setup-below-bare-runtimeerror": (
+        TB
+        + "RuntimeError: \n        CUDA Setup failed despite GPU being available. Please run the following "
+        "command to get more information:\n\n        python -m bitsandbytes\n",
+        BUILD,
+        {"message_has": "CUDA Setup failed"},
     ),
     "setuptools-nvcc-exit": (
         "error: command '/usr/local/cuda/bin/nvcc' failed with exit code 1\n",
@@ -483,6 +512,10 @@ NEGATIVES = {
     # a script of several commands that goes on after one was refused
     "argparse-then-training": "eval.py: error: unrecognized arguments: --fast\n***** Running training *****\n"
     + HEALTHY_END,
+    # torch's warning for a CUDA minor version apart (cpp_extension.py _check_cuda_version), a build that goes on
+    "cuda-minor-mismatch-warning": "/x/site-packages/torch/utils/cpp_extension.py:424: UserWarning: The detected "
+    "CUDA version (12.1) has a minor version mismatch with the version that was used to compile PyTorch (12.4). "
+    "Most likely this shouldn't be a problem.\n" + HEALTHY_END,
     "version-word-in-prose": "Requirement already satisfied: tokenizers>=0.11.1 in /x/site-packages (0.13.3)\n"
     + HEALTHY_END,
 }

@@ -99,6 +99,9 @@ _BUILD_HINTS = (
     # BuildExtension), and CUDA_MISMATCH_MESSAGE (_check_cuda_version)
     "error compiling objects for extension",
     "mismatches the version that was used to compile",
+    # bitsandbytes' native library that would not load (bitsandbytes/cuda_setup/main.py, 0.37-0.41: a RuntimeError
+    # whose message starts on the line below, `CUDA Setup failed despite GPU being available. Please run ...`)
+    "cuda setup failed despite gpu being available",
     "ninja",
     "nvcc",
     "cuda_home",
@@ -525,6 +528,11 @@ def _host_oom(ev: Event, facts: Facts) -> FailureClass:
 # bytes.`), Python's MemoryError and numpy's _ArrayMemoryError (`Unable to allocate 3.20 GiB for an array with shape`)
 _HOST_ALLOC = re.compile(
     r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): you tried to allocate (?P<bytes>\d{1,20}) bytes"
+    # (ENOMEM as the OS reports it: `OSError: [Errno 12] Cannot allocate memory` - fork of a DataLoader worker,
+    # mmap -, torch's shared-memory files, aten/src/ATen/MapAllocator.cpp: `unable to mmap N bytes from file
+    # </torch_...>: Cannot allocate memory (12)`)
+    r"|unable to mmap (?P<mmap>\d{1,20}) bytes from file <[^>]{0,200}>: Cannot allocate memory \(12\)"
+    r"|\[Errno 12\] Cannot allocate memory"
     r"|Unable to allocate (?P<size>[\d.]{1,12}) (?P<unit>[KMGT]iB) for an array"
 )
 _UNIT_GIB = {"KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0, "TiB": 1024.0}
@@ -539,13 +547,17 @@ def _host_alloc_failed(ev: Event) -> FailureClass | None:
     data: dict[str, Any] = {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location(), "exit_code": None}
     ask = ""
     if m is not None:
+        size = m.group("bytes") or m.group("mmap")
         gib = (
-            int(m.group("bytes")) / 1024**3
-            if m.group("bytes")
+            int(size) / 1024**3
+            if size
             else float(m.group("size")) * _UNIT_GIB[m.group("unit")]
+            if m.group("size")
+            else None
         )
-        data["tried_gib"] = round(gib, 2)
-        ask = f" It asked for {gib:.2f} GiB of host RAM."
+        if gib is not None:
+            data["tried_gib"] = round(gib, 2)
+            ask = f" It asked for {f'{gib:.2f} GiB' if gib >= 0.1 else f'{gib * 1024:.1f} MiB'} of host RAM."
     return FailureClass(
         "host-oom-kill",
         "Host out of memory: an allocation in host RAM failed"
@@ -689,6 +701,73 @@ def _dist_timeout(ev: Event) -> FailureClass:
         "collective, and raise the timeout only if one rank does long work while the others wait.",
         data,
     )
+
+
+# torch.distributed's debug checks name the ranks that diverged before the watchdog would: monitored_barrier
+# (ProcessGroupGloo.cpp monitoredBarrier: `[Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms`, with
+# wait_all_ranks `Ranks 1, 2 failed to ...`) and TORCH_DISTRIBUTED_DEBUG=DETAIL's ProcessGroupWrapper
+# (ProcessGroupWrapper.cpp: `Detected mismatch between collectives on ranks. Rank 0 is running collective:
+# CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, ...), but Rank 1 is running collective: ...`)
+_MONITORED = re.compile(
+    r"Ranks? (?P<ranks>\d{1,7}(?:, \d{1,7}){0,512}) failed to pass monitoredBarrier in (?P<ms>\d{1,12}) ms"
+)
+_MISMATCH_HEAD = "Detected mismatch between collectives on ranks"
+_MISMATCH = re.compile(
+    r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d{1,7}) is running collective: .{0,400}?"
+    r"OpType=(?P<op1>\w{1,40}).{0,2000}?but Rank (?P<r2>\d{1,7}) is running collective: .{0,400}?"
+    r"OpType=(?P<op2>\w{1,40})"
+)
+
+
+def _diverged(ev: Event) -> FailureClass | None:
+    """A debug check naming the ranks that did not reach a barrier, or that ran different collectives."""
+    data: dict[str, Any] = {"rank": ev.rank, "phase": ev.phase, "line": ev.line.location()}
+    m = _MONITORED.search(ev.detail)
+    if m is not None:
+        late = [int(r) for r in m.group("ranks").split(", ")]
+        data.update({"silent_ranks": late[:64], "timeout_ms": int(m.group("ms"))})
+        who = ", ".join(str(r) for r in late[:16])
+        return FailureClass(
+            "collective-timeout",
+            f"Rank(s) {who} did not reach the barrier (monitored_barrier)",
+            f"{_where(ev)} waited {int(m.group('ms'))} ms in monitored_barrier during {_phase(ev)} and rank(s) {who} "
+            "never arrived: they are the stragglers (dead, hung, or in other code).",
+            "what the late ranks were doing: their own logs or a stack dump of them say it.",
+            "read the late ranks' logs first (an earlier error, a kill), or dump their stacks (py-spy dump --pid) "
+            "while the others wait.",
+            data,
+        )
+    # (the fingerprints make the message longer than an event's detail: read the exception's whole message)
+    whole = ev.traceback.exc_message if ev.traceback is not None and ev.traceback.exc_message else ev.detail
+    m2 = _MISMATCH.search(whole)
+    if m2 is not None or _MISMATCH_HEAD in whole:
+        if m2 is not None:
+            data.update(
+                {
+                    "ranks": [int(m2.group("r1")), int(m2.group("r2"))],
+                    "collective": m2.group("op1"),
+                    "other_collective": m2.group("op2"),
+                }
+            )
+            what = (
+                f"rank {m2.group('r1')} ran {m2.group('op1')} while rank {m2.group('r2')} ran {m2.group('op2')} at "
+                "the same point"
+            )
+        else:  # (the fingerprints cut from the paste)
+            what = (
+                "two ranks ran different collectives at the same point (the fingerprints are not in the log)"
+            )
+        return FailureClass(
+            "collective-timeout",
+            "Ranks ran different collectives" + (f" ({m2.group('op1')} vs {m2.group('op2')})" if m2 else ""),
+            f"{_where(ev)}: {what}, during {_phase(ev)} (TORCH_DISTRIBUTED_DEBUG=DETAIL's check): without the "
+            "check, the ranks would hang until the watchdog's timeout.",
+            "which code path sent each rank there: a branch on the rank (saving or logging on rank 0 only), modules "
+            "skipped on some ranks (ZeRO-3 gathers), or uneven data.",
+            "find the rank-dependent branch before this point; collectives must run in the same order on every rank.",
+            data,
+        )
+    return None
 
 
 def _hang_dump(ev: Event) -> FailureClass:
@@ -1247,6 +1326,8 @@ def classify(
         return _host_oom(first, facts)
     if first.kind == "exception" and (host_alloc := _host_alloc_failed(first)) is not None:
         return host_alloc
+    if first.kind == "exception" and (diverged := _diverged(first)) is not None:
+        return diverged
     if first.kind == "exception" and _DIST_TIMEOUT.search(first.detail):
         return _dist_timeout(first)
     if first.kind == "exception" and _CHILD_KILLED.search(first.detail):

@@ -282,6 +282,7 @@ _PIP_WHEEL = re.compile(
 _SETUPTOOLS_CMD = re.compile(r"error: command '([^'\n]{1,300})' failed with exit (?:status|code) (-?\d{1,5})")
 _CUDA_MISMATCH = re.compile(
     r"The detected CUDA version \(([0-9.]{1,12})\) mismatches the version that was used to compile"
+    r"|CUDA Setup failed despite GPU being available"
 )
 _BUILDING_EXT = re.compile(r"Building extension module (\w{1,64})")
 TOOLCHAIN_SAID = "the compiler/linker said: "
@@ -1405,7 +1406,7 @@ class Extractor:
         m = _CUDA_MISMATCH.search(line.text)
         if m is None:
             return
-        what = f"RuntimeError: {m.group(0)} PyTorch."
+        what = f"RuntimeError: {m.group(0)}" + (" PyTorch." if m.group(1) else ".")
         for ev in reversed(self.facts.events):
             if (
                 ev.line.source == line.source

@@ -157,7 +157,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # torch's JIT/setup build refusing a toolkit that is not the one torch was built with (torch/utils/cpp_extension.py
     # CUDA_MISMATCH_MESSAGE, printed on the line below a bare `RuntimeError:`: `The detected CUDA version (11.8)
     # mismatches the version that was used to compile`)
-    "cuda-mismatch": r"The detected CUDA version \([0-9.]{1,12}\) mismatches the version that was used to compile",
+    # (and bitsandbytes 0.37-0.41's native-library check, bitsandbytes/cuda_setup/main.py, printed the same way)
+    "cuda-mismatch": r"The detected CUDA version \([0-9.]{1,12}\) mismatches the version that was used to compile"
+    r"|CUDA Setup failed despite GPU being available",
     "load-copy-error": r"While copying the parameter named \"[^\"]+\", whose dimensions in the model are",
     # torch's load_state_dict per-parameter error inside `Error(s) in loading state_dict for X:`
     "load-size-mismatch": r"size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
