@@ -31,7 +31,7 @@ CORPUS = ROOT / "tests/diagnose/corpus"
 
 
 def score(cases: list[dict[str, object]]) -> dict[str, object]:
-    n = top_ok = phase_n = phase_ok = rank_n = rank_ok = healthy_n = false_alarms = 0
+    n = top_ok = strict_ok = phase_n = phase_ok = rank_n = rank_ok = healthy_n = false_alarms = 0
     by_evidence = {"log": [0, 0], "thread": [0, 0]}  # right, labelled
     misses: list[str] = []
     for case in cases:
@@ -55,6 +55,11 @@ def score(cases: list[dict[str, object]]) -> dict[str, object]:
         else:
             want = {case["top"], *(case.get("accept") or [])}
             ok = bool(findings) and findings[0]["id"] in want
+            # strict: only the label itself, not the `accept` list (where a generic class such as class:crash may
+            # stand beside a specific KB entry)
+            strict_ok += bool(findings) and findings[0]["id"] == case["top"]
+        if case["top"] is None:
+            strict_ok += ok
         top_ok += ok
         if not ok:
             got = findings[0]["id"] if findings else None
@@ -84,6 +89,7 @@ def score(cases: list[dict[str, object]]) -> dict[str, object]:
     return {
         "logs": n,
         "top1": (top_ok, n),
+        "top1_strict": (strict_ok, n),
         "phase": (phase_ok, phase_n),
         "phase_log": tuple(by_evidence["log"]),
         "phase_thread": tuple(by_evidence["thread"]),
@@ -124,7 +130,7 @@ def main() -> int:
             return f"{a}/{b} ({100 * a / b:.0f} %)" if b else "n/a"
 
         print(
-            f"{split:8} logs {r['logs']:3}  top-1 {pct(r['top1'])}  phase {pct(r['phase'])} "
+            f"{split:8} logs {r['logs']:3}  top-1 {pct(r['top1'])} (strict {pct(r['top1_strict'])})  phase {pct(r['phase'])} "
             f"(log-evidenced {pct(r['phase_log'])}, thread-only {pct(r['phase_thread'])})  "
             f"first-failure rank {pct(r['first_failure_rank'])}  false alarms {pct(r['false_alarms'])}"
         )
