@@ -543,3 +543,26 @@ def test_triton_out_of_resources_is_no_device_oom(tmp_path, run_cli):
     )
     top = _top(tmp_path, run_cli, text)
     assert top["id"] not in GPU, top["id"]
+
+
+# A log that stops right after the distributed set-up (DeepSpeed's comm/comm.py `Initializing TorchBackend in
+# DeepSpeed with backend nccl`, NCCL's init.cc `... - Init COMPLETE`): nothing failed in it, and the answer says what
+# that proves (no error, nothing after the set-up) and what not (a hang: a paste can end there too).
+INIT_ONLY = (
+    "[2024-01-01 10:00:00,000] [INFO] [comm.py:637:init_distributed] Initializing TorchBackend in DeepSpeed with "
+    "backend nccl\nnode1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    "node1:11:40 [0] NCCL INFO comm 0x5613 rank 0 nranks 16 cudaDev 0 busId 1000 - Init COMPLETE\n"
+)
+
+
+def test_a_log_ending_right_after_the_distributed_set_up_says_so_without_claiming_a_hang(tmp_path, run_cli):
+    top = _top(tmp_path, run_cli, INIT_ONLY)
+    assert top["id"] == "no-known-failure" and top["severity"] == "info", top
+    assert "ends right after the distributed set-up" in top["title"], top["title"]
+    assert "does not prove" in top["message"] and "Init COMPLETE" in top["message"], top["message"]
+    assert top["data"]["ends_after_init"].endswith(":3"), top["data"]
+
+
+def test_a_set_up_followed_by_training_is_not_reported_as_ending_there(tmp_path, run_cli):
+    top = _top(tmp_path, run_cli, INIT_ONLY + "  5%|▌         | 5/100 [00:10<03:10,  2.00s/it]\n")
+    assert "ends_after_init" not in (top.get("data") or {}), top

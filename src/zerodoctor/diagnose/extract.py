@@ -810,6 +810,8 @@ class Facts:
     end_phase: str = (
         "unknown"  # the phase where the log ends (markers and progress), for failures with no event
     )
+    # the distributed set-up's last line, when the log prints nothing after it (no progress, no phase, no failure)
+    ends_after_init: LogLine | None = None
 
 
 def _gib(m: re.Match[str]) -> float | None:
@@ -898,6 +900,7 @@ class Extractor:
         self._pip_cmd: tuple[LogLine, Hit, str] | None = None
         self._pip_wheel: tuple[LogLine, Hit, str] | None = None
         self._pip_ok: dict[str, int] = {}
+        self._dist_init: tuple[LogLine, Hit] | None = None  # the distributed set-up's last line
         self._last_frame: tuple[LogLine, Hit] | None = None  # the last traceback frame line read
         # a traceback header's hit, for its training progress (frame lines get none: scan.FAILURE_KEYS); the
         # traceback is kept in the value so its id stays its own
@@ -975,6 +978,8 @@ class Extractor:
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
                 self._event("exception", line, hit, f"OSError: {b.group(0).strip()}"[:300])
+        if "x:dist-init" in keys:
+            self._dist_init = (line, hit)
         if "x:argparse" in keys and not _EXC.match(line.text):
             a = ARGPARSE.match(line.text)
             if a is not None and len(self._quoted_imports) < MAX_EVENTS:
@@ -1584,6 +1589,8 @@ class Extractor:
             main = self._hang_main.get(id(ev.traceback)) if ev.traceback is not None else None
             if ev.phase == "unknown" and main is not None:
                 ev.phase = self._phase_from_frames(main, ev)
+        if self._dist_init is not None and not self.facts.events and not self._outlived(*self._dist_init):
+            self.facts.ends_after_init = self._dist_init[0]
         last = self.facts.last_progress
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)

@@ -33,6 +33,7 @@ from zerodoctor.kb.loader import load_entries
 from zerodoctor.kb.matcher import evaluate_conditions, passes_value_check
 from zerodoctor.kb.preflight import entry_fixes, entry_references
 from zerodoctor.kb.schema import Entry
+from zerodoctor.textutil import clip
 
 NO_KNOWN_FAILURE = "no-known-failure"
 
@@ -379,7 +380,7 @@ def judge(
             # no entry explains the failure: the class layer still names what happened, first
             findings.insert(0, _class_finding(fclass, first))
         else:
-            findings.append(_no_known_failure(facts, first, oom))
+            findings.append(_no_known_failure(facts, first, oom, stats))
     echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
     phase = str(findings[0].data.get("phase") or "unknown") if findings else "unknown"
     return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions, phase)
@@ -610,9 +611,42 @@ def _class_finding(fc: FailureClass, first: Event) -> Finding:
     )
 
 
-def _no_known_failure(facts: Facts, first: Event | None, oom: OomNumbers | None) -> Finding:
+# A log that stops within this many lines of the distributed set-up's last line "ends right after" it
+_INIT_TAIL_LINES = 40
+
+
+def _no_known_failure(
+    facts: Facts, first: Event | None, oom: OomNumbers | None, stats: ScanStats | None = None
+) -> Finding:
     last_exc = next((e for e in reversed(facts.events) if e.kind in ("exception", "cuda-oom")), None)
     shown = first or last_exc
+    init = facts.ends_after_init
+    end = stats.end_progress.get(init.source) if stats is not None and init is not None else None
+    if (
+        shown is None
+        and init is not None
+        and stats is not None
+        and 0 <= stats.lines.get(init.source, 0) - init.lineno <= _INIT_TAIL_LINES
+        and (end is None or end.lineno < init.lineno)
+    ):
+        # what the log proves and what not: nothing failed in it, and it stops right after the set-up
+        msg = (
+            f"No error in the log. It ends right after the distributed set-up ({init.location()}: "
+            f"{clip(init.text.strip(), 160)}): no training step, phase or failure is printed after it. If the run "
+            "stopped printing there, the ranks are waiting for each other in their first collective (a rank that "
+            "did not start or crashed without output, a network interface NCCL cannot use between nodes); the log "
+            "does not prove that: a paste or a log read while the run is starting ends the same way. Next: run with "
+            "NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL, and check every rank's own log."
+        )
+        return Finding(
+            id=NO_KNOWN_FAILURE,
+            severity=Severity.INFO,
+            title="No failure in the log: it ends right after the distributed set-up",
+            message=msg,
+            evidence=(Evidence(file=init.source, line=init.lineno, text=init.text.strip()[:300]),),
+            source="diagnose",
+            data={"phase": "unknown", "first_failure": None, "ends_after_init": init.location()},
+        )
     if shown is None:
         msg = "No known failure and no error found in the log."
     else:

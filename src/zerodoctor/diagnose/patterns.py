@@ -125,6 +125,16 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # the watchdog's own C++ stack (WorkNCCL::checkTimeout), for pastes that keep only the frames of the timeout
     r"|Exception raised from checkTimeout at |ProcessGroupNCCL::WorkNCCL::checkTimeout\(",
     "nccl-peer": r"Connection (reset|closed) by (peer|remote peer)|remote process exited or there was a network error",
+    # the distributed set-up completing, for a log that stops right after it (extract.ends_after_init): NCCL's
+    # communicator (init.cc: `comm 0x... rank 0 nranks 8 cudaDev 0 busId 1000 - Init COMPLETE`), DeepSpeed's comm
+    # (comm/comm.py init_distributed: `Initializing TorchBackend in DeepSpeed with backend nccl`), torch's store barrier
+    # (distributed_c10d.py _store_based_barrier: `Added key: store_based_barrier_key:1 to store for rank: 0`, `Rank 0:
+    # Completed store-based barrier for key:store_based_barrier_key:1 with 8 nodes.`, `Waiting in store based barrier
+    # to initialize process group for rank: ...`) and ProcessGroupNCCL's barrier warning (`using GPU 0 to perform
+    # barrier as devices used by this process are currently unknown`)
+    "dist-init": r"NCCL INFO .{0,200} Init COMPLETE|Initializing TorchBackend in DeepSpeed with backend "
+    r"|Added key: store_based_barrier_key:\d+ to store for rank|Completed store-based barrier for key"
+    r"|Waiting in store based barrier to initialize process group|to perform barrier as devices used by this process",
     # versions printed by the run
     "ver-ds-info": r"DeepSpeed info: version=",
     "ver-ds-report": r"(torch|deepspeed|transformers|accelerate) (version|info) \.{3,}",

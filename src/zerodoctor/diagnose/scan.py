@@ -118,6 +118,8 @@ class ScanStats:
     )
     engine: str = ""
     notes: list[str] = field(default_factory=list)
+    # the last training-progress line of each source, wherever it is (hits only carry the progress before them)
+    end_progress: dict[str, Progress | None] = field(default_factory=dict)
 
 
 class _Engine(Protocol):
@@ -736,6 +738,8 @@ def scan_source(
             if found is not None:
                 progress = found
         base_line += chunk_lines
+    if stats is not None:
+        stats.end_progress[src.name] = progress
     yield base_line
 
 
