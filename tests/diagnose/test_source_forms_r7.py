@@ -566,3 +566,51 @@ def test_a_log_ending_right_after_the_distributed_set_up_says_so_without_claimin
 def test_a_set_up_followed_by_training_is_not_reported_as_ending_there(tmp_path, run_cli):
     top = _top(tmp_path, run_cli, INIT_ONLY + "  5%|▌         | 5/100 [00:10<03:10,  2.00s/it]\n")
     assert "ends_after_init" not in (top.get("data") or {}), top
+
+
+# The same texts as they reach a log: behind pdsh's host, torchrun's `[rankN]:` / `--tee`'s `[defaultN]:`, glued behind
+# a tqdm bar, in a journal line, inside Markdown emphasis.
+AS_PRINTED = {
+    "pdsh-kernel-before-5.0": (
+        "node3: [1234567.123] Out of memory: Kill process 23456 (python) score 912 or sacrifice child\n",
+        HOST,
+    ),
+    "journal-oom-reaper": (
+        "Mar 27 01:15:36 ip-10-0-1-103 kernel: oom_reaper: reaped process 16883 (python), now anon-rss:0kB, "
+        "file-rss:1240kB, shmem-rss:0kB\n",
+        HOST,
+    ),
+    "tee-monitored-barrier": (
+        "[default0]:RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms\n",
+        COLL,
+    ),
+    "rank-connect-timed-out": (
+        "[rank3]: RuntimeError: connect() timed out. Original timeout was 1800000 ms.\n",
+        COLL,
+    ),
+    "heartbeat-behind-tqdm": (
+        " 45%|████▌     | 450/1000 [10:00<12:00,  1.31s/it][rank0]:[E1015 10:00:00.000000 140 ProcessGroupNCCL.cpp:"
+        "1306] [PG 0 (default_pg) Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug "
+        "info. workMetaList_.size()=1\n",
+        COLL,
+    ),
+    "pdsh-pip-wheel": ("node1: ERROR: Failed building wheel for apex\n", BUILD),
+    "rank-enomem": ("[rank1]: OSError: [Errno 12] Cannot allocate memory\n", HOST),
+    "tee-argparse": (
+        "[default1]:usage: train.py [-h] [--local_rank LOCAL_RANK]\n[default1]:train.py: error: unrecognized "
+        "arguments: --local-rank=1\n",
+        CONFIG,
+    ),
+    "markdown-slurm-v2": (
+        "**slurmstepd: error: Detected 1 oom_kill event in StepId=1054.0. Some of the step tasks have been OOM "
+        "Killed.**\n",
+        HOST,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AS_PRINTED))
+def test_the_forms_as_they_reach_a_log(tmp_path, run_cli, name):
+    text, accepted = AS_PRINTED[name]
+    top = _top(tmp_path, run_cli, text)
+    assert top["id"] in accepted and top["severity"] == "error", (name, top["id"], top["title"])
