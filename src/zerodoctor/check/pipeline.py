@@ -219,7 +219,7 @@ def run_check(options: CheckOptions) -> CheckReport:
     return CheckReport(
         verdict=verdict,
         findings=tuple(findings),
-        headline=tuple(_headline(run, plan_result)),
+        headline=tuple(_headline(run, plan_result, _unrecognised(findings))),
         checked=tuple(checked),
         files=tuple((d.display, d.kind) for d in setup.documents),
         skipped=found.skipped,
@@ -449,8 +449,39 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str, str]]:
+# The settings the headline shows, by the argument names that set them (HF TrainingArguments, LLaMA-Factory).
+_HEADLINE_KEYS = {
+    "micro batch": ("per_device_train_batch_size",),
+    "grad accum": ("gradient_accumulation_steps",),
+    "seq": ("cutoff_len", "max_seq_length", "model_max_length", "max_length"),
+    "gradient checkpointing": ("gradient_checkpointing", "disable_gradient_checkpointing"),
+}
+
+
+def _unrecognised(findings: list[Finding]) -> dict[str, str]:
+    """Intended argument name -> the misspelt key as written (HF004's did-you-mean findings)."""
+    out: dict[str, str] = {}
+    for f in findings:
+        near, key = f.data.get("near"), f.data.get("key")
+        if f.id == "HF004" and isinstance(near, str) and isinstance(key, str):
+            out[near] = key
+    return out
+
+
+def _headline(
+    run: RunDescription, result: PlanResult | None, unrecognised: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
+    unrecognised = unrecognised or {}
+
+    def assumed(what: str, origin: str) -> str:
+        """ " (assumed)" for zerodoctor's own assumption; a framework default or an assumption that a misspelt
+        key left in place names that key (the plan used the default because the key was not recognised)."""
+        typo = next((unrecognised[k] for k in _HEADLINE_KEYS[what] if k in unrecognised), None)
+        if typo and origin in ("default", "framework"):
+            return f" (the default: `{typo}` is not a recognised key)"
+        return " (assumed)" if origin == "default" else ""
+
     if run.model is not None:
         out.append(("model", f"{run.model.display_name} ({run.model.params.total / 1e9:,.2f}B parameters)"))
     elif run.model_ref is not None:
@@ -464,14 +495,18 @@ def _headline(run: RunDescription, result: PlanResult | None) -> list[tuple[str,
         """A value, marked when it is zerodoctor's assumption rather than something the setup says."""
         return f"{k.value} (assumed)" if k.origin.kind == "default" else str(k.value)
 
+    def w(k: Known[Any], what: str) -> str:
+        """Like v(), naming the misspelt key that left the value at zerodoctor's assumption."""
+        return f"{k.value}{assumed(what, k.origin.kind)}"
+
     method = run.method.value + (f" r={v(run.lora_rank)}" if run.method.value in ("lora", "qlora") else "")
     out.append(
         (
             "training",
-            f"{method}, {run.precision.value}, micro batch {v(run.micro_batch)} x grad accum "
-            f"{v(run.grad_accum)}, seq {v(run.seq_len)}, gradient checkpointing "
+            f"{method}, {run.precision.value}, micro batch {w(run.micro_batch, 'micro batch')} x grad accum "
+            f"{w(run.grad_accum, 'grad accum')}, seq {w(run.seq_len, 'seq')}, gradient checkpointing "
             f"{'on' if run.gradient_checkpointing.value else 'off'}"
-            + (" (assumed)" if run.gradient_checkpointing.origin.kind == "default" else ""),
+            + assumed("gradient checkpointing", run.gradient_checkpointing.origin.kind),
         )
     )
     if run.zero is not None:

@@ -70,6 +70,7 @@ LINT_PHASES = {
     "HF001": "launch",
     "HF002": "load",
     "HF003": "checkpoint_save",
+    "HF004": "launch",
     "QL001": "load",
     "QL002": "load",
     "XT001": "end_of_epoch",

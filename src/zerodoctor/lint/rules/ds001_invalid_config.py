@@ -4,7 +4,9 @@ Why it matters: DeepSpeed validates `zero_optimization` and its offload blocks w
 forbid unknown keys, so a misspelt key (`stage3_gather_16bit_weight_on_model_save`) stops the job at
 `deepspeed.initialize`, after the model has loaded on every rank. Unknown *top-level* keys are ignored
 silently: `"zero_optimisation": {...}` trains with ZeRO disabled. Duplicate keys are rejected
-(`dict_raise_error_on_duplicate_keys`). Bucket sizes must be integers: pydantic v2 accepts `5e8` (an exact
+(`dict_raise_error_on_duplicate_keys`) when DeepSpeed opens the file itself; under HF Trainer, LLaMA-Factory
+and accelerate the file is read with `json.load` first (accelerate `HfDeepSpeedConfig`), the last value wins
+and the finding is a warning naming the value used. Bucket sizes must be integers: pydantic v2 accepts `5e8` (an exact
 float) but not `14745599.999` (what `0.9 * hidden**2` gives; accelerate PR #2814) nor the string `"5e8"`.
 `"auto"` is only a placeholder that HF Trainer / accelerate fill for a fixed set of keys; anywhere else it
 reaches DeepSpeed unchanged.
@@ -25,6 +27,7 @@ models judge the whole file. Fix: not automatic (a typo's intended key is a gues
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,6 +142,15 @@ PYDANTIC_BLOCKS = ("zero_optimization", "fp16", "bf16")
 DEVICES = ("none", "cpu", "nvme")
 
 REFS = ("deepspeedai/DeepSpeed#1270", "huggingface/accelerate#2814")
+# Launchers that parse the DeepSpeed JSON with plain json.load before DeepSpeed sees it (a duplicate key: the
+# last value wins, nothing raises): transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig ->
+# accelerate utils/deepspeed.py HfDeepSpeedConfig (accelerate 1.15); LLaMA-Factory passes the path to HF.
+JSON_LOAD_FRAMEWORKS = ("hf", "llamafactory", "accelerate")
+FRAMEWORK_NAMES = {
+    "hf": "HF Trainer",
+    "llamafactory": "LLaMA-Factory (through HF Trainer)",
+    "accelerate": "accelerate",
+}
 
 
 def _shown(value: Any) -> str:
@@ -242,10 +254,25 @@ def check(run: RunDescription) -> Iterator[Finding]:
     for path, pos in doc.duplicates:
         if any(path[: len(d)] == d and path != d for d in dup_paths):
             continue  # inside a block that is itself duplicated: DeepSpeed reports the block only
+        where = Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path))
+        if setup.framework in JSON_LOAD_FRAMEWORKS:
+            # NOTE: HF Trainer, LLaMA-Factory and accelerate read the file with json.load (accelerate
+            # utils/deepspeed.py HfDeepSpeedConfig.__init__) and hand DeepSpeed a dict: the last value wins.
+            used = json.dumps(doc.get(path), default=str)
+            yield RULE.finding(
+                f"`{'.'.join(path)}` appears twice; {FRAMEWORK_NAMES[setup.framework]} reads this file with "
+                f"json.load, which keeps the last one, so the run uses {used}. Remove the other so the file "
+                "says what the run does (DeepSpeed itself refuses duplicate keys when it opens the file).",
+                evidence=[where],
+                severity=Severity.WARNING,
+                fixes=[Fix(f"Keep only the `{path[-1]}` you mean ({used} is the one used now).")],
+            )
+            continue
         yield RULE.finding(
-            f"`{'.'.join(path)}` appears twice; DeepSpeed refuses configs with duplicate keys "
-            "(ValueError from dict_raise_error_on_duplicate_keys). Keep one of them.",
-            evidence=[Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path))],
+            f"`{'.'.join(path)}` appears twice; DeepSpeed refuses configs with duplicate keys when it opens the "
+            "file itself (ValueError from dict_raise_error_on_duplicate_keys, deepspeed/runtime/config.py). "
+            "Keep one of them.",
+            evidence=[where],
         )
     for key in data:
         if key not in TOP_KEYS:
