@@ -614,3 +614,18 @@ def test_the_forms_as_they_reach_a_log(tmp_path, run_cli, name):
     text, accepted = AS_PRINTED[name]
     top = _top(tmp_path, run_cli, text)
     assert top["id"] in accepted and top["severity"] == "error", (name, top["id"], top["title"])
+
+
+# bitsandbytes' kernels check CUDA calls with the CUDA_CHECK_RETURN macro of NVIDIA's samples (csrc/ops.cuh:
+# `Error %s at line %d in file %s` with cudaGetErrorString, then exit(1)): out of memory is a GPU OOM, `named symbol
+# not found` a binary built for another CUDA than the one it runs on.
+def test_bitsandbytes_cuda_check_return_out_of_memory_is_a_gpu_oom(tmp_path, run_cli):
+    text = "{'loss': 1.1, 'epoch': 0.2}\nError out of memory at line 74 in file /x/bitsandbytes/csrc/ops.cu\n"
+    top = _top(tmp_path, run_cli, text)
+    assert top["id"] == "class:gpu-oom" and top["data"]["phase"] == "training_step", top
+
+
+def test_bitsandbytes_named_symbol_not_found_is_a_native_library_that_did_not_load(tmp_path, run_cli):
+    text = "Error named symbol not found at line 74 in file /x/bitsandbytes/csrc/ops.cu\n"
+    top = _top(tmp_path, run_cli, text)
+    assert top["id"] == "class:op-build-failure", top["id"]

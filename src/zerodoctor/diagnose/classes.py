@@ -102,6 +102,9 @@ _BUILD_HINTS = (
     # bitsandbytes' native library that would not load (bitsandbytes/cuda_setup/main.py, 0.37-0.41: a RuntimeError
     # whose message starts on the line below, `CUDA Setup failed despite GPU being available. Please run ...`)
     "cuda setup failed despite gpu being available",
+    # (its kernels' CUDA_CHECK_RETURN: `Error named symbol not found at line 74 in file .../csrc/ops.cu`, the binary
+    # built for another CUDA than the one it runs on)
+    "named symbol not found at line",
     "ninja",
     "nvcc",
     "cuda_home",

@@ -123,6 +123,9 @@ _CALLED_PROCESS_SIGNAL = re.compile(
 #    `RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB`), TensorFlow (`OOM when allocating tensor`)
 #  - DeepSpeed's inference kernels' workspace (`Workspace can't be allocated, no enough memory.`,
 #    deepspeed/ops/csrc/transformer/inference/includes/inference_context.h:139 and :156 at 0.19.8)
+#  - the CUDA_CHECK_RETURN macro of NVIDIA's samples that bitsandbytes' kernels use (csrc/ops.cuh: fprintf(stderr,
+#    "Error %s at line %d in file %s\n", cudaGetErrorString(...)) then exit(1)): `Error out of memory at line 74 in
+#    file /src/csrc/ops.cu` (the same macro prints bitsandbytes' well-known `Error named symbol not found at line ...`)
 # Not one: Triton's `OutOfResources: out of resource: shared memory` (a kernel's block size exceeds the SM's
 # shared memory, triton/runtime/errors.py): no allocation failed, the kernel's configuration does not fit.
 DEVICE_OOM = re.compile(
@@ -131,6 +134,7 @@ DEVICE_OOM = re.compile(
     r"|(?:CUDA|[Cc]uda) [Ee]rror: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY"
     r"|Out of memory error on GPU \d|RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)"
     r"|OOM when allocating tensor|Workspace can't be allocated, no?t? enough memory"
+    r"|Error out of memory at line \d{1,7} in file "
 )
 
 
@@ -272,6 +276,9 @@ ARGPARSE = re.compile(
     r"|argument -{1,2}[\w-]{1,60}(?:/-{1,2}[\w-]{1,60})?: (?:invalid|expected|not allowed|ignored).{0,240})$"
 )
 ARGPARSE_TYPE = "argparse error"
+_CUDA_CHECK_RETURN = re.compile(
+    r"Error ([a-z][a-z ]{2,60}) at line \d{1,7} in file (\S{1,300}\.(?:cu|cuh|cpp|c))\b"
+)
 _SRUN_TASK = re.compile(r": task (\d{1,7}): Out Of Memory")
 # a package pip could not build from source (patterns.py "pip-build" names the forms and their sources)
 PACKAGE_BUILD_TYPE = "package build failed"
@@ -978,6 +985,10 @@ class Extractor:
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message
                 self._event("exception", line, hit, f"OSError: {b.group(0).strip()}"[:300])
+        if "x:cuda-check-return" in keys and "x:oom-cuda" not in keys and not _EXC.match(line.text):
+            ccr = _CUDA_CHECK_RETURN.search(line.text)
+            if ccr is not None:  # the process exits right after it: the failure, in the kernel library's words
+                self._event("exception", line, hit, f"RuntimeError: CUDA error: {ccr.group(0)}"[:300])
         if "x:dist-init" in keys:
             self._dist_init = (line, hit)
         if "x:argparse" in keys and not _EXC.match(line.text):

@@ -48,7 +48,7 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Cuda failure (\d{1,3} )?'out of memory'|(CUDA|[Cc]uda) [Ee]rror: out of memory|cudaErrorMemoryAllocation"
     r"|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY|Out of memory error on GPU \d"
     r"|RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|OOM when allocating tensor"
-    r"|Workspace can't be allocated, no?t? enough memory",
+    r"|Workspace can't be allocated, no?t? enough memory|Error out of memory at line \d+ in file ",
     # (the kernel's OOM killer and memory cgroup, mm/oom_kill.c and mm/memcontrol.c; Kubernetes' container status
     # `Reason: OOMKilled` in `kubectl describe pod`, `OOMKilled` in `kubectl get pods`; docker inspect's
     # `"OOMKilled": true`)
@@ -238,6 +238,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # 'c10::Error'` then `  what():  CUDA error: ...`
     # an OSError printed as its str() alone (`[Errno 2] No such file or directory: 'x'`), as scripts log it
     "bare-oserror": r"\[Errno \d+\] [A-Z][a-z]",
+    # the CUDA_CHECK_RETURN macro of NVIDIA's samples that bitsandbytes' kernels use (csrc/ops.cuh: `Error %s at line %d
+    # in file %s` with cudaGetErrorString, then exit(1)): `Error named symbol not found at line 74 in file .../ops.cu`
+    # - the library's binary does not match the CUDA it runs on (its out-of-memory form is "oom-cuda")
+    "cuda-check-return": r"Error [a-z][a-z ]{2,60} at line \d+ in file \S+\.(cu|cuh|cpp|c)\b",
     # a script's argparse refusing its command line (extract.ARGPARSE names the messages): `train.py: error:
     # unrecognized arguments: --local-rank=0`
     "argparse": r": error: (unrecognized arguments: |the following arguments are required: |argument -)",
