@@ -177,7 +177,11 @@ def run_check(options: CheckOptions) -> CheckReport:
             checked.append(
                 Checked("host RAM", False, "unknown: pass --host-ram GiB, or host_ram_gib in cluster.yaml")
             )
-        findings += [_locate_plan_finding(f, run) for f in plan_findings]
+        from zerodoctor.check.nothing_fits import reword_nothing_fits
+
+        findings += [
+            _locate_plan_finding(reword_nothing_fits(f, plan_result, run), run) for f in plan_findings
+        ]
         findings += _tight(plan_result, options.margin)
         checked.append(Checked("memory plan", True, _plan_summary(plan_result)))
     except PlanError as exc:
