@@ -629,3 +629,47 @@ def test_bitsandbytes_named_symbol_not_found_is_a_native_library_that_did_not_lo
     text = "Error named symbol not found at line 74 in file /x/bitsandbytes/csrc/ops.cu\n"
     top = _top(tmp_path, run_cli, text)
     assert top["id"] == "class:op-build-failure", top["id"]
+
+
+# TRL's constructors and configs refusing a setting, pasted as the one exception line (trl/trainer/*_trainer.py
+# __init__ and *_config.py __post_init__ at v1.9.0; with their frames pasted, the frame judges them already). The whole
+# set was swept: 94 of its 122 ValueError/TypeError/NotImplementedError messages come back as config refusals pasted
+# alone (61 before); the rest name no setting (`Entropy bonus is not supported with Liger kernel.`) or are TypeErrors.
+TRL_REFUSALS = {
+    "dpo_trainer.py:543": "ValueError: `train_dataset` is required\n",
+    "dpo_trainer.py:585": "ValueError: `model` and `ref_model` cannot be the same object. In most cases you should omit "
+    "`ref_model` and we'll initialize it to a copy of `model` for you.\n",
+    "dpo_config.py:347": "ValueError: `loss_weights` must have the same length as `loss_type` when combining multiple "
+    "losses. Got 2 weights for 3 loss types.\n",
+    "grpo_config.py:1093": "ValueError: 'generation_batch_size' and 'steps_per_generation' can not be both configured "
+    "at the same time\n",
+    "grpo_config.py:1117": "ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
+    "You provided 1, which is less than the minimum required.\n",
+    "grpo_trainer.py:1153": "ValueError: You passed `sync_ref_model=True` while using a PEFT model, which is currently "
+    "not supported. With PEFT, GRPOTrainer does not keep a separate reference model in memory.\n",
+    "kto_trainer.py:968": "ValueError: You cannot use `sync_ref_model=True` together with "
+    "`precompute_ref_log_probs=True`.\n",
+    "grpo_config.py:1060": "ValueError: log_completions_hub_repo is set, but log_completions is False. Enable "
+    "log_completions to upload completions to the Hub, or unset log_completions_hub_repo.\n",
+}
+
+
+@pytest.mark.parametrize("site", sorted(TRL_REFUSALS))
+def test_trl_refusals_pasted_alone_are_config_refusals(tmp_path, run_cli, site):
+    top = _top(tmp_path, run_cli, TRL_REFUSALS[site])
+    assert top["id"] == "class:config-rejected", (site, top["id"])
+
+
+# Frameless ValueErrors that refuse nothing: they stay crashes
+NOT_REFUSALS = {
+    "unpack": "ValueError: not enough values to unpack (expected 2, got 1)\n",
+    "tokenizer-class": "ValueError: Tokenizer class LlamaTokenizer does not exist or is not currently imported.\n",
+    "tensor-create": "ValueError: Unable to create tensor, you should probably activate truncation and/or padding "
+    "with 'padding=True' 'truncation=True' to have batched tensors with the same length.\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_REFUSALS))
+def test_frameless_errors_that_refuse_no_setting_stay_crashes(tmp_path, run_cli, name):
+    top = _top(tmp_path, run_cli, NOT_REFUSALS[name])
+    assert top["id"] != "class:config-rejected", (name, top["id"])

@@ -278,6 +278,9 @@ _NAMES_CONFIG = re.compile(
     # __post_init__ later: "The global|effective train batch size (...) must be evenly divisible by the number of
     # generations per prompt (G)"), often pasted as that one line
     r"|\bnumber of generations per prompt\b"
+    # (and its config's other checks on the generations: `GRPO requires at least 2 generations per prompt`, `The
+    # global eval batch size (A * B) must be divisible by the number of generations used for evaluation (G)`)
+    r"|\bgenerations per prompt\b|\bnumber of generations used for evaluation\b"
 )
 # A refusal of a setting in a configuration check's own words (the raise sites above share them): with a setting's
 # name beside it (snake_case, `quoted`, key=value, a ZeRO stage), a frameless exception line is a config refusal
@@ -289,7 +292,18 @@ _REFUSAL = re.compile(
     r"|\bare not compatible\b|\bis not compatible\b|\bis incompatible\b|\bmismatch"
     # (TrainingArguments.__post_init__: `Your setup doesn't support bf16/gpu.`; Trainer.__init__: `Either set
     # `args.eval_strategy` to `no` or pass an `eval_dataset`.`)
-    r"|\b(?:doesn't|does not|don't|do not) support\b|\beither set\b)"
+    r"|\b(?:doesn't|does not|don't|do not) support\b|\beither set\b"
+    # (TRL's trainers' constructors and configs, trl/trainer/*_trainer.py __init__ and *_config.py __post_init__ at
+    # v1.9.0, swept whole: `` `train_dataset` is required``, `` `model` and `ref_model` cannot be the same object``,
+    # `` `loss_weights` must have the same length as `loss_type` ``, `Number of reward weights (N) must match number of
+    # reward functions (M)`, `'generation_batch_size' and 'steps_per_generation' can not be both configured`, `You
+    # passed `sync_ref_model=True` while using a PEFT model, which is currently not supported`, `You cannot use
+    # `sync_ref_model=True` together with ...`, `log_completions_hub_repo is set, but log_completions is False`,
+    # `Unknown importance sampling level: X. Possible values are 'token' and 'sequence'.`)
+    r"|\bis required\b|\bcannot be the same\b|\bcan ?not be both\b|\bmust (?:have|match|define)\b"
+    r"|\bnot (?:currently |yet )?supported\b|\b(?:doesn't|does not|don't|do not) (?:currently |yet )support\b"
+    r"|\byou (?:cannot|can't|can not) (?:use|set|pass|train)\b|\byou passed\b.{0,120}\b(?:together with|while|but)\b"
+    r"|\bis set, but\b|\bpossible values are\b)"
 )
 _SETTING_NAME = re.compile(
     r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|`[^`\s]{2,60}`|\b[A-Za-z_]\w*=\S|(?i:\bZeRO(?:[- ]?stage)?[- ]?\d\b)"
