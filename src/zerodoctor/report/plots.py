@@ -243,7 +243,7 @@ def host_nodes(report: RunReport) -> Chart | None:
             color="#1f77b4",
             marker=".",
             markersize=3,
-            label=f"used ({'job cgroup' if n.measure == 'cgroup' else 'node'})",
+            label=f"used ({'job cgroup' if n.measure == 'cgroup' else n.measure})",
         )
         points += len(n.steps)
         if n.limit:

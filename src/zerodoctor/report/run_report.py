@@ -328,37 +328,86 @@ def _read_stacks(d: Path, ranks: list[int]) -> list[dict[str, Any]]:
 
 
 def _nodes(ranks: list[RankData]) -> list[NodeData]:
-    """Host RAM per node, from the lowest local rank of each host: the cgroup when it has a limit, else the
-    node; the projection fits the samples outside spike phases (first optimizer step, evaluation, save)."""
-    by_host: dict[str, RankData] = {}
+    """Host RAM per node: the cgroup when it has a limit (read from the lowest local rank of each host); else
+    the job's own RSS (the sum over the node's ranks, step by step) against what the node had free for it,
+    since node memory also counts other processes on a shared machine. The projection fits the samples
+    outside spike phases (first optimizer step, evaluation, save)."""
+    by_host: dict[str, list[RankData]] = {}
     for r in sorted(ranks, key=lambda r: (r.local_rank, r.rank)):
-        by_host.setdefault(r.host, r)
+        by_host.setdefault(r.host, []).append(r)
     out = []
-    for host, r in by_host.items():
+    for host, on_host in by_host.items():
+        r = on_host[0]
         cg = [s for s in r.samples if "cgroup_limit" in s and "cgroup_usage" in s]
         if cg:
             pts = [(int(s["step"]), int(s["cgroup_usage"]), s.get("phase"), s.get("t")) for s in cg]
             limit: int | None = int(cg[-1]["cgroup_limit"])
             measure = "cgroup"
         else:
-            pts = [
-                (int(s["step"]), int(s["node_used"]), s.get("phase"), s.get("t"))
-                for s in r.samples
-                if "node_used" in s
-            ]
-            limit = int(r.samples[-1]["node_total"]) if r.samples and "node_total" in r.samples[-1] else None
-            measure = "node"
+            pts, limit = _job_rss(on_host)
+            measure = "job RSS"
+        steps = max((int(s.get("step", 0)) for s in r.samples), default=0)
         out.append(
             NodeData(
-                host, measure, tuple(p[0] for p in pts), tuple(p[1] for p in pts), limit, _project(pts, limit)
+                host,
+                measure,
+                tuple(p[0] for p in pts),
+                tuple(p[1] for p in pts),
+                limit,
+                _project(pts, limit, steps),
             )
         )
     return out
 
 
-def _project(pts: list[tuple[int, int, Any, Any]], limit: int | None) -> dict[str, Any] | None:
-    calm = [p for p in pts if p[2] not in SPIKE_PHASES][-30:]
-    if limit is None or len(calm) < 5:
+def _job_rss(on_host: list[RankData]) -> tuple[list[tuple[int, int, Any, Any]], int | None]:
+    """The job's RSS on one host per sample of its lowest local rank (each other rank's latest RSS at or before
+    that step added), and the limit it can grow to: its last RSS plus what the node still had free."""
+    first, others = on_host[0], on_host[1:]
+    latest: list[dict[int, int]] = []
+    for o in others:
+        by_step: dict[int, int] = {}
+        for s in o.samples:
+            if "rss" in s:
+                by_step[int(s.get("step", 0))] = int(s["rss"])
+        latest.append(by_step)
+    pts: list[tuple[int, int, Any, Any]] = []
+    for s in first.samples:
+        if "rss" not in s:
+            continue
+        step = int(s.get("step", 0))
+        total = int(s["rss"])
+        for by_step in latest:
+            before = [v for k, v in by_step.items() if k <= step]
+            total += before[-1] if before else 0
+        pts.append((step, total, s.get("phase"), s.get("t")))
+    last = next((s for s in reversed(first.samples) if "node_used" in s and "node_total" in s), None)
+    if not pts or last is None:
+        return pts, None
+    return pts, pts[-1][1] + max(int(last["node_total"]) - int(last["node_used"]), 0)
+
+
+# A trend needs enough calm steps, over enough of the run, to be one (a 4-step job is warm-up, not a trend);
+# the same 64 MiB minimum growth the live guard uses (guard.options.GuardOptions.trend_min_growth_bytes).
+PROJECTION_MIN_CALM_STEPS = 20
+PROJECTION_MIN_RUN_SHARE = 0.25
+PROJECTION_MIN_GROWTH = 64 * MIB
+
+
+def _project(
+    pts: list[tuple[int, int, Any, Any]], limit: int | None, run_steps: int | None = None
+) -> dict[str, Any] | None:
+    """A straight line through the calm samples of the last up to 60 steps, with how far to trust it:
+    None when there are fewer than PROJECTION_MIN_CALM_STEPS calm steps or they cover less than
+    PROJECTION_MIN_RUN_SHARE of the steps recorded; `confidence` is "high" (R^2 >= 0.9 over 50+ steps), "medium"
+    (R^2 >= 0.6) or "low", from the fit's R^2 and the number of steps."""
+    calm_all = [p for p in pts if p[2] not in SPIKE_PHASES]
+    distinct = sorted({p[0] for p in calm_all})[-60:]
+    if limit is None or len(distinct) < PROJECTION_MIN_CALM_STEPS:
+        return None
+    calm = [p for p in calm_all if p[0] >= distinct[0]]
+    total_steps = max(run_steps or 0, max(p[0] for p in pts))
+    if total_steps and (distinct[-1] - distinct[0] + 1) / total_steps < PROJECTION_MIN_RUN_SHARE:
         return None
     xs = [p[0] for p in calm]
     ys = [p[1] for p in calm]
@@ -367,8 +416,14 @@ def _project(pts: list[tuple[int, int, Any, Any]], limit: int | None) -> dict[st
     if var == 0:
         return None
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
-    if slope <= 0:
-        return {"slope_bytes_per_step": slope, "exhaustion_step": None}
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (my + slope * (x - mx))) ** 2 for x, y in zip(xs, ys, strict=True))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+    confidence = "high" if r2 >= 0.9 and len(distinct) >= 50 else "medium" if r2 >= 0.6 else "low"
+    fit = {"calm_steps": len(distinct), "r2": round(r2, 3), "confidence": confidence}
+    growth = slope * (xs[-1] - xs[0])
+    if slope <= 0 or growth < PROJECTION_MIN_GROWTH:
+        return {"slope_bytes_per_step": slope, "exhaustion_step": None, **fit}
     last_x, last_y = xs[-1], my + slope * (xs[-1] - mx)
     step = round(last_x + (limit - last_y) / slope)
     out: dict[str, Any] = {
@@ -376,6 +431,7 @@ def _project(pts: list[tuple[int, int, Any, Any]], limit: int | None) -> dict[st
         "exhaustion_step": step,
         "from_step": last_x,
         "from_bytes": int(last_y),
+        **fit,
     }
     ts = [p[3] for p in calm]
     if all(isinstance(t, int | float) for t in ts) and ts[-1] > ts[0]:
@@ -447,7 +503,7 @@ def _judge(
         )
     for n in nodes:
         pr = n.projection
-        if pr and pr.get("exhaustion_step") is not None and n.limit:
+        if pr and pr.get("exhaustion_step") is not None and n.limit and pr.get("confidence") != "low":
             secs = pr.get("exhaustion_in_s")
             if secs is not None and secs < 2 * 3600:
                 out.append(
@@ -456,9 +512,11 @@ def _judge(
                         severity=Severity.WARNING,
                         title=f"host RAM on {n.host} heads for the limit",
                         message=(
-                            f"{n.measure} memory on {n.host} grows {pr['slope_bytes_per_step'] / MIB:.1f} MiB per step "
+                            f"{'the job cgroup' if n.measure == 'cgroup' else 'the job RSS'} on {n.host} grows {pr['slope_bytes_per_step'] / MIB:.1f} MiB per step "
                             f"outside spike phases; at this rate it reaches the {n.limit / GIB:.1f} GiB limit at about "
-                            f"step {pr['exhaustion_step']} ({secs / 60:.0f} min after the last sample)"
+                            f"step {pr['exhaustion_step']} ({secs / 60:.0f} min after the last sample); "
+                            f"confidence {pr['confidence']}: a straight line through {pr['calm_steps']} calm steps, "
+                            f"R^2 {pr['r2']:.2f}"
                         ),
                         fixes=(
                             Fix(
