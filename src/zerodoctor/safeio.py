@@ -179,10 +179,26 @@ def decode_utf8(raw: bytes, path: str | Path) -> str:
 
 
 def read_text(path: str | Path, *, limit: int = MAX_CONFIG_BYTES, what: str = "a config file") -> str:
-    """`read_bytes` + `decode_utf8`, refusing binary data (a NUL byte in the first 8 KiB)."""
+    """`read_bytes` + `decode_utf8`, refusing binary data (a NUL byte in the first 8 KiB). UTF-16 text with its
+    byte-order mark (what Windows PowerShell 5.1's `>` and Notepad's "Unicode" write) is decoded."""
     raw = read_bytes(path, limit=limit, what=what)
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                shown(path),
+                f"not valid UTF-16: bad code unit at offset {exc.start}",
+                line=raw.decode("utf-16", "replace").count("\n", 0, exc.start // 2) + 1,
+                hint="save the file as UTF-8",
+            ) from None
     if b"\x00" in raw[:8192]:
-        raise InputError(shown(path), f"is a binary file, not {what}")
+        raise InputError(
+            shown(path),
+            f"is a binary file, not {what} (NUL bytes in its first 8 KiB)",
+            hint="give the text file; if it is text saved as UTF-16 without a byte-order mark, convert it: "
+            "iconv -f UTF-16LE -t UTF-8 FILE > FILE.new",
+        )
     return decode_utf8(raw, path)
 
 

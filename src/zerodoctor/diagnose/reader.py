@@ -196,6 +196,31 @@ _BORDERS = "|│┃║"
 # the widths terminals and consoles wrap at (a row this long was filled, so cut inside the text)
 TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250})
 
+# A line that is a whole record on its own and never the rest of a wrapped one: the shell's report of a signal
+# (`Killed`, `Segmentation fault (core dumped)`, `Bus error`, `Terminated`, bash's job line `./run.sh: line 12:
+# 4242 Killed  python train.py`) and glibc's / libstdc++'s abort messages. A line as long as a terminal's width
+# above it is a complete line, not a row the terminal cut (review 1: a 120-column progress print swallowed `Killed`).
+_SIGNALS = (
+    r"(?:Killed|Terminated|Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction"
+    r"|Hangup|Trace/breakpoint trap)"
+)
+STANDALONE_LINE = (
+    rf"^[ \t]*{_SIGNALS}(?: \(core dumped\))?[ \t]*\r?$|^(?:\S+: )?line \d+: +\d+ +{_SIGNALS}\b"
+    r"|^(?:terminate called after throwing|free\(\): |double free or corruption|corrupted size vs\. prev_size"
+    r"|malloc\(\): |munmap_chunk\(\): )"
+)
+# The start of a record: with only "the line above is as long as a terminal's width" for a wrap, a next line that
+# starts like this is a record of its own (a capitalised word: `Invalidate trace cache ...`, `Root Cause ...`; a
+# logger level `ERROR:` / `WARNING:`; a tool's `srun: error:` / `bash: line 3:`). A terminal cuts at a column, not
+# at a blank, so a real row's rest starts inside a word (`orld_size`), with a blank, or with punctuation; a cut
+# right before a capitalised word that ends at a blank is the rare case given up.
+RECORD_START = (
+    STANDALONE_LINE
+    + r"|^(?:[A-Z][a-z]+(?:[ :(,]|\r?$)|[A-Z]{2,}:|(?:srun|slurmstepd|wandb|bash|sh|mpirun|/bin/\w+): "
+    r"|\S+\.sh: line \d+: )"
+)
+_STANDALONE = re.compile(STANDALONE_LINE)
+
 
 _FRAME_HEADER = re.compile(r'", line \d+, in \S')
 _IN_FRAME_PATH = re.compile(r'File "[^"]*$')
@@ -221,6 +246,8 @@ def _cut_inside(row: str, rest: str) -> bool:
     frame = _frame_cut(row, rest)
     if frame is not None:
         return frame
+    if _STANDALONE.match(rest) is not None:
+        return False  # (`Killed` after a padded row: a line of its own, kept apart by a blank)
     if _IN_FRAME_PATH.search(row) is not None:
         return True
     last = row.rsplit(" ", 1)[-1]

@@ -44,7 +44,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
 from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
-from zerodoctor.diagnose.reader import TERMINAL_WIDTHS, LogLine, parse_line
+from zerodoctor.diagnose.reader import (
+    RECORD_START,
+    STANDALONE_LINE,
+    TERMINAL_WIDTHS,
+    LogLine,
+    parse_line,
+)
 from zerodoctor.diagnose.rundir import error_file_source
 from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_spans, open_source
 from zerodoctor.errors import UsageError
@@ -329,6 +335,10 @@ _NEW_RECORD = re.compile(
     rb"^(?:\[|\s*File \"|Traceback|\s*\^|\d{4}-\d\d-\d\d|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*: |[A-Z]\d{4} |\s{2,}\S"
     rb"|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b|\{'|\s*\d+%\|)"
 )
+# (reader.STANDALONE_LINE: never the rest of a wrapped line, whatever the line above looks like; RECORD_START: a
+# record of its own when the only sign of a wrap is the width of the line above)
+_STANDALONE = re.compile(STANDALONE_LINE.encode())
+_RECORD_START = re.compile(RECORD_START.encode())
 _PAD = b" " * 8  # the shortest run of blanks `reader.unpad_rows` reads as a row's padding
 _FRAME_LINE = re.compile(rb'File "[^"]+", line \d+, in [\w<>.]+\s*$')
 
@@ -349,7 +359,12 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
         if _rich_frame_continues(cur, nxt):
             line_start, end, above = end + 1, nxt_stop, cur
             continue
-        if not nxt.strip() or _NEW_RECORD.match(nxt) or nxt_stop - end > _WRAP_MAX + 2:
+        if (
+            not nxt.strip()
+            or _NEW_RECORD.match(nxt)
+            or _STANDALONE.match(nxt)
+            or nxt_stop - end > _WRAP_MAX + 2
+        ):
             break
         # a whole traceback frame line: the next line is its source line (indented) - unless the terminal cut the
         # function name (`in _batch_ass` + `ertion`)
@@ -358,7 +373,8 @@ def _wrapped_end(chunk: bytes, start: int, stop: int, limit: int) -> int:
         padded = cur.endswith(b" ")
         if padded and (_row_ends_early(cur, nxt) or _row_ends_early(cur, above)):
             break
-        at_width = len(cur) in TERMINAL_WIDTHS
+        # (a line as long as a terminal's width is a wrap only when the next one does not start a record)
+        at_width = len(cur) in TERMINAL_WIDTHS and _RECORD_START.match(nxt) is None
         mid_word = cur[-1:].isalnum() and (nxt[:1].islower() or nxt[:1].isdigit())
         if not (padded or at_width or mid_word or _OPEN_PATH.search(cur)):
             break
@@ -446,7 +462,12 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
     prev = prev.rstrip(b"\r")
     if _rich_frame_continues(prev, cur):
         return True
-    if not (_WRAP_MIN <= len(prev) <= _WRAP_MAX) or not cur.strip() or _NEW_RECORD.match(cur):
+    if (
+        not (_WRAP_MIN <= len(prev) <= _WRAP_MAX)
+        or not cur.strip()
+        or _NEW_RECORD.match(cur)
+        or _STANDALONE.match(cur)
+    ):
         return False
     if (_FRAME_LINE.search(prev) and not _func_cut(prev, cur)) or (
         prev.endswith(b" ") and _row_ends_early(prev, cur)
@@ -457,7 +478,7 @@ def _continues_previous(prev: bytes, cur: bytes) -> bool:
     same_width = len(prev) == len(cur.rstrip(b"\r"))
     return (
         prev.endswith(b" ")
-        or len(prev) in TERMINAL_WIDTHS
+        or (len(prev) in TERMINAL_WIDTHS and _RECORD_START.match(cur) is None)
         or mid_word
         or same_width
         or _OPEN_PATH.search(prev) is not None

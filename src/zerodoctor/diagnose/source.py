@@ -9,6 +9,7 @@ last good byte and the stop is noted on the `Source`.
 
 from __future__ import annotations
 
+import codecs
 import fcntl
 import os
 import stat
@@ -81,16 +82,28 @@ def open_source(path: str) -> Source:
         joined = _Prepend(magic, raw)
         stream = _Gunzip(joined) if magic == b"\x1f\x8b" else joined  # type: ignore[assignment,arg-type]
         head = _peek(stream, name)
+    notes: list[str] = []
+    if head[:2] in UTF16_BOMS:
+        # UTF-16 text (PowerShell 5.1's `>` writes UTF-16LE with a BOM): read as the UTF-8 it decodes to
+        stream = _Utf16(_Prepend(head, stream))  # type: ignore[arg-type,assignment]
+        plain = None
+        head = _peek(stream, name)
+        notes.append(f"{name}: UTF-16 text (byte-order mark), read as decoded")
     if not head:
         raise DiagnoseError(f"{name}: the log is empty", hint="give the file the job's stdout/stderr went to")
     if b"\x00" in head[:_SNIFF_BYTES]:
         raise DiagnoseError(
             f"{name}: this is a binary file, not a text log (NUL bytes in the first {_SNIFF_BYTES} bytes)",
-            hint="give the text log; for a core dump or a checkpoint, diagnose the job's stdout/stderr",
+            hint="give the text log; for a core dump or a checkpoint, diagnose the job's stdout/stderr; for text "
+            "saved as UTF-16 without a byte-order mark, convert it first: iconv -f UTF-16LE -t UTF-8 FILE > FILE.txt",
         )
+    cr_lines = _cr_line_ends(head)
     src = _rewound(name, plain) if plain is not None else None
     if src is None:
         src = Source(name, _Prepend(head, stream))  # type: ignore[arg-type]
+    src.notes.extend(notes)
+    if cr_lines:
+        src.stream = _CrLines(src.stream)  # type: ignore[assignment]
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -100,6 +113,58 @@ def open_source(path: str) -> Source:
                 "undecodable bytes are shown as U+FFFD"
             )
     return src
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _cr_line_ends(head: bytes) -> bool:
+    """Whether a log's first block says its lines end in a lone CR (classic Mac, or a `tr '\\n' '\\r'` copy): no LF
+    at all, two or more CRs, and at least three pieces between them that are not tqdm updates (a log that opens with
+    a long run of a bar's `\\r` refreshes keeps them as segments of one line, as in any other log)."""
+    if b"\n" in head or head.count(b"\r") < 2:
+        return False
+    records = 0
+    for piece in head.split(b"\r"):
+        if piece.strip() and not (b"%|" in piece or b"it/s" in piece or b"s/it" in piece):
+            records += 1
+            if records >= 3:
+                return True
+    return False
+
+
+class _CrLines:
+    """A stream whose CRs read as LFs (one byte for one, so offsets and `seek` stay those of the file)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+
+    def read(self, n: int = -1) -> bytes:
+        return self._raw.read(n).replace(b"\r", b"\n")
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _Utf16:
+    """A UTF-16 stream (its BOM names the byte order) read as UTF-8 bytes; a bad code unit reads as U+FFFD."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._dec = codecs.getincrementaldecoder("utf-16")(errors="replace")
+
+    def read(self, n: int = -1) -> bytes:
+        while True:
+            data = self._raw.read(n)
+            text = self._dec.decode(data, final=not data)
+            if text or not data:
+                return text.encode("utf-8", "replace")
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def _rewound(name: str, raw: BinaryIO) -> Source | None:
@@ -133,6 +198,11 @@ def _peek(stream: BinaryIO, name: str) -> bytes:
     try:
         return stream.read(_SNIFF_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(stream, _Gunzip):  # not one byte of text: the same error as an empty plain log
+            raise DiagnoseError(
+                f"{name}: the log is empty: no text could be decompressed ({exc})",
+                hint="the .gz file is truncated or corrupt: copy it again, or give the uncompressed log",
+            ) from None
         raise DiagnoseError(
             f"{name}: cannot read: {exc}", hint="is it a complete, uncorrupted file?"
         ) from None
@@ -211,16 +281,23 @@ class _Prepend:
     def __init__(self, head: bytes, stream: BinaryIO) -> None:
         self._head = head
         self._stream = stream
+        self._error: Exception | None = None
 
     def read(self, n: int = -1) -> bytes:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
         if self._head:
             head, self._head = self._head, b""
-            if n < 0:
-                return head + self._stream.read()
-            if len(head) >= n:
+            if 0 <= n <= len(head):
                 self._head = head[n:]
                 return head[:n]
-            return head + self._stream.read(n - len(head))
+            try:
+                return head + self._stream.read(n - len(head) if n >= 0 else -1)
+            except (OSError, EOFError, zlib.error) as exc:
+                # (a truncated .gz raises on the read after its last good byte: the head goes first, the error next)
+                self._error = exc
+                return head
         return self._stream.read(n)
 
     def close(self) -> None:
