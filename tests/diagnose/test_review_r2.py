@@ -131,6 +131,18 @@ def test_a_padded_row_before_killed_keeps_killed_on_its_own_line(
     assert (2, "Killed") in _evidence_lines(top)
 
 
+@pytest.mark.parametrize("width", sorted(TERMINAL_WIDTHS))
+def test_killed_after_a_padded_row_on_the_same_line_stays_a_word_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], width: int
+) -> None:
+    # a screen copy with the row padded to the window (reader.unpad_rows): a row as long as a terminal's width was
+    # read as cut inside a word and joined with no blank (`...xxKilled`), so `Killed` was missed
+    log = tmp_path / "run.log"
+    log.write_text(_line_of(width, "xx").ljust(width + 60) + "Killed\n", encoding="utf-8")
+    top = _top(_diagnose(capsys, log)[1])
+    assert top["id"] == "host-oom-sigkill", (width, top["id"])
+
+
 _BATCH = (
     "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
     "gradient_acc_step * world_size 64 != 4 * 8 * 1"
