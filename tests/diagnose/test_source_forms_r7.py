@@ -631,7 +631,7 @@ def test_bitsandbytes_named_symbol_not_found_is_a_native_library_that_did_not_lo
     assert top["id"] == "class:op-build-failure", top["id"]
 
 
-# TRL's constructors and configs refusing a setting, pasted as the one exception line (trl/trainer/*_trainer.py
+# TRL's constructors and configs (and the libraries' own) refusing a setting, pasted as the one exception line (trl/trainer/*_trainer.py
 # __init__ and *_config.py __post_init__ at v1.9.0; with their frames pasted, the frame judges them already). The whole
 # set was swept: 94 of its 122 ValueError/TypeError/NotImplementedError messages come back as config refusals pasted
 # alone (61 before); the rest name no setting (`Entropy bonus is not supported with Liger kernel.`) or are TypeErrors.
@@ -649,6 +649,13 @@ TRL_REFUSALS = {
     "not supported. With PEFT, GRPOTrainer does not keep a separate reference model in memory.\n",
     "kto_trainer.py:968": "ValueError: You cannot use `sync_ref_model=True` together with "
     "`precompute_ref_log_probs=True`.\n",
+    # (the same words in transformers' TrainingArguments.__post_init__, accelerate's Accelerator.__init__ and PEFT's
+    # LoraConfig.__post_init__ at the installed 5.23.0 / 1.15.0 / 0.21.2)
+    "transformers/training_args.py": "ValueError: At most one of fp16 and bf16 can be True, but not both\n",
+    "accelerate/accelerator.py": "ValueError: You can only pass one of `gradient_accumulation_steps` and "
+    "`gradient_accumulation_plugin`. Please only pass in the created `GradientAccumulationPlugin` object.\n",
+    "peft/tuners/lora/config.py": "ValueError: When `layers_pattern` is specified, `layers_to_transform` must also be "
+    "specified.\n",
     "grpo_config.py:1060": "ValueError: log_completions_hub_repo is set, but log_completions is False. Enable "
     "log_completions to upload completions to the Hub, or unset log_completions_hub_repo.\n",
 }

@@ -303,7 +303,12 @@ _REFUSAL = re.compile(
     r"|\bis required\b|\bcannot be the same\b|\bcan ?not be both\b|\bmust (?:have|match|define)\b"
     r"|\bnot (?:currently |yet )?supported\b|\b(?:doesn't|does not|don't|do not) (?:currently |yet )support\b"
     r"|\byou (?:cannot|can't|can not) (?:use|set|pass|train)\b|\byou passed\b.{0,120}\b(?:together with|while|but)\b"
-    r"|\bis set, but\b|\bpossible values are\b)"
+    r"|\bis set, but\b|\bpossible values are\b"
+    # (and the same sweep over TrainingArguments, accelerate's dataclasses and Accelerator, PEFT's tuners at the installed
+    # versions: `At most one of fp16 and bf16 can be True, but not both`, `Can only use `downcast_bf16` when using
+    # `mixed_precision='bf16'` ...`, `You can only pass one of `gradient_accumulation_steps` and ...`, `When
+    # `layers_pattern` is specified, `layers_to_transform` must also be specified.`, `Supported values are ...`)
+    r"|\bbut not both\b|\bcan only (?:use|pass|specify|be used)\b|\bmust also be\b|\bsupported values are\b)"
 )
 _SETTING_NAME = re.compile(
     r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|`[^`\s]{2,60}`|\b[A-Za-z_]\w*=\S|(?i:\bZeRO(?:[- ]?stage)?[- ]?\d\b)"
