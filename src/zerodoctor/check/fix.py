@@ -16,6 +16,8 @@ from zerodoctor.errors import SetupError
 
 if TYPE_CHECKING:
     from zerodoctor.check.pipeline import CheckReport
+    from zerodoctor.lint.fixer import Change
+    from zerodoctor.setup.model import TrainingSetup
 
 RECOMMENDED_NAME = "ds_config.recommended.json"
 
@@ -32,6 +34,61 @@ def _free(path: Path) -> Path:
     )
 
 
+# What a recommended strategy consists of (plan/emit.py ds_config: stage, offload devices and pinning, the 16-bit
+# gather at save); every other key and value of the user's config is kept as written.
+PLAN_STRATEGY_FINDINGS = ("PLAN001:", "PLAN002:", "PLAN006:", "PLAN007:")
+STRATEGY_KEYS = ("stage", "offload_optimizer", "offload_param", "stage3_gather_16bit_weights_on_model_save")
+
+
+def _recommended(
+    setup: TrainingSetup, emitted: dict[str, Any], changes: list[Change]
+) -> tuple[str, list[str]]:
+    """The user's DeepSpeed config (with this run's safe fixes) with only the strategy's keys taken from the
+    recommendation, and every change listed; without a DeepSpeed JSON of the user's, the emitted config."""
+    from zerodoctor.lint.fixer import dump_json, json_with_changes
+    from zerodoctor.setup.deepspeed_config import ZERO_ALIASES
+
+    doc = setup.ds_doc
+    loaded = json_with_changes(doc, changes) if doc is not None else None
+    if loaded is None:
+        return json.dumps(emitted, indent=2) + "\n", [
+            "a new DeepSpeed config (no DeepSpeed JSON of yours to start from)"
+        ]
+    data, indent = loaded
+    rec_zero = emitted.get("zero_optimization") or {}
+    zero = data.get("zero_optimization")
+    if not isinstance(zero, dict):
+        zero = data["zero_optimization"] = {}
+    log: list[str] = []
+    for key in STRATEGY_KEYS:
+        spelled = [k for k in zero if k == key or ZERO_ALIASES.get(k) == key]
+        old = zero[spelled[0]] if spelled else None
+        new = rec_zero.get(key)
+        if _same(old, new):
+            continue
+        for k in spelled[1:] if new is not None else spelled:
+            zero.pop(k)
+        if new is not None:
+            zero[spelled[0] if spelled else key] = new
+        log.append(
+            f"zero_optimization.{key}: {_shown(old) if spelled else '(not set)'} -> "
+            f"{_shown(new) if new is not None else '(removed)'}"
+        )
+    return dump_json(data, indent), log or ["no change: your config already is the recommended strategy"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    from zerodoctor.lint.fixer import plain
+
+    return bool(plain(a) == plain(b))
+
+
+def _shown(value: Any) -> str:
+    from zerodoctor.lint.fixer import plain
+
+    return json.dumps(plain(value), default=str)
+
+
 def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     """Write the copies; returns what was written and what was not fixed (for JSON and text output)."""
     from zerodoctor.lint.fixer import fixed_texts, plan_fixes
@@ -44,6 +101,7 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     own = {d.path.resolve() for d in setup.documents}
     changes, skipped = plan_fixes(setup, list(report.findings))
     plans = [(directory / doc.path.name, text) for doc, text in fixed_texts(setup, changes)]
+    rec_log: list[str] = []
     not_fixed = [f"{s.rule}: {s.reason}" for s in skipped]
     result = report.plan
     rec = result.recommended if result is not None else None
@@ -57,8 +115,22 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
         else:
             from zerodoctor.plan.emit import ds_config
 
-            text = json.dumps(ds_config(result.inputs, rec, setup.ds_written), indent=2) + "\n"
+            emitted = ds_config(result.inputs, rec, setup.ds_written)
+            text, rec_changes = _recommended(setup, emitted, changes)
             plans.append((directory / RECOMMENDED_NAME, text))
+            rec_log = [f"{RECOMMENDED_NAME}: plan ({rec.name}): {c}" for c in rec_changes]
+            # the planner's "use this strategy" findings are what the recommended config carries out
+            not_fixed = [
+                f"{n.split(':', 1)[0]}: written as {RECOMMENDED_NAME} (your own config is not changed)"
+                if n.startswith(PLAN_STRATEGY_FINDINGS)
+                else n
+                for n in not_fixed
+            ]
+            if setup.args_doc is not None and setup.ds_doc is not None:
+                not_fixed.append(
+                    f"plan: {setup.args_doc.display} still names {setup.ds_doc.path.name}; point its DeepSpeed "
+                    f"setting at {RECOMMENDED_NAME} to use the recommended strategy"
+                )
     written: list[str] = []
     if plans:
         directory.mkdir(parents=True, exist_ok=True)
@@ -74,6 +146,6 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
         written.append(str(target))
     return {
         "written": written,
-        "changes": [c.describe() for c in changes],
+        "changes": [c.describe() for c in changes] + rec_log,
         "not_fixed": not_fixed,
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zerodoctor.errors import InputError
-from zerodoctor.findings import Finding
+from zerodoctor.findings import Finding, Severity
 from zerodoctor.lint.rules import RULES
 from zerodoctor.safeio import read_text, replace_with_backup, write_free
 from zerodoctor.setup.deepspeed_config import ACCELERATE_TO_DS, spelled
@@ -63,6 +63,19 @@ def _target_doc(
     return None, None
 
 
+def _why_not(f: Finding, is_rule: bool, safety: str | None, has_patch: bool) -> str:
+    """Why a finding's fix is not applied automatically, in one line that names the fix."""
+    at = f.evidence[0].location() if f.evidence and f.evidence[0].file else ""
+    what = f"{f.fixes[0].text.rstrip('.')}" + (f" ({at})" if at else "")
+    if f.data.get("why_no_autofix"):
+        return f"not applied automatically: {what}: {f.data['why_no_autofix']}"
+    if not is_rule:
+        return f"not applied automatically: {what}: apply it by hand"
+    if safety is None:
+        return f"not applied automatically: {what}: the rule has no automatic fix; apply it by hand"
+    return f"not applied automatically: {what}: a choice only you can make"
+
+
 def plan_fixes(
     setup: TrainingSetup, findings: list[Finding], *, unsafe: bool = False
 ) -> tuple[list[Change], list[Skipped]]:
@@ -74,10 +87,16 @@ def plan_fixes(
         safety = module.RULE.fix_safety if module else None
         patch_fix = next((fx for fx in f.fixes if fx.patch), None)
         if patch_fix is None or safety is None:
+            if f.fixes and f.severity >= Severity.WARNING:
+                skipped.append(Skipped(f.id, _why_not(f, module is not None, safety, patch_fix is not None)))
             continue
         if safety == "unsafe" and not unsafe:
             skipped.append(
-                Skipped(f.id, "its fix changes training behaviour; pass --unsafe-fixes to apply it")
+                Skipped(
+                    f.id,
+                    f"not applied automatically: {patch_fix.text.rstrip('.')}: it changes training behaviour; "
+                    "pass --unsafe-fixes to apply it",
+                )
             )
             continue
         for key, value in (patch_fix.patch or {}).items():
@@ -152,6 +171,49 @@ def _set(node: dict[str, Any], keys: list[str], value: Any, make: Any = dict) ->
         node[keys[-1]] = value
 
 
+def _parent(key: str) -> str:
+    return key.rsplit(".", 1)[0] if "." in key else ""
+
+
+def _renames(changes: list[Change]) -> list[tuple[Change, Change]]:
+    """(removed, added) pairs that one fix makes in the same block with the same value: a rename, which is
+    done in place so the key keeps its position (and its value's spelling)."""
+    out = []
+    removed = [c for c in changes if c.removed]
+    for a in changes:
+        if a.removed:
+            continue
+        r = next(
+            (r for r in removed if r.rule == a.rule and _parent(r.key) == _parent(a.key) and r.old == a.new),
+            None,
+        )
+        if r is not None:
+            out.append((r, a))
+            removed.remove(r)
+    return out
+
+
+def _apply(data: dict[str, Any], changes: list[Change], make: Any = dict) -> None:
+    pairs = _renames(changes)
+    done = {id(c) for pair in pairs for c in pair}
+    for old, new in pairs:
+        node: Any = data
+        keys = old.key.split(".")
+        for k in keys[:-1]:
+            node = node[k]
+        if hasattr(node, "insert"):  # ruamel's CommentedMap: insert at the old key's position
+            pos = list(node).index(keys[-1])
+            value = node.pop(keys[-1])
+            node.insert(pos, new.key.split(".")[-1], value)
+        else:
+            items = list(node.items())
+            node.clear()
+            node.update((new.key.split(".")[-1] if k == keys[-1] else k, v) for k, v in items)
+    for c in changes:
+        if id(c) not in done:
+            _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=make)
+
+
 def _fix_json(doc: ConfigDocument, changes: list[Change]) -> str:
     try:
         data = json.loads(doc.text, parse_float=_Num, parse_int=_Num)
@@ -159,10 +221,39 @@ def _fix_json(doc: ConfigDocument, changes: list[Change]) -> str:
         return _fix_yaml(doc, changes)
     if not isinstance(data, dict):
         raise InputError(doc.display, "cannot rewrite: not an object at the top level")
-    for c in changes:
-        _set(data, c.key.split("."), _REMOVE if c.removed else c.new)
+    _apply(data, changes)
     m = re.search(r"\n([ \t]+)\S", doc.text)
     indent = len(m.group(1).replace("\t", "    ")) if m else 2
+    return _dump_json(data, indent) + "\n"
+
+
+def json_with_changes(doc: ConfigDocument, changes: list[Change]) -> tuple[dict[str, Any], int] | None:
+    """The JSON document as data with its number spellings kept (5e8 stays 5e8) and `changes` applied, and
+    its indent; None when the file is not a JSON object (a YAML-written DeepSpeed config)."""
+    try:
+        data = json.loads(doc.text, parse_float=_Num, parse_int=_Num)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    _apply(data, [c for c in changes if c.file == doc.display])
+    m = re.search(r"\n([ \t]+)\S", doc.text)
+    return data, len(m.group(1).replace("\t", "    ")) if m else 2
+
+
+def plain(value: Any) -> Any:
+    """A value from `json_with_changes` with its kept number spellings turned back into numbers."""
+    if isinstance(value, _Num):
+        return json.loads(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def dump_json(data: Any, indent: int = 2) -> str:
+    """JSON text that writes numbers kept by `json_with_changes` as the user spelled them."""
     return _dump_json(data, indent) + "\n"
 
 
@@ -184,8 +275,7 @@ def _fix_yaml(doc: ConfigDocument, changes: list[Change]) -> str:
         ) from None
     if not isinstance(data, dict):
         raise InputError(doc.display, "cannot rewrite: not a mapping at the top level")
-    for c in changes:
-        _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=CommentedMap)
+    _apply(data, changes, make=CommentedMap)
     buf = io.StringIO()
     yaml.dump(data, buf)
     return buf.getvalue()

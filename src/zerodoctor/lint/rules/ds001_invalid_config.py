@@ -21,7 +21,10 @@ Use instead:
 
 Without DeepSpeed installed, zerodoctor checks the keys and types that decide memory and correctness
 (the lists below are DeepSpeed 0.19.8's models); with `--deepspeed-validate`, DeepSpeed's own config
-models judge the whole file. Fix: not automatic (a typo's intended key is a guess).
+models judge the whole file. Fix: safe for a misspelt key inside `zero_optimization` or its offload blocks
+(DeepSpeed refuses to start with it, so the rename to the one close name only lets the run start as the file
+means); a misspelt top-level key is not renamed automatically, since DeepSpeed ignores it today and the rename
+turns its settings on.
 """
 
 from __future__ import annotations
@@ -284,6 +287,10 @@ def check(run: RunDescription) -> Iterator[Finding]:
                     evidence=[doc.evidence((key,))],
                     severity=Severity.WARNING,
                     fixes=[Fix(f"Rename `{key}` to `{near}`.")],
+                    data={
+                        "why_no_autofix": f"the run starts today with `{near}` at its default; renaming turns these "
+                        "settings on and changes how it trains"
+                    },
                 )
     zero = data.get("zero_optimization")
     if zero is not None and not isinstance(zero, dict):
@@ -306,11 +313,31 @@ def check(run: RunDescription) -> Iterator[Finding]:
             if key not in allowed:
                 near = _close(key, allowed)
                 hint = f" Did you mean `{near}`?" if near else ""
+                # The run cannot start with this key, so the rename only makes it start with what the file
+                # means: safe to apply (a key that is set already is left for the user to choose).
+                patch = (
+                    {f"{label}.{key}": None, f"{label}.{near}": block[key]}
+                    if near and near not in block
+                    else None
+                )
                 yield RULE.finding(
                     f"`{label}` has no setting `{key}`; DeepSpeed's config model forbids unknown keys here, so "
                     f"`deepspeed.initialize` fails with a pydantic 'Extra inputs are not permitted' error.{hint}",
                     evidence=[doc.evidence((*label.split("."), key))],
-                    fixes=[Fix(f"Rename `{key}` to `{near}`." if near else f"Remove `{key}`.")],
+                    fixes=[
+                        Fix(
+                            f"Rename `{key}` to `{near}`." if near else f"Remove `{key}`.",
+                            target="deepspeed" if patch else None,
+                            patch=patch,
+                        )
+                    ],
+                    data={}
+                    if patch
+                    else {
+                        "why_no_autofix": f"`{near}` is set as well: keep the value you mean"
+                        if near
+                        else "no setting is close to this name"
+                    },
                 )
     fillable = fillable_auto_keys(setup.framework)
     for dotted, value in _walk(data):
@@ -396,4 +423,5 @@ RULE = Rule(
     severity=Severity.ERROR,
     references=REFS,
     check=check,
+    fix_safety="safe",
 )
