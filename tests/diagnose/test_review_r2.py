@@ -369,6 +369,21 @@ def test_a_log_with_only_cr_line_ends_has_its_lines_counted(
     assert _top(got)["id"] == _top(want)["id"]
     lines = [e["line"] for e in _top(got)["evidence"]]  # type: ignore[union-attr]
     assert lines == [e["line"] for e in _top(want)["evidence"]] and max(lines) == 5  # type: ignore[union-attr]
+    assert not want["notes"] and got["notes"]
+
+
+def test_a_cr_log_that_turns_to_crlf_later_counts_each_line_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the first block has CR line ends only; a CR LF further on is one line end, not two (and a CR at the end of one
+    # read followed by the LF at the start of the next is one too)
+    head = "".join(f"[2024-05-01 10:00:{i % 60:02d},000] [INFO] step {i}\r" for i in range(2000))
+    log = tmp_path / "cr.log"
+    log.write_bytes((head + _OOM_LOG.replace("\n", "\r\n")).encode())
+    _rc, report = _diagnose(capsys, log)
+    assert max(e["line"] for e in _top(report)["evidence"]) == 2000 + 5  # type: ignore[union-attr]
+    assert any("carriage return (CR) alone" in n for n in report["notes"])  # type: ignore[union-attr]
+    assert report["logs"][0]["lines"] == 2005  # type: ignore[index]
 
 
 def test_tqdm_carriage_returns_inside_lf_lines_stay_one_line(

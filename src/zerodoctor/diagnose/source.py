@@ -104,6 +104,10 @@ def open_source(path: str) -> Source:
     src.notes.extend(notes)
     if cr_lines:
         src.stream = _CrLines(src.stream)  # type: ignore[assignment]
+        src.seekable = False
+        src.notes.append(
+            f"{name}: its lines end in a carriage return (CR) alone: each CR is read as a line end"
+        )
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -134,16 +138,22 @@ def _cr_line_ends(head: bytes) -> bool:
 
 
 class _CrLines:
-    """A stream whose CRs read as LFs (one byte for one, so offsets and `seek` stay those of the file)."""
+    """A stream read with universal line ends: CR LF and a lone CR read as LF (a CR at the end of a read waits for
+    the next byte). Not seekable: the offsets are no longer the file's."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
+        self._cr = False  # a CR held back from the end of the last read
 
     def read(self, n: int = -1) -> bytes:
-        return self._raw.read(n).replace(b"\r", b"\n")
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._raw.seek(offset, whence)
+        while True:
+            got = self._raw.read(n)
+            data = b"\r" + got if self._cr else got
+            self._cr = bool(got) and n >= 0 and data.endswith(b"\r")  # (read(-1) reads to the end)
+            if self._cr:
+                data = data[:-1]
+            if data or not got:
+                return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
     def close(self) -> None:
         self._raw.close()
