@@ -56,6 +56,10 @@ def test_zero_block_typo_is_renamed_in_place(run_cli, tmp_path):
     fix = _fix(run_cli, setup, tmp_path / "fixed")
     copy = next(Path(p) for p in fix["written"] if p.endswith("ds_z3_config.json"))
     assert copy.read_text() == ds.read_text().replace('"stgae": 3', '"stage": 3')
+    assert any(
+        "DS001: renamed zero_optimization.stgae to zero_optimization.stage (value 3)" in c
+        for c in fix["changes"]
+    )
 
 
 def test_training_yaml_typo_is_renamed_and_top_level_ds_typo_says_why_not(run_cli, tmp_path):

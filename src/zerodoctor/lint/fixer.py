@@ -32,8 +32,11 @@ class Change:
     new: Any  # None: the key is removed
     rule: str
     removed: bool = False
+    renamed_from: str | None = None  # a rename done in place: the key as it was written
 
     def describe(self) -> str:
+        if self.renamed_from is not None:
+            return f"{self.file}: {self.rule}: renamed {self.renamed_from} to {self.key} (value {json.dumps(self.new, default=str)})"
         if self.removed:
             return f"{self.file}: {self.rule}: removed {self.key} (was {json.dumps(self.old, default=str)})"
         return f"{self.file}: {self.rule}: {self.key}: {json.dumps(self.old, default=str)} -> {json.dumps(self.new, default=str)}"
@@ -129,7 +132,22 @@ def plan_fixes(
             if value is None and not doc.has(tuple(file_key.split("."))):
                 continue
             changes.append(Change(doc.display, file_key, old, value, f.id, removed=value is None))
-    return changes, skipped
+    return _collapse_renames(changes), skipped
+
+
+def _collapse_renames(changes: list[Change]) -> list[Change]:
+    """A removed key and an added key with its value, from one fix in one block, are one rename."""
+    pairs = _renames(changes)
+    first = {id(r): (r, a) for r, a in pairs}
+    dropped = {id(a) for _, a in pairs}
+    out = []
+    for c in changes:
+        if id(c) in first:
+            r, a = first[id(c)]
+            out.append(Change(a.file, a.key, r.old, a.new, a.rule, renamed_from=r.key))
+        elif id(c) not in dropped:
+            out.append(c)
+    return out
 
 
 # ---- JSON that keeps number spellings ------------------------------------------------------------------
@@ -194,24 +212,23 @@ def _renames(changes: list[Change]) -> list[tuple[Change, Change]]:
 
 
 def _apply(data: dict[str, Any], changes: list[Change], make: Any = dict) -> None:
-    pairs = _renames(changes)
-    done = {id(c) for pair in pairs for c in pair}
-    for old, new in pairs:
+    for c in changes:
+        if c.renamed_from is None:
+            _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=make)
+            continue
         node: Any = data
-        keys = old.key.split(".")
+        keys = c.renamed_from.split(".")
         for k in keys[:-1]:
             node = node[k]
+        new_key = c.key.split(".")[-1]
         if hasattr(node, "insert"):  # ruamel's CommentedMap: insert at the old key's position
             pos = list(node).index(keys[-1])
             value = node.pop(keys[-1])
-            node.insert(pos, new.key.split(".")[-1], value)
-        else:
+            node.insert(pos, new_key, value)
+        else:  # a plain dict: rebuild it in order, keeping the value as written (5e8 stays 5e8)
             items = list(node.items())
             node.clear()
-            node.update((new.key.split(".")[-1] if k == keys[-1] else k, v) for k, v in items)
-    for c in changes:
-        if id(c) not in done:
-            _set(data, c.key.split("."), _REMOVE if c.removed else c.new, make=make)
+            node.update((new_key if k == keys[-1] else k, v) for k, v in items)
 
 
 def _fix_json(doc: ConfigDocument, changes: list[Change]) -> str:
