@@ -20,7 +20,9 @@ The known names are transformers' TrainingArguments / Seq2SeqTrainingArguments f
 5.x dropped) and LLaMA-Factory's Model/Data/Finetuning/Generating/Training argument fields
 (`zerodoctor.lint.rules._arg_fields` names the versions). For a LLaMA-Factory YAML every unknown key is
 reported (an error when it is within a typo of a known name, a warning otherwise, since a plug-in's
-parser may know it; a Megatron (USE_MCA) or v1 (USE_V1) config is not judged); for a plain HF TrainingArguments YAML only a key within a typo of a TrainingArguments field, since a
+parser may know it; a Megatron (USE_MCA) or v1 (USE_V1) config is not judged; a warning when the environment
+snapshot shows ALLOW_EXTRA_ARGS set, since LLaMA-Factory then drops the key and trains on the default); for a
+plain HF TrainingArguments YAML only a key within a typo of a TrainingArguments field, since a
 training script adds its own dataclasses (`model_name_or_path`, `lora_r`, ...) that zerodoctor cannot see.
 Fix: safe (the rename to the suggested name, when that name is not set already; otherwise the stray key is
 removed).
@@ -77,6 +79,11 @@ def check(run: RunDescription) -> Iterator[Finding]:
     if lf and not LLAMAFACTORY_UNBUNDLED_MARKERS.isdisjoint(doc.data):
         return  # a Megatron (USE_MCA) or v1 (USE_V1) config: its parser's fields are not bundled
     known = TRAINING_ARGS | LLAMAFACTORY_ARGS | LLAMAFACTORY_PLUGIN_ARGS if lf else TRAINING_ARGS
+    env = run.files.env
+    # LLaMA-Factory's is_env_enabled (extras/misc.py): the value lower-cased in ("true", "y", "1")
+    extras_allowed = (
+        lf and env is not None and env.env_vars.get("ALLOW_EXTRA_ARGS", "0").lower() in ("true", "y", "1")
+    )
     who = "LLaMA-Factory" if lf else "HF TrainingArguments"
     for key, value in doc.data.items():
         if not isinstance(key, str) or key in known:
@@ -84,17 +91,21 @@ def check(run: RunDescription) -> Iterator[Finding]:
         near = _near(key, known, CUTOFF_LLAMAFACTORY if lf else CUTOFF_HF)
         if near is None and not lf:
             continue  # most likely a field of the script's own dataclasses
-        stops = (
-            "llamafactory-cli stops before training"
-            if lf
-            else "a script that reads this file with HfArgumentParser stops before training"
-        )
-        then = (
-            f"; where extras are allowed{' (ALLOW_EXTRA_ARGS=1)' if lf else ''} the key is dropped and "
-            f"`{near}` keeps its default{_default(near)}"
-            if near
-            else " (where ALLOW_EXTRA_ARGS=1 allows extras, the key is ignored)"
-        )
+        if extras_allowed:
+            stops = "ALLOW_EXTRA_ARGS is set in this environment, so llamafactory-cli ignores it"
+            then = f": `{near}` keeps its default{_default(near)}" if near else ""
+        else:
+            stops = (
+                "llamafactory-cli stops before training with "
+                if lf
+                else "a script that reads this file with HfArgumentParser stops before training with "
+            ) + f"\"ValueError: Some keys are not used by the HfArgumentParser: ['{key}']\""
+            then = (
+                f"; where extras are allowed{' (ALLOW_EXTRA_ARGS=1)' if lf else ''} the key is dropped and "
+                f"`{near}` keeps its default{_default(near)}"
+                if near
+                else " (where ALLOW_EXTRA_ARGS=1 allows extras, the key is ignored)"
+            )
         if near is None:
             fixes = [Fix(f"Remove `{key}` or correct its name.")]
         elif near in doc.data:
@@ -104,10 +115,10 @@ def check(run: RunDescription) -> Iterator[Finding]:
         yield RULE.finding(
             f"`{key}` is not an argument {who} knows"
             + (f": did you mean `{near}`?" if near else ".")
-            + f" {stops} with \"ValueError: Some keys are not used by the HfArgumentParser: ['{key}']\"{then}.",
+            + f" {stops}{then}.",
             evidence=[doc.evidence((key,))],
             fixes=fixes,
-            severity=Severity.ERROR if near else Severity.WARNING,
+            severity=Severity.ERROR if near and not extras_allowed else Severity.WARNING,
             data={"key": key, "near": near, "file": doc.display},
         )
 
