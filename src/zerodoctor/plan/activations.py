@@ -532,6 +532,78 @@ def activation_bytes(
     )
 
 
+@dataclass(frozen=True)
+class EvalForward:
+    """The GPU bytes of one evaluation forward (`eval_forward_bytes`): no tensor is saved for backward, so what is
+    alive is one layer's working tensors or the loss's, plus the logits the evaluation keeps."""
+
+    layer: int  # one decoder layer's tensors during its forward + the residual stream
+    loss: int  # the logits and the loss's copies at the eval batch
+    kept_logits: int  # the batch's logits kept for metrics (0 when only the loss is kept)
+    kv_cache: int  # every layer's keys and values (use_cache: the model is in eval mode, no checkpointing switch)
+    peak: int
+    tokens: int
+
+
+def eval_forward_bytes(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    attn_impl: str = "sdpa",
+    dtype_bytes: int = 2,
+    loss_dtype_bytes: int = FP32,
+    loss_shift: str = "none",
+    sequence_parallel: int = 1,
+    keep_logits: bool = False,
+    use_cache: bool = False,
+) -> EvalForward:
+    """One evaluation forward under `torch.no_grad()` (transformers trainer.py `prediction_step`): autograd saves
+    nothing, so the layers run one at a time and only one layer's tensors are alive at once, bounded here by what
+    that layer saves for backward when it trains (`activation_bytes` of a full fine-tune, one layer) plus the
+    residual stream; the labels are in the batch, so the model computes its loss: the 16-bit logits, their fp32
+    upcast and the log-probabilities (and the shifted copy of transformers < 4.49 for several sequences), as in
+    training's forward. With `keep_logits` (no `prediction_loss_only`) the batch's logits are returned and kept.
+    `use_cache`: the model's config keeps `use_cache` true, and in eval mode transformers does not turn it off for
+    gradient checkpointing (`if self.gradient_checkpointing and self.training`), so the forward builds a
+    DynamicCache of every layer's keys and values (2 x layers x tokens x kv_heads x head_dim, model dtype), alive in
+    the output until the loss is computed."""
+    act = activation_bytes(
+        spec,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        attn_impl=attn_impl,
+        gradient_checkpointing=False,
+        dtype_bytes=dtype_bytes,
+        sequence_parallel=sequence_parallel,
+        loss_dtype_bytes=loss_dtype_bytes,
+        loss_shift=loss_shift,
+    )
+    p = spec.params
+    seq = math.ceil(seq_len / sequence_parallel)
+    tokens = micro_batch * seq
+    d = dtype_bytes
+    lb = FP32 if loss_dtype_bytes >= FP32 or d >= FP32 else d
+    tv = tokens * p.vocab_size
+    layer = act.per_layer_saved + d * tokens * p.hidden_size
+    if d < lb:
+        copy_or_upcast = FP32 * tv  # logits.float()
+    elif d < FP32:
+        copy_or_upcast = d * tv  # the model-dtype loss: shift_logits.contiguous()
+    else:
+        copy_or_upcast = 0
+    old = loss_shift != "none" and not (lb == d < FP32)
+    rows = tokens - micro_batch if old else tokens
+    shifted = lb * rows * p.vocab_size if old and micro_batch > 1 else 0
+    logits16 = 0 if old and loss_shift == "model_forward" and d < lb else d * tv
+    loss = logits16 + copy_or_upcast + shifted + lb * rows * p.vocab_size
+    kept = d * tv if keep_logits else 0
+    cache = 2 * p.num_layers * tokens * p.kv_heads * p.head_dim * d if use_cache else 0
+    return EvalForward(
+        layer=layer, loss=loss, kept_logits=kept, kv_cache=cache, peak=max(layer, loss) + kept + cache, tokens=tokens
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Vision tower and resampler of MiniCPM-Llama3-V 2.5 (the images of a vision-language fine-tune)
 # --------------------------------------------------------------------------------------------------

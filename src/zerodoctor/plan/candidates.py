@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.plan.inputs import GB, GIB, FsdpSettings, PlanInputs, Training, ZeroSettings, fsdp_as_zero
-from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, PHASE_TITLES, StrategyPlan, plan_strategy
+from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, PHASE_TITLES, PHASES, StrategyPlan, plan_strategy
 
 SOURCE = "plan"
 
@@ -206,7 +206,7 @@ def judge(
     if yours is not None:
         gpu_fail = [f for f in yours.failing_phases(with_margin=False) if f[1] == "gpu" and f[0] != "save"]
         if gpu_fail:
-            order = {name: k for k, name in enumerate(("load", "first_step", "steady", "save"))}
+            order = {name: k for k, name in enumerate(PHASES)}
             ph, _, need, cap = min(gpu_fail, key=lambda f: order[f[0]])  # the first phase that breaks
             out.append(
                 Finding(

@@ -624,13 +624,17 @@ def plan_fsdp(
         tuple([train_baseline, *host_states(lazy=True, grads=lazy_init), *save_host]),
         "node 0 (rank 0 gathers)" if f.state_dict_type == "full" else "",
     )
+    # The evaluation runs after optimizer steps: zero_grad has freed the gradients (the save's resident states).
+    evaluation = ph.eval_phase(
+        inputs, t, zero, (*reserve, *gpu_states(lazy=True, grads=False), *fwd), steady.host
+    )
     return ph.StrategyPlan(
         zero=zero,
         training=t,
         cluster=c,
         trainable_params=trainable,
         frozen_params=frozen,
-        phases=(load, first, steady, save),
+        phases=(load, first, steady, *((evaluation,) if evaluation else ()), save),
         checkpoint=checkpoint,
         components=tuple(components),
         activation_notes=tuple(act.notes),

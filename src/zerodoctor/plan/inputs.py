@@ -121,6 +121,13 @@ class Training:
     pure_bf16: bool = False
     """LLaMA-Factory `pure_bf16`: trainable parameters stay in the loaded 16-bit dtype (otherwise LLaMA-Factory
     upcasts them to fp32 when neither DeepSpeed ZeRO-3 nor FSDP manages them)."""
+    eval_micro_batch: int | None = None
+    """Sequences per GPU in the evaluation forward when the run evaluates during or after training (HF Trainer
+    `eval_strategy` steps|epoch / `do_eval`, at `per_device_eval_batch_size`, transformers' default 8); None = no
+    evaluation. It adds the phase "evaluation" (`phases.eval_phase`)."""
+    eval_keeps_logits: bool = False
+    """The evaluation keeps each batch's logits for metrics (transformers `prediction_step` without
+    `prediction_loss_only`; `Trainer.evaluate` keeps only the loss when no `compute_metrics` is passed)."""
 
     @property
     def param_bytes(self) -> int:
@@ -374,6 +381,8 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         quant_method=run.quant_method.value,
         weights_dtype=run.weights_dtype.value if run.weights_dtype is not None else None,
         pure_bf16=bool(run.pure_bf16.value) if run.pure_bf16 is not None else False,
+        eval_micro_batch=run.eval_micro_batch.value if run.eval_micro_batch is not None else None,
+        eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
     )
     notes = list(run.notes)
     quant = model.quantization

@@ -29,17 +29,20 @@ from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
     ActivationEstimate,
     activation_bytes,
+    eval_forward_bytes,
     loss_shift_for,
     vision_activation_bytes,
 )
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.versions import in_range, parse_version
 
-PHASES = ("load", "first_step", "steady", "save")
+PHASES = ("load", "first_step", "steady", "eval", "save")
+"""The phases a plan can have; "eval" only when the run evaluates (`Training.eval_micro_batch`)."""
 PHASE_TITLES = {
     "load": "load",
     "first_step": "first optimizer step",
     "steady": "steady step",
+    "eval": "evaluation",
     "save": "checkpoint save",
 }
 
@@ -1039,13 +1042,14 @@ def plan_strategy(
         tuple([*train_baseline_items, *ref_host, *host_states(lazy=True, transient=False), *save_host_items]),
         save_note,
     )
+    evaluation = eval_phase(inputs, t, zero, steady.gpu, steady.host)
     return StrategyPlan(
         zero=zero,
         training=t,
         cluster=c,
         trainable_params=trainable,
         frozen_params=frozen,
-        phases=(load, first, steady, save),
+        phases=(load, first, steady, *((evaluation,) if evaluation else ()), save),
         checkpoint=checkpoint,
         components=tuple(components),
         activation_notes=tuple(getattr(act, "notes", ()) or ()),
@@ -1272,6 +1276,86 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",
         loss_shift=loss_shift_for(inputs.transformers_version),
+    )
+
+
+TRAINING_ONLY_ITEMS = frozenset(
+    {
+        "full-size gradient before reduce-scatter",
+        "reduce-scatter: flattened copy of the IPG bucket",
+        "offload_optimizer: a gradient slice in fp64 for its norm",
+        "offload_optimizer: a gradient partition on the GPU for its fp64 norm and fp32 copy",
+        "activations + logits/loss",
+        "loss: shifted fp32 copy of the logits (transformers < 4.49)",
+        "vision tower + resampler activations (images)",
+    }
+)
+"""Steady-step GPU items of the backward pass (saved activations, gradients on their way to the reduce): an
+evaluation forward under torch.no_grad() has none of them."""
+
+EVAL_SOURCE = (
+    "transformers trainer.py evaluation_loop / prediction_step (torch.no_grad(); the loss when the batch has labels; "
+    "logits kept unless prediction_loss_only, moved to the host every eval_accumulation_steps), "
+    "models/llama/modeling_llama.py (use_cache off only when gradient checkpointing and self.training); "
+    "LLaMA-Factory model/model_utils patcher (use_cache False for training); plan/activations.py eval_forward_bytes"
+)
+
+
+def eval_phase(
+    inputs: PlanInputs, t: Training, zero: ZeroSettings, steady_gpu: tuple[Item, ...], steady_host: tuple[Item, ...]
+) -> Phase | None:
+    """The evaluation the run does during or after training (`t.eval_micro_batch`; None = none): every model state
+    of the steady step stays resident (the optimizer states too; ZeRO-3 fetches the same working set), no tensor is
+    saved for backward and no gradient moves, and the forward runs at the evaluation batch with the loss computed
+    (`activations.eval_forward_bytes`). The allocator item is the steady step's (not replayed for evaluation)."""
+    if not t.eval_micro_batch:
+        return None
+    spec = inputs.model
+    pb = t.param_bytes
+    seq = min(t.seq_len, t.longest_sample_tokens or t.seq_len)
+    ev = eval_forward_bytes(
+        spec,
+        micro_batch=t.eval_micro_batch,
+        seq_len=seq,
+        attn_impl=t.attn,
+        dtype_bytes=pb,
+        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
+        loss_shift=loss_shift_for(inputs.transformers_version),
+        sequence_parallel=t.sequence_parallel,
+        keep_logits=t.eval_keeps_logits,
+        # LLaMA-Factory's patcher sets config.use_cache = False for training ("KV cache is disabled during
+        # training"); HF Trainer leaves the model config's (true for the catalog's causal LMs) and eval mode uses it.
+        use_cache=inputs.framework != "llamafactory",
+    )
+    binding = "the loss" if ev.loss >= ev.layer else "one layer's tensors"
+    item = Item(
+        "evaluation forward (no_grad) at the eval batch",
+        ev.peak,
+        f"eval batch {t.eval_micro_batch} x seq {seq} = {ev.tokens:,} tokens, no saved tensors: max(one layer "
+        f"{ev.layer / GIB:.2f} GiB, logits + loss {ev.loss / GIB:.2f} GiB) -- {binding} binds"
+        + (
+            f"; + the batch's {pb}-byte logits kept for metrics ({ev.kept_logits / GIB:.2f} GiB; every eval step "
+            "adds one until eval_accumulation_steps moves them to the host: a lower bound)"
+            if ev.kept_logits
+            else "; only the loss is kept (prediction_loss_only, or no compute_metrics)"
+        )
+        + (
+            f"; + every layer's KV cache ({ev.kv_cache / GIB:.2f} GiB: use_cache, eval mode)"
+            if ev.kv_cache
+            else "; no KV cache (use_cache off for training)"
+        ),
+        EVAL_SOURCE,
+    )
+    gpu = [i for i in steady_gpu if i.name not in TRAINING_ONLY_ITEMS]
+    if without_engine(inputs, zero):
+        # A torch optimizer's param.grad: HF Trainer calls model.zero_grad() after every step, which frees them
+        # (set_to_none, the default since torch 2.0); DeepSpeed's gradient partitions are persistent buffers.
+        gpu = [i for i in gpu if i.name != f"model states: {ms.GRAD16}"]
+    return Phase(
+        "eval",
+        (*gpu, item),
+        steady_host,
+        f"evaluation at per_device_eval_batch_size {t.eval_micro_batch}: model states resident, no saved activations",
     )
 
 

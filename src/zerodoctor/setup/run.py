@@ -251,6 +251,13 @@ class RunDescription:
     """LLaMA-Factory `pure_bf16` (trainable parameters stay 16-bit instead of being upcast to fp32)."""
     lora_dropout: Known[float] | None = None
     """PEFT / LLaMA-Factory `lora_dropout` from the arguments (None: not stated, PEFT's default 0)."""
+    eval_micro_batch: Known[int] | None = None
+    """Sequences per GPU in an evaluation forward when the run evaluates (`eval_strategy` / `evaluation_strategy`
+    steps|epoch, or `do_eval`; LLaMA-Factory also needs `val_size` > 0 or `eval_dataset`): the run's
+    `per_device_eval_batch_size`, else transformers' default 8. None: the run does not evaluate."""
+    eval_keeps_logits: Known[bool] | None = None
+    """The evaluation keeps each batch's logits for metrics (`prediction_loss_only: false` stated, or LLaMA-Factory
+    `compute_accuracy`); otherwise HF Trainer.evaluate keeps only the loss when no compute_metrics is passed."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -798,7 +805,52 @@ def describe_run(
         weights_dtype=_weights_dtype(rd),
         pure_bf16=rd.arg("pure_bf16"),
         lora_dropout=_lora_dropout(rd),
+        eval_micro_batch=_eval_micro_batch(rd, traits.name),
+        eval_keeps_logits=_eval_keeps_logits(rd),
     )
+
+
+EVAL_STRATEGIES = ("steps", "epoch")
+"""transformers IntervalStrategy values that evaluate during training ("no" does not)."""
+
+
+def _eval_micro_batch(rd: _Reader, framework: str | None) -> Known[int] | None:
+    """The evaluation's batch per GPU when the run evaluates, with where that came from (see
+    `RunDescription.eval_micro_batch`). transformers trainer.py: `evaluate()` runs at `eval_strategy` steps|epoch
+    (the 4.x name `evaluation_strategy` too); LLaMA-Factory's workflow evaluates after training with `do_eval` and
+    builds an eval set only from `val_size` > 0 or `eval_dataset`."""
+    strategy = rd.arg("eval_strategy", "evaluation_strategy")
+    do_eval = rd.arg("do_eval")
+    when = None
+    if strategy is not None and str(getattr(strategy.value, "value", strategy.value)).lower() in EVAL_STRATEGIES:
+        when = strategy
+    elif do_eval is not None and truthy(do_eval.value):
+        when = do_eval
+    if when is None:
+        return None
+    if framework == "llamafactory":
+        val = rd.arg("val_size")
+        has_split = val is not None and (as_number(val.value) or 0) > 0
+        if not has_split and rd.arg("eval_dataset") is None:
+            return None  # no eval set: LLaMA-Factory's loader gives the Trainer none
+    size = rd.arg("per_device_eval_batch_size")
+    if size is not None and isinstance(as_number(size.value), (int, float)) and (as_number(size.value) or 0) >= 1:
+        return Known(int(as_number(size.value) or 1), size.origin)
+    return Known(
+        8, _default(f"transformers' per_device_eval_batch_size default 8 ({when.origin.describe()} evaluates)")
+    )
+
+
+def _eval_keeps_logits(rd: _Reader) -> Known[bool] | None:
+    """Whether the evaluation keeps logits: only when the arguments say so (`prediction_loss_only: false`, or
+    LLaMA-Factory `compute_accuracy: true`); None = not stated (Trainer.evaluate: loss only without compute_metrics)."""
+    loss_only = rd.arg("prediction_loss_only")
+    if loss_only is not None and not truthy(loss_only.value):
+        return Known(True, loss_only.origin)
+    acc = rd.arg("compute_accuracy")
+    if acc is not None and truthy(acc.value):
+        return Known(True, acc.origin)
+    return None
 
 
 _WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
