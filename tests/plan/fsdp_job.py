@@ -3,8 +3,9 @@ every decoder layer one unit, trainable parameters in fp32 (accelerate's upcast)
 Writes what the rank holds: sharded parameter, gradient and AdamW-state bytes, and the largest number of
 unsharded elements sampled at every module's forward and backward (an all-gather in flight counts).
 
-Run by tests/plan/test_fsdp_engine.py: `torchrun --nproc_per_node 2 fsdp_job.py OUT V:OFFLOAD:PREFETCH ...`
-(one model per configuration, in one process group; FSDP1 CPU offload pins memory, which needs a GPU).
+Run by tests/plan/test_fsdp_engine.py: `torchrun --nproc_per_node 2 fsdp_job.py OUT V:OFFLOAD:PREFETCH[:PURE] ...`
+(one model per configuration, in one process group; FSDP1 CPU offload pins memory, which needs a GPU). PURE 1 is
+llama-recipes' `pure_bf16`: the model cast to bf16 and FSDP1 without MixedPrecision (its llama_finetuning.py).
 """
 
 from __future__ import annotations
@@ -41,17 +42,19 @@ def main() -> int:
     rank = dist.get_rank()
     results = []
     for spec in sys.argv[2:]:
-        version, offload, prefetch = (int(x) for x in spec.split(":"))
-        results.append({"config": spec, **run_one(version, bool(offload), bool(prefetch))})
+        version, offload, prefetch, *pure = (int(x) for x in spec.split(":"))
+        results.append({"config": spec, **run_one(version, bool(offload), bool(prefetch), bool(pure and pure[0]))})
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
     return 0
 
 
-def run_one(version: int, offload: bool, prefetch: bool) -> dict[str, int]:
+def run_one(version: int, offload: bool, prefetch: bool, pure: bool = False) -> dict[str, int]:
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**CONFIG)).float()  # fp32 = the upcast trainable storage
+    if pure:
+        model = model.to(torch.bfloat16)  # llama_finetuning.py: `if fsdp_config.pure_bf16: model.to(torch.bfloat16)`
     live = [0]
     if version == 1:
         from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
@@ -65,7 +68,7 @@ def run_one(version: int, offload: bool, prefetch: bool) -> dict[str, int]:
             ),
             sharding_strategy=ShardingStrategy.FULL_SHARD,
             cpu_offload=CPUOffload(offload_params=offload),
-            mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
+            mixed_precision=None if pure else MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
             backward_prefetch=BackwardPrefetch.BACKWARD_PRE if prefetch else None,
             use_orig_params=True,
             device_id=torch.device("cpu"),

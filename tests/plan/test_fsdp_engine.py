@@ -5,6 +5,7 @@ without backward prefetch, FSDP2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -24,7 +25,7 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.engine
 
 HERE = Path(__file__).resolve().parent
-CONFIGS = ("1:0:1", "1:0:0", "2:1:1")  # version:offload:backward_prefetch
+CONFIGS = ("1:0:1", "1:0:0", "2:1:1", "1:0:1:1")  # version:offload:backward_prefetch[:pure_bf16]
 
 
 def _port() -> int:
@@ -75,13 +76,15 @@ def test_per_rank_sharded_states_match(measured):
     assert len(measured) == 2
     for rank in measured:
         for row in rank:
-            version, offload, prefetch = (int(x) for x in str(row["config"]).split(":"))
+            version, offload, prefetch, *pure = (int(x) for x in str(row["config"]).split(":"))
             f = FsdpSettings(
                 version=version,
                 offload_params=bool(offload),
                 backward_prefetch="backward_pre" if prefetch else "none",
             )
-            st = fsdp_states(inputs, f, inputs.training)
+            # pure bf16 (llama-recipes): bf16 shards, bf16 gradients, AdamW states zeros_like the bf16 shards
+            t = dataclasses.replace(inputs.training, pure_bf16=bool(pure and pure[0]))
+            st = fsdp_states(inputs, f, t)
             assert (row["param_bytes"], row["grad_bytes"], row["optimizer_bytes"]) == (
                 st.params,
                 st.grads,
@@ -95,6 +98,15 @@ def test_unsharded_working_set_matches(measured):
     inputs = _inputs()
     for rank in measured:
         for row in rank:
-            version, _, prefetch = (int(x) for x in str(row["config"]).split(":"))
+            version, _, prefetch, *_pure = (int(x) for x in str(row["config"]).split(":"))
             f = FsdpSettings(version=version, backward_prefetch="backward_pre" if prefetch else "none")
             assert row["max_unsharded_numel"] == gathered_numel(inputs, f)[0], row
+
+
+def test_pure_bf16_halves_the_shards_and_the_adamw_states(measured):
+    """llama-recipes `pure_bf16` against its default bf16 mixed precision, same wrapping: every byte halves."""
+    for rank in measured:
+        rows = {str(r["config"]): r for r in rank}
+        mixed, pure = rows["1:0:1"], rows["1:0:1:1"]
+        for key in ("param_bytes", "grad_bytes", "optimizer_bytes"):
+            assert 2 * pure[key] == mixed[key], key

@@ -205,3 +205,25 @@ def test_qlora_replicated_weights_finding_is_zero3s_not_fsdps():
     zero3 = replace(base, zero=replace(fsdp_as_zero(FsdpSettings()), fsdp=None))
     found = [f for f in plan(zero3).findings if f.id == "PLAN004"]
     assert found and "Llama" in found[0].message
+
+
+def test_pure_16bit_fsdp_keeps_no_fp32_master() -> None:
+    """llama-recipes `--pure_bf16` (model.to(bf16), FSDP without MixedPrecision, torch AdamW): states at 2 B per
+    element for the shards and gradients and 2 x 2 B for AdamW, named as such; the mixed-precision default keeps
+    accelerate's fp32 upcast (4 + 4 + 8 B)."""
+    from zerodoctor.models import resolve_model
+    from zerodoctor.plan.fsdp import fsdp_states
+    from zerodoctor.plan.inputs import GIB, Cluster, FsdpSettings, PlanInputs, Training, fsdp_as_zero
+    from zerodoctor.plan.phases import plan_strategy
+
+    t = Training(method="full", precision="bf16", weights_dtype="bf16", pure_bf16=True)
+    inputs = PlanInputs(model=resolve_model("llama-2-7b"), cluster=Cluster(1, 4, 40 * GIB, 512 * GIB), training=t)
+    f = FsdpSettings()
+    pure, mixed = fsdp_states(inputs, f, t), fsdp_states(inputs, f, Training(method="full", precision="bf16"))
+    assert (2 * pure.params, 2 * pure.grads, 2 * pure.optimizer) == (mixed.params, mixed.grads, mixed.optimizer)
+    steady = plan_strategy(inputs, fsdp_as_zero(f)).phase("steady")
+    shards = next(i for i in steady.gpu if i.name == "FSDP sharded parameters")
+    assert "x 2 B" in shards.detail and "no fp32 master" in shards.detail
+    # an fp32 run is never "pure 16-bit"
+    fp32 = Training(method="full", precision="fp32", pure_bf16=True)
+    assert fsdp_states(inputs, f, fp32).params == mixed.params

@@ -100,6 +100,28 @@ class FsdpStates:
     grad_blocks: tuple[tuple[int, int], ...]
 
 
+def pure_16bit(t: Training) -> bool:
+    """A pure 16-bit run: the model is cast to 16-bit and FSDP gets no MixedPrecision (llama-recipes `pure_bf16`:
+    `model.to(torch.bfloat16)`, then `FSDP(mixed_precision=None)`), so its FlatParameters, their gradients and torch
+    AdamW's `zeros_like(p)` states are 16-bit: no fp32 master anywhere (meta-llama/llama-cookbook
+    llama_finetuning.py at 754b5d22; torch `_flat_param.py`: a FlatParameter has its parameters' dtype;
+    `torch/optim/adamw.py` `_init_group`)."""
+    return t.pure_bf16 and t.param_bytes < ms.FP32_BYTES
+
+
+def master_bytes(t: Training) -> int:
+    """Bytes per trainable element of the sharded parameters and gradients: fp32 (accelerate's upcast under mixed
+    precision, or an fp32 run), the 16-bit dtype in a pure 16-bit run (`pure_16bit`)."""
+    return t.param_bytes if pure_16bit(t) else ms.FP32_BYTES
+
+
+def optimizer_bytes_per_param(t: Training) -> float:
+    """Optimizer-state bytes per trainable element: torch AdamW/SGD states are `zeros_like(p)` (the shard's dtype,
+    `master_bytes`); bitsandbytes' optimizers keep their own widths."""
+    state_b = master_bytes(t) if t.optimizer in ("adamw", "sgd") else ms.FP32_BYTES
+    return ms.optimizer_state_bytes_per_param(t.optimizer, state_b)
+
+
 def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
     """Sharded parameters, gradients and optimizer states one rank holds.
 
@@ -140,7 +162,8 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         ]
     # PEFT's own wrap policy (peft utils/other.py fsdp_auto_wrap_policy, what the PEFT docs use with
     # use_orig_params=False) wraps the trainable leaves in units of their own: then nothing frozen is upcast.
-    upcast_frozen = f.version == 1 and t.is_peft and f.use_orig_params and t.method != "qlora"
+    upcast_frozen = f.version == 1 and t.is_peft and f.use_orig_params and t.method != "qlora" and not pure_16bit(t)
+    mb = master_bytes(t)
     params = grads = 0
     pinned: list[tuple[int, int]] = []
     gblocks: list[tuple[int, int]] = []
@@ -148,20 +171,20 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         if not numel or not count:
             continue
         shard = _ceil_div(numel, n)
-        bpp = float(ms.FP32_BYTES) if kind == "train" or kind == "mixed" and upcast_frozen else frozen_bpp
+        bpp = float(mb) if kind == "train" or kind == "mixed" and upcast_frozen else frozen_bpp
         nbytes = math.ceil(shard * bpp)
         params += nbytes * count
         pinned.append((nbytes, count))
         if kind == "train" or (kind == "mixed" and upcast_frozen):
-            grads += shard * ms.FP32_BYTES * count
-            gblocks.append((shard * ms.FP32_BYTES, count))
+            grads += shard * mb * count
+            gblocks.append((shard * mb, count))
     if t.is_peft:
         extra = _ceil_div(trainable, n)  # adapters (and modules_to_save copies): fp32, own gradients
         if not upcast_frozen:  # otherwise they are inside the upcast units, counted above
-            params += extra * ms.FP32_BYTES
-            grads += extra * ms.FP32_BYTES
+            params += extra * mb
+            grads += extra * mb
     train_shard = _ceil_div(trainable, n)
-    opt = math.ceil(train_shard * ms.optimizer_state_bytes_per_param(t.optimizer))
+    opt = math.ceil(train_shard * optimizer_bytes_per_param(t))
     return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks))
 
 
@@ -221,7 +244,14 @@ def plan_fsdp(
     dev = ms.HOST if offload else ms.GPU
     # FSDP1 + CPU offload: a pinned _cpu_grad for every FlatParameter, frozen ones included (SRC_CPU_GRAD)
     host_grad_bytes = param_shard_bytes if offload and f.version == 1 else grad_shard_bytes
-    upcast_note = "fp32 (accelerate upcasts trainable parameters under mixed precision)" if pb < 4 else "fp32"
+    mb = master_bytes(t)
+    upcast_note = (
+        f"{8 * pb}-bit (pure {8 * pb}-bit: the model cast to 16-bit, FSDP without MixedPrecision, no fp32 master)"
+        if pure_16bit(t)
+        else "fp32 (accelerate upcasts trainable parameters under mixed precision)"
+        if pb < 4
+        else "fp32"
+    )
     components = [
         ms.Component(
             "fsdp sharded parameters",
@@ -272,7 +302,7 @@ def plan_fsdp(
             ph.Item(
                 "FSDP sharded parameters",
                 param_shard_bytes,
-                f"1/{n} of each unit; {train_shard:,} trainable elements x 4 B {upcast_note}"
+                f"1/{n} of each unit; {train_shard:,} trainable elements x {mb} B {upcast_note}"
                 + (
                     (
                         ", frozen weights in fp32 too (FSDP1 upcasts whole LoRA units)"
@@ -290,7 +320,7 @@ def plan_fsdp(
                 ph.Item(
                     "FSDP sharded gradients",
                     grad_shard_bytes,
-                    "fp32 gradient shards"
+                    f"{mb}-byte gradient shards"
                     + (
                         " of whole LoRA units (FSDP1 flat gradients)"
                         if upcast_frozen
@@ -306,7 +336,7 @@ def plan_fsdp(
                 ph.Item(
                     "optimizer states",
                     opt_bytes,
-                    "AdamW exp_avg + exp_avg_sq of the fp32 shard, allocated at the first step",
+                    f"AdamW exp_avg + exp_avg_sq like the {mb}-byte shard (zeros_like), allocated at the first step",
                     components[2].source,
                 )
             )
@@ -523,8 +553,8 @@ def plan_fsdp(
         step_extra.append(
             ph.Item(
                 "AdamW update temporary",
-                train_shard * ms.FP32_BYTES,
-                f"foreach AdamW: torch._foreach_sqrt over every fp32 shard of the device group at once "
+                train_shard * mb,
+                f"foreach AdamW: torch._foreach_sqrt over every {mb}-byte shard of the device group at once "
                 f"({train_shard:,} elements)",
                 "torch/optim/adamw.py / adam.py _multi_tensor_adam (torch._foreach_sqrt(device_exp_avg_sqs))",
             )
@@ -546,16 +576,17 @@ def plan_fsdp(
     save_gpu: list[ph.Item] = []
     save_host: list[ph.Item] = []
     adapters_only = t.is_peft and inputs.framework in ("hf", "llamafactory")
-    full_weights = math.ceil(trainable * 4 + (frozen * (frozen_bpp if not upcast_frozen else 4)))
-    weights = math.ceil(trainable * 4) if adapters_only else full_weights
-    optimizer_full = math.ceil(trainable * ms.optimizer_state_bytes_per_param(t.optimizer))
+    # "full precision" is the FlatParameter's own dtype: 16-bit in a pure 16-bit run (_force_full_precision)
+    full_weights = math.ceil(trainable * mb + (frozen * (frozen_bpp if not upcast_frozen else 4)))
+    weights = math.ceil(trainable * mb) if adapters_only else full_weights
+    optimizer_full = math.ceil(trainable * optimizer_bytes_per_param(t))
     opt_written = 0 if t.save_only_model else optimizer_full
     if f.state_dict_type == "full":
         if f.version == 1:
-            gathered_save = (head + layer) * 4
+            gathered_save = (head + layer) * mb
             how_save = f"root unit ({head:,}) stays unsharded while each layer unit ({layer:,}) is, in full precision"
         else:
-            gathered_save = p.largest_module_numel * 4
+            gathered_save = p.largest_module_numel * mb
             how_save = (
                 f"one parameter at a time ({p.largest_module_name}, {p.largest_module_numel:,}) in fp32"
             )
