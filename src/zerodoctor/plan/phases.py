@@ -775,6 +775,9 @@ def plan_strategy(
     elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
         fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
+    if t.reference_model:
+        held = next((i.bytes for i in fwd_extra if i.name == "ZeRO-3 fetched parameters (working set)"), 0)
+        act_items.append(reference_forward_item(inputs, t, zero, act, held))
     ddp = (
         ddp_bucket_items(trainable, trainable_weight_bytes(inputs, t)[0], world, plain_trainable_bytes(inputs, t))
         if plain
@@ -1356,6 +1359,67 @@ def eval_phase(
         (*gpu, item),
         steady_host,
         f"evaluation at per_device_eval_batch_size {t.eval_micro_batch}: model states resident, no saved activations",
+    )
+
+
+HOLDS_POLICY_LOGITS = ("llamafactory", "hf")
+"""Frameworks whose DPO/KTO step keeps the policy's fp32 logits alive through the reference model's forward:
+LLaMA-Factory's `concatenated_forward` returns `all_logits.to(torch.float32)` split into chosen/rejected, read by the
+metrics after `compute_reference_log_probs` (train/dpo/trainer.py `get_batch_loss_metrics` at 3c4f8eaa); TRL's
+DPOTrainer likewise keeps `policy_chosen_logits` for its metrics. OpenRLHF's `concatenated_forward` returns only the
+log-probs (openrlhf/trainer/dpo_trainer.py at 6a13d95)."""
+
+
+def reference_forward_item(
+    inputs: PlanInputs, t: Training, zero: ZeroSettings, act: ActivationEstimate, working_set: int
+) -> Item:
+    """DPO/KTO with a reference model: the policy runs first, then the reference model's forward under no_grad
+    (LLaMA-Factory `get_batch_loss_metrics`, TRL, OpenRLHF: the same order), while the policy's saved tensors (its
+    fp32 log-probs among them) and -- in the frameworks of `HOLDS_POLICY_LOGITS` -- its fp32 logits are alive. The
+    reference forward's own loss at that moment is the evaluation's (`activations.eval_forward_bytes`: the batch has
+    labels in LLaMA-Factory, so the model computes its loss: 16-bit logits + fp32 upcast + log-probs, 3 fp32 tensors up
+    to transformers 4.45), and after it the framework's log-probs of the reference logits (fp32 logits, the
+    contiguous copy of their `[:, :-1]` slice that `log_softmax` makes, its output): the larger of the two. Under ZeRO-3 the reference engine (a second `deepspeed.initialize`, TRL
+    `_prepare_deepspeed`) fetches its own output layer while the policy's coordinator still keeps its own (used first
+    in backward, within max_reuse_distance): at least the two heads, the lower bound charged. The item is what that
+    moment exceeds the activation peak by."""
+    spec = inputs.model
+    pb = t.param_bytes
+    seq = min(t.seq_len, t.longest_sample_tokens or t.seq_len)
+    rows = t.micro_batch * (2 if t.paired_inputs else 1)
+    tokens = rows * -(-seq // max(t.sequence_parallel, 1))
+    held = tokens * spec.params.vocab_size * ms.FP32_BYTES if inputs.framework in HOLDS_POLICY_LOGITS else 0
+    ref = eval_forward_bytes(
+        spec,
+        micro_batch=rows,
+        seq_len=seq,
+        attn_impl=t.attn,
+        dtype_bytes=pb,
+        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
+        loss_shift=loss_shift_for(inputs.transformers_version),
+        sequence_parallel=t.sequence_parallel,
+    )
+    # The framework's own log-probs of the reference logits (LLaMA-Factory get_batch_logps, TRL, OpenRLHF):
+    # `logits.to(float32)`, then `log_softmax` of the `[:, :-1, :]` slice, which the kernel first makes contiguous:
+    # three fp32 tensors of the logits' size at once (recorded on the CPU, tests/plan/test_reference_forward.py).
+    logps = 3 * tokens * spec.params.vocab_size * ms.FP32_BYTES
+    ref_part = max(ref.peak, logps)
+    head = spec.params.lm_head or spec.params.embedding
+    heads = max(0, 2 * head * pb - working_set) if zero.stage == 3 and working_set else 0
+    moment = act.saved_total + held + ref_part + heads
+    charged = max(0, moment - act.peak)
+    return Item(
+        "reference model forward while the policy's logits are held (DPO/KTO)",
+        charged,
+        f"policy saved tensors {act.saved_total / GIB:.2f} GiB + its fp32 logits held by the framework "
+        f"{held / GIB:.2f} GiB + the reference forward's max(logits and loss {ref.peak / GIB:.2f}, fp32 logits + the "
+        f"log_softmax's contiguous copy and output {logps / GIB:.2f}) GiB ({tokens:,} tokens)"
+        + (f" + both engines' output layers over the working set {heads / GIB:.2f} GiB" if heads else "")
+        + f" = {moment / GIB:.2f} GiB, {charged / GIB:.2f} GiB over the activation peak",
+        "LLaMA-Factory src/llamafactory/train/dpo/trainer.py concatenated_forward / get_batch_loss_metrics / "
+        "compute_reference_log_probs at 3c4f8eaa; TRL DPOTrainer (_prepare_deepspeed, concatenated_forward); "
+        "openrlhf/trainer/dpo_trainer.py at 6a13d95 (logps only); DeepSpeed partitioned_param_coordinator.py "
+        "__params_to_release",
     )
 
 
