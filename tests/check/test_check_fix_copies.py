@@ -94,3 +94,13 @@ def test_lint_fix_says_why_a_finding_is_not_fixed(run_cli, tmp_path):
     )
     # the safe fix of another finding is written; the unknown key stays as the user wrote it
     assert '"bogus_knob": 1' in (tmp_path / "ds.fixed.json").read_text()
+
+
+def test_text_output_lists_each_change_of_the_written_copies(run_cli, tmp_path):
+    """The text format prints what --fix changed, not only the files it wrote (the JSON's fix.changes)."""
+    example = EXAMPLES / "llamafactory-deepseek-coder-v2-z3"
+    fix = _fix(run_cli, example, tmp_path / "json")
+    code, out, err = run_cli("check", str(example), "--fix", str(tmp_path / "text"))
+    assert fix["changes"]
+    for change in fix["changes"]:
+        assert f"changed: {change}" in out, (change, out[-2000:])

@@ -158,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         if fix_doc is not None:
             for w in fix_doc["written"]:
                 out.write(f"wrote {w}\n")
+            for c in fix_doc.get("changes", []):
+                out.write(f"changed: {c}\n")
             for s in fix_doc["not_fixed"]:
                 out.write(f"not fixed: {s}\n")
     if args.github:

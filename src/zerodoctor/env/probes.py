@@ -69,6 +69,11 @@ ENV_VAR_NAMES: frozenset[str] = frozenset(
         "HIP_VISIBLE_DEVICES",
         "ROCR_VISIBLE_DEVICES",
         "ACCELERATE_USE_DEEPSPEED",
+        # LLaMA-Factory's parser switches (hparams/parser.py): extra YAML keys allowed, the Megatron (mcore) and v1
+        # argument sets -- they decide which keys a training YAML may hold (lint HF004)
+        "ALLOW_EXTRA_ARGS",
+        "USE_MCA",
+        "USE_V1",
     }
 )
 ENV_VAR_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCH_NCCL_", "DS_")
