@@ -415,6 +415,29 @@ def _installed_frame(tb: Traceback) -> tuple[str, int, str] | None:
     return (m.group("rest"), fr.lineno, fr.func) if m else None
 
 
+# The Python standard library as a frame's path shows it: `/usr/lib/python3.10/x.py`, a venv or conda env's
+# `lib/python3.11/`, Windows' `\Lib\`, a frozen module (`<frozen runpy>`), `<string>`; an installed package is under
+# site-packages / dist-packages inside it
+_STDLIB = re.compile(r"/lib(?:64)?/python\d[\d.]*/|/Lib/|^<[^>]*>$")
+_PACKAGES = ("/site-packages/", "/dist-packages/")
+
+
+def _user_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
+    """The innermost frame, when it is the user's own code: a file outside site-packages / dist-packages, outside the
+    Python standard library and outside a known library's checkout - (path as printed, line, function)."""
+    if tb is None or not tb.frames:
+        return None
+    fr = tb.frames[-1]
+    if any((f.file, f.lineno, f.func) == (fr.file, fr.lineno, fr.func) for f in tb.frames[:-1]):
+        return None  # (the same frame again: ranks' tracebacks interleaved, the last row another rank's outer frame)
+    path = fr.file.replace("\\", "/")
+    if any(p in path for p in _PACKAGES) or _STDLIB.search(path) or not path.endswith(".py"):
+        return None
+    if _lib_frame(Traceback(tb.source, tb.rank, tb.start, [fr])) is not None:
+        return None  # (a library's source checkout: `/x/transformers/src/transformers/trainer.py`)
+    return fr.file, fr.lineno, fr.func
+
+
 def _last_frame(tb: Traceback | None) -> str | None:
     if tb is None or not tb.frames:
         return None
@@ -870,11 +893,24 @@ def _collective(ev: Event, facts: Facts) -> FailureClass:
         seen = set(ranks)
         top = max(seen)
         absent = [r for r in range(top + 1) if r not in seen]
-        if absent:
+        # (a rank that printed no timeout is a likely straggler only when the log holds its other output - several
+        # ranks' prefixes, a file per rank; a paste of one rank's lines says nothing of the others)
+        silent = [r for r in absent if r in facts.ranks_in_log]
+        elsewhere = [r for r in absent if r not in facts.ranks_in_log]
+        if absent:  # (the ranks below the highest that printed no timeout in the log)
             data["silent_ranks"] = absent[:64]
+        if silent:
             missing = (
-                f" Ranks {', '.join(str(r) for r in absent[:16])} printed no timeout: they are the likely "
-                "stragglers (still in another collective, in a dataloader, or dead)."
+                f" Ranks {', '.join(str(r) for r in silent[:16])} printed other lines here but no timeout: they are "
+                "the likely stragglers (still in another collective, in a dataloader, or dead)."
+            )
+        if elsewhere or not silent:
+            held = sorted(facts.ranks_in_log | seen)
+            data["ranks_in_log"] = held[:64]
+            missing += (
+                f" The log holds the output of rank(s) {', '.join(str(r) for r in held[:16])} only"
+                + (f"; rank(s) {', '.join(str(r) for r in elsewhere[:16])}" if elsewhere else "; other ranks")
+                + " are not in it, so it cannot say which rank was late: read their own logs."
             )
     return FailureClass(
         "collective-timeout",
@@ -979,6 +1015,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         exc_type, message = "an exception (its type and message are cut from the log)", ev.detail
     low = f"{exc_type} {message} {' '.join(f.file for f in tb.frames) if tb else ''}".lower()
     lib = _lib_frame(tb)
+    # (raised in the user's own file - the innermost frame outside installed packages and the standard library:
+    # the user's code is where to read first, the library frame that called it is context)
+    user = _user_frame(tb)
     data: dict[str, Any] = {
         "rank": ev.rank,
         "phase": ev.phase,
@@ -1174,6 +1213,10 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             "run `zerodoctor lint` on the run's configs; it names the file, line and key.",
             data,
         )
+    if user is not None:
+        data["user_frame"] = f"{user[0]}:{user[1]} in {user[2]}"
+        if lib is not None:
+            data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
     if lib is None and exc_type.endswith("AssertionError") and tb is not None and tb.frames:
         # an assertion raised inside any installed package (the innermost frame under site-packages/dist-packages:
         # flash_attn, apex, openrlhf, swift, ...) is a library's invariant too, named by its package directory
@@ -1214,7 +1257,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
                 f"{ver or '(run `zerodoctor env`)'}; check the release notes of the versions after it.",
                 {**data, "library": "deepspeed"},
             )
-    if exc_type.endswith("AssertionError") and lib is not None:
+    if exc_type.endswith("AssertionError") and lib is not None and user is None:
         lib_name = lib[0].split("/", 1)[0]
         ver = known.get(lib_name)
         # (a file named only in the message has no function, and maybe no line)
@@ -1235,6 +1278,22 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             data,
         )
     last = _last_frame(tb)
+    if user is not None:
+        name = user[0].replace("\\", "/").rsplit("/", 1)[-1]
+        return FailureClass(
+            "crash",
+            f"{exc_type.rsplit('.', 1)[-1]} in the training script ({name}:{user[1]})",
+            f"{where}: {exc_type}: {clip(message, 240)} (last frame {user[0]}:{user[1]} in {user[2]}, the run's "
+            "own code"
+            + (f", called from {lib[0]}:{lib[1]} in {lib[2]})." if lib else ").")
+            + (f" Versions: {vers}." if known else ""),
+            "the cause: the exception surfaced in this code; the values it got (a batch, a config field, a "
+            "tokenizer output) may come from elsewhere.",
+            f"read your code at {user[0]}:{user[1]} (in {user[2]}) with the message in hand"
+            + (f"; {lib[0]}:{lib[1]} is the library code that called it" if lib else "")
+            + ".",
+            data,
+        )
     return FailureClass(
         "crash",
         f"{exc_type.rsplit('.', 1)[-1]} "

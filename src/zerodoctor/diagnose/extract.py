@@ -90,8 +90,26 @@ _RUNPY = re.compile(
 # (Lib/importlib/_bootstrap.py _ERR_MSG_PREFIX `No module named `; Python/ceval.c import_from `cannot import name
 # %R from %R (%S)`) are certain wherever they stand on the line; the message ends with the name(s) it quotes
 _QUOTED_IMPORT = re.compile(
-    r"(?<![\w.])((?:ModuleNotFound|Import)Error): ((?:No module named|cannot import name) '[\w.]{1,200}'"
+    r"(?<![A-Za-z0-9_.])((?:ModuleNotFound|Import)Error): ((?:No module named|cannot import name) '[\w.]{1,200}'"
     r"(?: from '[^'\s]{1,200}'(?: \([^()]{1,300}\))?)?)"
+)
+# torch's dtype-mismatch refusals quoted inside a sentence ("grpo-qlora训练时报错RuntimeError: expected scalar type Float
+# but found BFloat16"): texts ATen builds itself, certain wherever they stand, across the versions users run -
+# `expected scalar type X but found Y` (TensorBase data_ptr / checkScalarType, torch 1.x-2.x), `Expected object of scalar
+# type X but got scalar type Y` (torch <= 1.5 TH checks), `expected mat1 and mat2 to have the same dtype` / `expected m1
+# and m2 ...` (aten/src/ATen/native/cuda/Blas.cpp, torch 1.x-2.0), `mat1 and mat2 must have the same dtype` / `self and
+# mat2 ...` / `addmv input tensors ...` (native/LinearAlgebra.cpp, torch 2.1+; all read in libtorch_cpu.so 2.13),
+# `Input type (X) and weight type (Y) should be the same` (native/Convolution.cpp check_input_same_type_as_parameters),
+# `Found dtype X but expected Y` (torch/csrc/autograd/engine.cpp validate_outputs), `Expected query, key, and value to
+# have the same dtype` (native/transformers/sdp_utils_cpp.h)
+_QUOTED_DTYPE = re.compile(
+    r"(?<![A-Za-z0-9_.])((?:Runtime|Type|Value)Error): ((?:expected scalar type \w{1,20} but found \w{1,20}"
+    r"|Expected object of scalar type \w{1,20} but got scalar type \w{1,20}"
+    r"|expected (?:mat1 and mat2|m1 and m2) to have the same dtype"
+    r"|(?:mat1 and mat2|self and mat2|addmv input tensors) must have the same dtype"
+    r"|Input type \([\w.]{1,40}\) and weight type \([\w.]{1,40}\) should be the same"
+    r"|Found dtype \w{1,20} but expected \w{1,20}"
+    r"|Expected query, key,? and value to have the same dtype)[^\n]{0,200})"
 )
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
@@ -126,6 +144,11 @@ _CALLED_PROCESS_SIGNAL = re.compile(
 #  - the CUDA_CHECK_RETURN macro of NVIDIA's samples that bitsandbytes' kernels use (csrc/ops.cuh: fprintf(stderr,
 #    "Error %s at line %d in file %s\n", cudaGetErrorString(...)) then exit(1)): `Error out of memory at line 74 in
 #    file /src/csrc/ops.cu` (the same macro prints bitsandbytes' well-known `Error named symbol not found at line ...`)
+#  - Ascend CANN's device-memory error codes (hiascend.com CANN 9.0.0 maintenref/troubleshooting, "Error Codes"):
+#    EL0004 Memory_Allocation_Failure (driver: `EL0004: <time> Failed to allocate memory.`), EL0019
+#    Resource_Error_Insufficient_Device_Memory (driver, DRV module), EI0011 (HCCL: `Failed to allocate [N] bytes of
+#    NPU memory`), EN0012 (DVPP device memory); and the runtime's reason string for a driver allocation
+#    (`rtMalloc execute failed, reason=[driver error:out of memory]`). EN0010 / EN0011 are host memory: not here.
 # Not one: Triton's `OutOfResources: out of resource: shared memory` (a kernel's block size exceeds the SM's
 # shared memory, triton/runtime/errors.py): no allocation failed, the kernel's configuration does not fit.
 DEVICE_OOM = re.compile(
@@ -135,6 +158,10 @@ DEVICE_OOM = re.compile(
     r"|Out of memory error on GPU \d|RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)"
     r"|OOM when allocating tensor|Workspace can't be allocated, no?t? enough memory"
     r"|Error out of memory at line \d{1,7} in file "
+    r"|\bE(?:L0004|L0019|I0011|N0012): |reason=\[driver error:out of memory\]"
+    # (the message behind CANN's `<code>: <YYYY-MM-DD-hh:mm:ss.mmm.uuu> ` - the line reader takes a code at the line's
+    # start for a host prefix, so the message after CANN's own timestamp is what is left of it)
+    r"|\d\d:\d\d\.\d{3}\.\d{3} Failed to allocate (?:memory\.|\S{1,40} device memory|\[\d{1,20}\] bytes of NPU memory)"
 )
 
 
@@ -218,6 +245,8 @@ _CODE_PHASE = {
     "save": "checkpoint_save",
     "forward": "forward",  # a forward pass: evaluation's or training's, decided from the markers (see phase_of)
     "load": "load",
+    "resume": "resume",
+    "tokenize": "tokenization",
 }
 # Failure messages raised in one phase only (patterns.py "msg-*"), read like a frame's source line when neither
 # the frames nor the markers place the failure. Why each names its phase:
@@ -330,6 +359,8 @@ _SHELL_SIGNALS = (
     ("illegal", -4),
     ("terminated", -15),
 )
+# bash's job report of a non-interactive shell (jobs.c): `SCRIPT: line N: PID <strsignal> [(core dumped)] COMMAND`
+_SHELL_JOB = re.compile(r": line \d{1,7}: +\d{1,10} [A-Z]")
 # a child ended by a signal, as its parent reports it (patterns.py `launch-child-signal`): torch.multiprocessing.spawn
 # names the process index (the rank it was spawned as), joblib's loky executor the set of its workers' exit codes
 _CHILD_SIGNAL = re.compile(r"process (?P<index>\d{1,6}) terminated with signal (?P<name>SIG[A-Z]{2,8})")
@@ -819,12 +850,19 @@ class Facts:
     )
     # the distributed set-up's last line, when the log prints nothing after it (no progress, no phase, no failure)
     ends_after_init: LogLine | None = None
+    # the ranks whose lines the scanned logs hold (a `[rankN]:` prefix, a per-rank file), read from the lines that hit
+    ranks_in_log: set[int] = field(default_factory=set)
 
 
 def _gib(m: re.Match[str]) -> float | None:
     groups = [g for g in m.groups() if g is not None]
     v = log_float(groups[0])
     return None if v is None else v * _UNITS[groups[1]]
+
+
+def rank_of_file(source: str) -> int | None:
+    """The rank a log file's name or directory says it holds (None when it says none)."""
+    return _rank_of_file(source)
 
 
 @functools.cache
@@ -902,6 +940,11 @@ class Extractor:
         # command line: finish decides, as for a command not found - a library that logs a failed optional import
         # and goes on, a script that runs on after one of its commands was refused, are no failure
         self._quoted_imports: list[tuple[LogLine, Hit, str]] = []
+        # CPython's report of an exception it could not raise (Python/errors.c format_unraisable /
+        # sys.unraisablehook: `Exception ignored in: <finalize object ...>` then its traceback): the line that said
+        # so per source and rank, and the tracebacks it introduces - the process goes on, no failure
+        self._unraisable: dict[tuple[str, int | None], int] = {}
+        self._ignored_tbs: set[int] = set()
         # pip failing to build a package: the compiler's exit (setuptools) and the wheel pip could not build; and the
         # seq of pip's last `Successfully installed` (a failed wheel that pip then installed otherwise is no failure)
         self._pip_cmd: tuple[LogLine, Hit, str] | None = None
@@ -933,6 +976,8 @@ class Extractor:
             rank = _rank_of_file(line.source)
             if rank is not None:
                 line = LogLine(line.source, line.lineno, line.text, rank, line.host, line.timestamp)
+        if line.rank is not None and len(self.facts.ranks_in_log) < 4096:
+            self.facts.ranks_in_log.add(line.rank)
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
         keys = hit.keys
@@ -949,8 +994,12 @@ class Extractor:
                 lines = self.facts.signature_lines.setdefault(entry, {}).setdefault(sig, [])
                 if len(lines) < MAX_EVIDENCE:
                     lines.append((hit.seq, line))
+        if "x:unraisable" in keys:
+            self._unraisable[(line.source, line.rank)] = line.lineno
         if "x:tb-head" in keys:
             tb = self._start_tb(line)
+            if 0 < line.lineno - self._unraisable.get((line.source, line.rank), -9) <= 2:
+                self._ignored_tbs.add(id(tb))
             if hit.progress is not None and len(self._head_hit) < MAX_TRACEBACKS:
                 self._head_hit[id(tb)] = (tb, hit)
             ipy = _IPY_HEAD.match(line.text)
@@ -1263,7 +1312,7 @@ class Extractor:
             # exception rich prints below the box's bottom border (rich/traceback.py _render_exception) follows `╯`
             m = _EXC.match(line.text.rsplit("╯", 1)[1])
         if not m:
-            quoted = _QUOTED_IMPORT.search(line.text)
+            quoted = _QUOTED_IMPORT.search(line.text) or _QUOTED_DTYPE.search(line.text)
             if quoted is not None and self._open_tb(line) is None:
                 if len(self._quoted_imports) < MAX_EVENTS:
                     self._quoted_imports.append((line, hit, f"{quoted.group(1)}: {quoted.group(2)}"))
@@ -1277,6 +1326,8 @@ class Extractor:
             del self._open[(line.source, line.rank)]
         if tb is not None:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
+            if id(tb) in self._ignored_tbs:
+                return  # an exception Python reported as ignored (a finalizer's, a __del__'s): the run went on
         if (
             exc_type.startswith("ray.")
             and "OutOfMemoryError" in exc_type
@@ -1394,8 +1445,10 @@ class Extractor:
         if "x:launch-shell-signal" in keys:
             low = text.lower()
             code = next((c for word, c in _SHELL_SIGNALS if word in low), None)
-            if code is not None:
-                self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
+            if code is not None:  # (a job report names the signal before its command: keep its head)
+                job = _SHELL_JOB.search(text)
+                detail = text[job.start() + 2 :].strip()[:300] if job else text.strip()[-300:]
+                self._event("exit", line, hit, detail, exit_code=code)
         if "x:launch-child-signal" in keys:
             self._child_signal(line, hit, text)
         if "x:launch-slurm" in keys and "x:oom-host" not in keys:  # (Slurm's OOM lines are host-oom events)
@@ -1828,6 +1881,15 @@ class Extractor:
         funcs = {f.func for f in tb.frames}
         return phase == "training_step" and not (funcs & _TRAIN_FUNCS) - _LOOP_FUNCS
 
+    def _hint_in(self, tb: Traceback, phase: str) -> bool:
+        """Whether a frame source line inside the traceback names this phase (patterns.py code-resume /
+        code-tokenize: the call a frame was making when the failure happened below it)."""
+        hi = self._tb_last(tb)
+        return any(
+            p == phase and line.source == tb.source and tb.start.lineno <= line.lineno <= hi
+            for p, line in self.facts.code_hints
+        )
+
     def _code_phase(self, source: str, lo: int, hi: int) -> str | None:
         """The phase the innermost frame source line between lines lo and hi names, if any."""
         found: str | None = None
@@ -1866,13 +1928,17 @@ class Extractor:
                 return "checkpoint_save"
             if funcs & _ZERO_OPT_INIT_FUNCS:
                 return "engine_init"
-            if funcs & _RESUME_FUNCS or any(
-                # an optimizer's state read back: only a resume does that (a fresh run creates it)
-                f.func == "load_state_dict" and "torch/optim/" in f.file.replace("\\", "/")
-                for f in tb.frames
+            if (
+                funcs & _RESUME_FUNCS
+                or any(
+                    # an optimizer's state read back: only a resume does that (a fresh run creates it)
+                    f.func == "load_state_dict" and "torch/optim/" in f.file.replace("\\", "/")
+                    for f in tb.frames
+                )
+                or self._hint_in(tb, "resume")
             ):
                 return "resume"
-            if any(
+            if self._hint_in(tb, "tokenization") or any(
                 f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames
             ):
                 return "tokenization"  # HF datasets' map: the frameworks' tokenization / preprocessing

@@ -23,7 +23,7 @@ from typing import Any
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.classes import FailureClass, classify
-from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Extractor, Facts, OomNumbers
+from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Extractor, Facts, OomNumbers, rank_of_file
 from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
 from zerodoctor.diagnose.source import CHUNK_BYTES
@@ -346,6 +346,10 @@ def judge(
     candidates += _version_only_candidates(candidates, facts, all_versions, cfacts)
     candidates.sort(key=lambda c: (c.warning_only, -c.score, _severity_rank(c.entry), c.entry.id))
     findings = [_finding(c, first, oom, facts.end_phase, top=i == 0) for i, c in enumerate(candidates)]
+    for source in stats.lines:  # (a run directory's file per rank holds that rank's output, hit or not)
+        file_rank = rank_of_file(source)
+        if file_rank is not None and len(facts.ranks_in_log) < 4096:
+            facts.ranks_in_log.add(file_rank)
     fclass = classify(facts, first, oom, all_versions)
     if fclass is not None and findings and findings[0].severity is Severity.ERROR:
         findings[0] = replace(
@@ -383,7 +387,29 @@ def judge(
             findings.append(_no_known_failure(facts, first, oom, stats))
     echoes = [e for e in facts.events if first is not None and e is not first and e.severity_class > 0]
     phase = str(findings[0].data.get("phase") or "unknown") if findings else "unknown"
+    _one_entry_per_line(facts, findings)
+    _progress_at_end(facts, stats)
     return Diagnosis(findings, first, echoes[:50], facts, stats, all_versions, phase)
+
+
+def _one_entry_per_line(facts: Facts, findings: Sequence[Finding]) -> None:
+    """A warning line that a finding quotes is named by that finding's entry in the timeline too (two entries'
+    signatures can hit one line: the verdict and the timeline must not name different ones)."""
+    named: dict[tuple[str | None, int | None], str] = {}
+    for f in findings:
+        for ev in f.evidence:
+            named.setdefault((ev.file, ev.line), f.id)
+    facts.warnings = [(named.get((ln.source, ln.lineno), entry), ln) for entry, ln in facts.warnings]
+
+
+def _progress_at_end(facts: Facts, stats: ScanStats) -> None:
+    """The last progress the log shows (the scan's progress at the end of a single log, past its last hit line):
+    `last progress` in the timeline is where the run got to, not the progress before the last matched line."""
+    ends = [p for p in stats.end_progress.values() if p is not None]
+    if len(stats.end_progress) == 1 and ends:
+        end = ends[0]
+        if facts.last_progress is None or end.lineno >= facts.last_progress.lineno:
+            facts.last_progress = end
 
 
 def _version_only_candidates(

@@ -36,6 +36,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (rich wrapping the function name onto the box's next row: `│ /x/pc.py:200 in   │`)
     r"|\.py:\d+ in *│ *$",
     # (also inside Markdown emphasis or inline code: `**AssertionError**`, `*Exception: ...*`)
+    # CPython's unraisable-exception report (Python/errors.c format_unraisable, the default sys.unraisablehook):
+    # `Exception ignored in: <finalize object at 0x...; dead>` (3.8+), `Exception ignored while calling deallocator
+    # ...` / `Exception ignored on threading shutdown` (3.13+), then the traceback of an exception the process went on
+    # after (a __del__ or weakref finalizer raising, math_verify's timeout handler firing in one)
+    "unraisable": r"^Exception ignored (in|on|while|during)\b",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?"
     r"(: |:?[*_`]*\s*$)"
     r"|^[\s*_`]*Exception: \S|VersionConflict: \(",
@@ -48,7 +53,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Cuda failure (\d{1,3} )?'out of memory'|(CUDA|[Cc]uda) [Ee]rror: out of memory|cudaErrorMemoryAllocation"
     r"|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY|Out of memory error on GPU \d"
     r"|RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|OOM when allocating tensor"
-    r"|Workspace can't be allocated, no?t? enough memory|Error out of memory at line \d+ in file ",
+    r"|Workspace can't be allocated, no?t? enough memory|Error out of memory at line \d+ in file "
+    # (Ascend CANN's device-memory error codes and the runtime's driver reason: extract.DEVICE_OOM)
+    r"|\bE(L0004|L0019|I0011|N0012): |reason=\[driver error:out of memory\]"
+    r"|\d\d:\d\d\.\d{3}\.\d{3} Failed to allocate (memory\.|\S{1,40} device memory|\[\d{1,20}\] bytes of NPU memory)",
     # (the kernel's OOM killer and memory cgroup, mm/oom_kill.c and mm/memcontrol.c; Kubernetes' container status
     # `Reason: OOMKilled` in `kubectl describe pod`, `OOMKilled` in `kubectl get pods`; docker inspect's
     # `"OOMKilled": true`)
@@ -103,7 +111,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Terminated)( \(core dumped\))?[ \t]*\r?$"
     r"|\[\d+\]\s+\d+\s+(segmentation fault|abort|floating point exception|illegal hardware instruction"
     r"|terminated)\s+\S"
-    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception) encountered in worker",
+    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception) encountered in worker"
+    # (a non-interactive bash's job report, jobs.c notify_of_job_status -> pretty_print_job(JLIST_NONINTERACTIVE):
+    # `train.sh: line 29: 3411753 Segmentation fault      (core dumped) python main.py ...`, the status padded
+    # and the command behind it; the words are strsignal(3)'s, bash siglist.c / glibc's sys_siglist)
+    r"|: line \d{1,7}: +\d{1,10} (Segmentation fault|Aborted|Floating point exception|Illegal instruction)\b",
     # a user stopping the run: the terminal's echo of Ctrl-C (`^C`, often glued onto the next line) or the
     # KeyboardInterrupt it raises
     "interrupt": r"(^|\s)\^C|KeyboardInterrupt",
@@ -114,7 +126,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-exit-137": r"(command terminated with exit|Process finished with exit|[\w.-] exited with) code 137\b",
     # NCCL
     "nccl-error": r"NCCL error|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
-    r"|ncclInvalidUsage",
+    r"|ncclInvalidUsage"
+    # (torch 1.x's own NCCL calls, torch/csrc/cuda/nccl.cpp throw_nccl_error: `NCCL Error <ncclResult_t>:
+    # <ncclGetErrorString>` thrown as std::runtime_error - 1 unhandled cuda error, 2 unhandled system error, 3
+    # internal error, 4 invalid argument, 5 invalid usage; a C++ abort prints it as `what(): NCCL Error 1: ...`)
+    r"|NCCL Error \d{1,2}: [a-z]",
     "nccl-watchdog": r"Watchdog caught collective operation timeout|ProcessGroupNCCL.* (timeout|Timeout|abort)"
     r"|Some NCCL operations have failed or timed out"
     # the heartbeat monitor (torch >= 2.2): the watchdog itself stuck in a NCCL/CUDA call, the process terminated
@@ -297,6 +313,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "nccl-watchdog-exc": r"[Ww]atchdog thread terminated with exception: ",
     "cpp-what": r"what\(\):\s+\S",
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
+    # a frame reading training state back - an optimizer's or LR scheduler's state dict (torch/optim/optimizer.py
+    # Optimizer.load_state_dict, torch/optim/lr_scheduler.py LRScheduler.load_state_dict: a fresh run creates that
+    # state, only a resume loads it; the failure is often in the torch.load evaluated inside the call), DeepSpeed's
+    # engine.load_checkpoint (runtime/engine.py), HF Trainer's _load_from_checkpoint / _load_optimizer_and_scheduler
+    # (trainer.py): a resume
+    "code-resume": r"(optimizer|scheduler|optim)\.load_state_dict\(|\.load_checkpoint\(|\._load_from_checkpoint\("
+    r"|\._load_optimizer_and_scheduler\(",
+    # a frame inside transformers' TrainingArguments.main_process_first(desc=...) (training_args.py: the main process
+    # runs the block first, the others wait at a barrier; the examples and LLaMA-Factory wrap their dataset map in
+    # it: `desc="dataset map tokenization"`, `"grouping texts together"`, `"dataset map pre-processing"`)
+    "code-tokenize": r"\.main_process_first\(desc=",
     # a model's forward as its frames' source lines show it (torch.nn.functional and the HF decoder layers): a
     # forward pass, of training unless evaluation is running (see extract.phase_of)
     "code-forward": r"= input\.softmax\(dim|return torch\.embedding\(|F\.scaled_dot_product_attention\("
