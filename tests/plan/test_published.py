@@ -53,6 +53,8 @@ KNOWN_TIGHT = {
     "alpaca223-llama-7b-full-fsdp-fp16-5xv100-oom",
     # the reference model's forward while the policy's fp32 logits and log-probs are held (76.2 of 79.35 GiB)
     "lf4616-qwen2-72b-dpo-full-z3-16x8xa800-6144-oom",
+    # batch 7 (scored blind at 2bee5e3): Llama-3-70B QLoRA ZeRO-3 on 4 A100 40 GB
+    "peft1703-llama3-70b-qlora-z3-4xa100-40g-2048-oom",
 }
 KNOWN_MISSES = {
     # batch 5 (scored blind at 55ada75): LoRA on 24 GiB cards, QLoRA 70B FSDP offload on 3090s (the DDP LoRA on
@@ -63,6 +65,9 @@ KNOWN_MISSES = {
     # batch 6 (scored blind at 2bee5e3): a glm-4-9b DPO whose OOM the thread ties to eager attention (flash attention
     # trained)
     "openrlhf384-glm4-9b-chat-dpo-full-z3-8xa100-2048-eager-oom",
+    # batch 7 (scored blind at 2bee5e3): LLaVA-1.5 7B full ZeRO-2 on 40 GB cards, a Qwen-7B full DPO under ZeRO-2
+    "llava655-vicuna-7b-full-z2-2x4xa100-40g-2048-oom",
+    "lf1383-qwen-7b-chat-dpo-full-z2-8xa100-oom",
 }
 """Real OOMs the planner still calls a fit (no warning at all)."""
 
