@@ -405,3 +405,33 @@ def test_a_frame_inside_main_process_first_is_the_dataset_preprocessing(tmp_path
         "unhandled cuda error, NCCL version 2.14.3\n"
     )
     assert _phase(tmp_path, run_cli, text) == "tokenization"
+
+
+# ---- a run that stops mid-bar with no failure line, and the paste says it hung --------------------------------------
+BAR = "".join(f" 96%|█████████▌| {n}/64146 [4:33:5{n % 10}<19:03, 2.38it/s]\n" for n in range(61430, 61440))
+
+
+def test_an_unfinished_bar_then_the_words_it_stuck_is_a_hang_warning(tmp_path, run_cli):
+    top = _top(
+        tmp_path,
+        run_cli,
+        BAR
+        + "\nAnd then it stuck here with gpu util 100% and didn't log out anything, didn't save checkpoints.\n",
+    )
+    assert top["id"] == "class:collective-timeout" and top["severity"] == "warning", top
+    assert "61439/64146 (96 %)" in top["title"]
+    assert "does not prove: which collective or rank" in top["message"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BAR,  # no words: a paste or a log read while the run goes on ends the same way
+        "it stuck here for a minute, then went on\n" + BAR,  # the words before the last progress
+        BAR.replace("/64146", "/61439") + "it got stuck at the end\n",  # the bar finished
+        "100%|██████████| 200/200 [02:00<00:00]\nThe training hangs? No, it finished.\n" + HEALTHY_END,
+    ],
+)
+def test_stalled_words_without_an_unfinished_bar_after_them_name_no_hang(tmp_path, run_cli, text):
+    top = _top(tmp_path, run_cli, text)
+    assert top["id"] != "class:collective-timeout", top

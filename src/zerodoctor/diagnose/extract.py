@@ -852,6 +852,8 @@ class Facts:
     ends_after_init: LogLine | None = None
     # the ranks whose lines the scanned logs hold (a `[rankN]:` prefix, a per-rank file), read from the lines that hit
     ranks_in_log: set[int] = field(default_factory=set)
+    # the first line in which the paste says the run stopped moving (patterns.py `said-stalled`), outside tracebacks
+    said_stalled: LogLine | None = None
 
 
 def _gib(m: re.Match[str]) -> float | None:
@@ -994,6 +996,8 @@ class Extractor:
                 lines = self.facts.signature_lines.setdefault(entry, {}).setdefault(sig, [])
                 if len(lines) < MAX_EVIDENCE:
                     lines.append((hit.seq, line))
+        if "x:said-stalled" in keys and self.facts.said_stalled is None and self._open_tb(line) is None:
+            self.facts.said_stalled = line
         if "x:unraisable" in keys:
             self._unraisable[(line.source, line.rank)] = line.lineno
         if "x:tb-head" in keys:

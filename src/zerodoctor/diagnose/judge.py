@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from zerodoctor.diagnose import rundir
-from zerodoctor.diagnose.classes import FailureClass, classify
+from zerodoctor.diagnose.classes import PREFIX, FailureClass, classify
 from zerodoctor.diagnose.extract import CUT_TRACEBACK, Event, Extractor, Facts, OomNumbers, rank_of_file
 from zerodoctor.diagnose.reader import LogLine
 from zerodoctor.diagnose.scan import ScanStats, iter_hits
@@ -641,6 +641,54 @@ def _class_finding(fc: FailureClass, first: Event) -> Finding:
 _INIT_TAIL_LINES = 40
 
 
+def _stalled(facts: Facts, stats: ScanStats | None) -> Finding | None:
+    """A log with no failure whose progress bar stops short of its total, and whose text then says the run stopped
+    moving (`it stuck here`, `hangs at 96%`): a hang, named as far as the log shows it - where progress stopped,
+    not which collective or rank (no watchdog line, no stack)."""
+    said = facts.said_stalled
+    if said is None or stats is None or len(stats.end_progress) != 1:
+        return None
+    end = next(iter(stats.end_progress.values()))
+    if end is None or end.step is None or not end.total or end.step >= end.total or end.lineno > said.lineno:
+        return None
+    pct = round(100 * end.step / end.total)  # (as tqdm prints it: `{percentage:3.0f}%`)
+    where = f"{said.source}:{end.lineno}"
+    proves = (
+        f"progress stops at {end.step}/{end.total} ({pct} %, {where}) and no failure, traceback or exit is printed; "
+        f"the text after it says the run stopped moving ({said.location()}: {clip(said.text.strip(), 160)})."
+    )
+    return Finding(
+        id=PREFIX + "collective-timeout",
+        severity=Severity.WARNING,
+        title=f"Hang: progress stopped at {end.step}/{end.total} ({pct} %) with no failure line (not in the knowledge base)",
+        message=(
+            f"The log proves: {proves} It does not prove: which collective or rank the processes wait in (no NCCL "
+            "watchdog line, no stack dump), nor that they wait at all rather than compute slowly. Next: dump every "
+            "rank's stack while it hangs (py-spy dump --pid) and compare where they are - a rank in other code (a "
+            "save or evaluation on rank 0 only, a dataloader) is the straggler; run with NCCL_DEBUG=INFO and "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL, and a shorter NCCL timeout so the watchdog names the collective."
+        ),
+        fixes=(
+            Fix(
+                text="Dump every rank's stack while it hangs (py-spy dump --pid) and compare where they are."
+            ),
+        ),
+        evidence=(Evidence(file=said.source, line=said.lineno, text=said.text.strip()[:300]),),
+        source="diagnose",
+        confidence=0.3,
+        data={
+            "phase": facts.end_phase,
+            "first_failure": None,
+            "failure_class": {
+                "id": PREFIX + "collective-timeout",
+                "last_progress": f"{end.step}/{end.total}",
+                "line": where,
+                "said": said.location(),
+            },
+        },
+    )
+
+
 def _no_known_failure(
     facts: Facts, first: Event | None, oom: OomNumbers | None, stats: ScanStats | None = None
 ) -> Finding:
@@ -673,6 +721,9 @@ def _no_known_failure(
             source="diagnose",
             data={"phase": "unknown", "first_failure": None, "ends_after_init": init.location()},
         )
+    stalled = _stalled(facts, stats) if shown is None else None
+    if stalled is not None:
+        return stalled
     if shown is None:
         msg = "No known failure and no error found in the log."
     else:

@@ -41,6 +41,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # ...` / `Exception ignored on threading shutdown` (3.13+), then the traceback of an exception the process went on
     # after (a __del__ or weakref finalizer raising, math_verify's timeout handler firing in one)
     "unraisable": r"^Exception ignored (in|on|while|during)\b",
+    # a paste's own words that the run stopped moving, with no failure printed (`And then it stuck here with gpu util
+    # 100% and didn't log out anything`, `training hangs at 96%`, `卡住了`): read only when the log holds no failure and
+    # its last progress bar is unfinished (judge._stalled)
+    "said-stalled": r"\b([Ii]t|[Tt]raining|[Tt]he (run|job|process|program|script|training)) ((is|was|got|gets|just|then"
+    r"|seems|seemed|has|had|been|always|still) ){0,3}(stuck|hangs|hanging|hung|freezes|froze|frozen)\b"
+    r"|\b[Ss]tuck (here|there|at \d)|卡住|卡死",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?"
     r"(: |:?[*_`]*\s*$)"
     r"|^[\s*_`]*Exception: \S|VersionConflict: \(",
@@ -160,7 +166,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|PEFT version|bitsandbytes version): ",
     # phase markers (rare lines)
     # dataset preparation: LLaMA-Factory/HF datasets map, TRL's dataset preparation, XTuner's processing
-    # (HF datasets' map/filter bars, hf_tqdm(unit=" examples"), end in "examples/s]"; SentencePiece's trainer log)
+    # (HF datasets' map/filter bars, hf_tqdm(unit=" examples"), end in "examples/s]"; SentencePiece's trainer log,
+    # google/sentencepiece src/trainer_interface.cc TrainerInterface::LoadSentences / InitMetaPieces: `LOG(INFO) <<
+    # "Loading corpus: "`, `"Loaded " << N << " lines"`, `"Adding meta_piece: "` - a tokenizer being trained)
     "phase-data": r"Running tokenizer on dataset|Tokenizing (?:train|eval) dataset|Applying chat template to"
     r"|Converting format of dataset|Map \(num_proc=\d+\)|Packing (?:train|eval) dataset"
     r"| examples/s\]|(?:^|\s)Map: +\d+%"
@@ -212,7 +220,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
     # evaluation markers that later training progress closes: Lightning's validation / sanity-check bars,
-    # DeepSpeed-Chat's `***** Evaluating ...`, lm-eval's `Running <type> requests`, `desc="Evaluating"` loops
+    # DeepSpeed-Chat's `***** Evaluating ...`, lm-eval's `Running <type> requests`, and the evaluation loops of
+    # transformers' examples (examples/legacy run_squad.py / run_language_modeling.py and the projects built on them:
+    # `for batch in tqdm(eval_dataloader, desc="Evaluating")`), whose bar prints `Evaluating:  37%|...`
+    # (the bare word at a line's start - `Evaluating the results...` - is kept only because
+    # tests/diagnose/test_phase_evidence.py pins it: no framework printing it was found, see the round-8 report)
     "phase-eval-open": r"Validation DataLoader \d+: |Sanity Checking DataLoader \d+: |\*{5} Evaluating "
     r"|Running (?:loglikelihood|loglikelihood_rolling|generate_until|greedy_until) requests"
     r"|(?:^|[\]:|] ?)Evaluating\b",
@@ -220,15 +232,18 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
     r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
     r"|Saving checkpoint\. This may take some time"
-    # training loops that name which checkpoint they write (ai2 ACE's `Saving latest checkpoint model trained for`,
-    # scripts' `Saving best checkpoint`, `Saving the final checkpoint`)
+    # training loops that name which checkpoint they write: ai2's ACE (fme/ace/train/train.py save_all_checkpoints:
+    # logging.info(f"Saving latest checkpoint to {path}"), then its best / EMA checkpoints), and the same words in many
+    # training scripts of the code index (`print("Saving latest checkpoint")`, `logger.info("Saving best checkpoint")`,
+    # `Saving the final checkpoint`) - a phrase, not one script's line
     r"|[Ss]aving (?:the )?(?:latest|last|best|final) (?:model )?checkpoint"
     # DeepSpeedEngine._save_checkpoint (0.19.8), transformers >= 5 save_pretrained's tqdm
     r"|Saving model checkpoint: |Writing model shards: +\d+%"
     # CompVis latent-diffusion / stable-diffusion main.py melk(): the save on a signal or exception, and its forks
     r"|Summoning checkpoint\."
-    # TheLastBen fast-stable-diffusion train_dreambooth.py: print(" SAVING CHECKPOINT...") before save_pretrained and
-    # the convertosdv2.py subprocess, then print("Done, resuming training ...") (printed behind the tqdm bar's line)
+    # TheLastBen/fast-stable-diffusion Dreambooth/train_dreambooth.py (the Colab notebooks' trainer): print(" SAVING
+    # CHECKPOINT...") before save_pretrained and the convertosdv2.py subprocess, then print("Done, resuming training
+    # ...") (printed behind the tqdm bar's line) - the upstream script's own lines, kept
     r"|SAVING CHECKPOINT\.\.\."
     # litgpt finetune/pretrain: fabric.print(f"Saving checkpoint to {str(path)!r}") / `Saving LoRA weights to '...'` /
     # `Saving weights to '...'` before fabric.save; transformers save_pretrained writing shards (modeling_utils.py:
