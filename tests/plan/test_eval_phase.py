@@ -176,3 +176,19 @@ def test_a_no_grad_forward_with_labels_peaks_at_the_planned_loss() -> None:
     # the cache: 2 layers x (K, V) x 4 x 64 tokens x 2 kv heads x head_dim 16 x 2 B, left in the output
     assert ev.kv_cache == 2 * 2 * b * s * 2 * 16 * 2 == live - out.logits.numel() * 2 - 4  # + the fp32 loss scalar
     assert ev.loss + ev.kv_cache <= peak <= ev.peak + 4 * hidden  # the residual stream and loss scalars beside it
+
+
+def test_a_run_that_breaks_only_at_the_evaluation_is_told_to_lower_the_eval_batch(run_cli, tmp_path) -> None:
+    args = tmp_path / "args.yaml"
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    args.write_text(
+        "model_name_or_path: meta-llama/Meta-Llama-3-8B\noutput_dir: out\ndeepspeed: ds.json\nuse_peft: true\n"
+        "per_device_train_batch_size: 1\nmax_length: 4096\neval_strategy: steps\nper_device_eval_batch_size: 16\n"
+    )
+    code, out, err = run_cli("plan", str(args), "--nodes", "1", "--gpus-per-node", "2", "--gpu-memory", "80",
+                             "--host-ram", "512", "--format", "json")
+    assert code == 1, err
+    doc = json.loads(out)
+    plan001 = next(f for f in doc["findings"] if f["id"] == "PLAN001")
+    assert plan001["data"]["phase"] == "eval"
+    assert "per_device_eval_batch_size (now 16" in plan001["message"]

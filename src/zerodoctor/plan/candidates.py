@@ -208,6 +208,13 @@ def judge(
         if gpu_fail:
             order = {name: k for k, name in enumerate(PHASES)}
             ph, _, need, cap = min(gpu_fail, key=lambda f: order[f[0]])  # the first phase that breaks
+            action = _action(rec)
+            if ph == "eval":
+                # only the evaluation breaks: its batch is the run's per_device_eval_batch_size, not the train one
+                action = (
+                    f"lower per_device_eval_batch_size (now {yours.training.eval_micro_batch}; transformers' default "
+                    "is 8) or set prediction_loss_only / eval_accumulation_steps"
+                )
             out.append(
                 Finding(
                     id="PLAN001",
@@ -216,9 +223,9 @@ def judge(
                     title=f"does not fit at the {PHASE_TITLES[ph]}",
                     message=(
                         f"{yours.zero.label} needs {_g(need)} per GPU at the {PHASE_TITLES[ph]} but a GPU has "
-                        f"{_g(cap)} ({_top_items(yours, ph)}); {_action(rec)}"
+                        f"{_g(cap)} ({_top_items(yours, ph)}); {action}"
                     ),
-                    fixes=(Fix(_upper_first(_action(rec))),),
+                    fixes=(Fix(_upper_first(action)),),
                     evidence=(where,),
                     references=("hiyouga/LlamaFactory#7532",) if ph == "first_step" else (),
                     source=SOURCE,
