@@ -384,6 +384,21 @@ def _phase(ev: Event) -> str:
     return ev.phase.replace("_", " ") if ev.phase != "unknown" else "an unknown phase"
 
 
+# The accelerator a device OOM names in its own words (extract.DEVICE_OOM): Ascend's torch_npu allocator and CANN's
+# error codes / driver reason, Intel's XPU allocator, Apple's MPS backend; every other form is a GPU's (CUDA, ROCm)
+_NPU_OOM = re.compile(
+    r"NPU out of memory|\bE(?:L0004|L0019|I0011|N0012)\b|driver error:out of memory|\d{3}\.\d{3} Failed to allocate"
+)
+
+
+def _device(ev: Event) -> str:
+    if _NPU_OOM.search(ev.detail):
+        return "NPU"
+    if "XPU out of memory" in ev.detail:
+        return "XPU"
+    return "MPS" if "MPS backend out of memory" in ev.detail else "GPU"
+
+
 def _lib_frame(tb: Traceback | None) -> tuple[str, int, str] | None:
     """The innermost frame inside a known library: (path from the library's package dir, line, function)."""
     if tb is None:
@@ -496,13 +511,15 @@ def _gpu_oom(ev: Event, oom: OomNumbers | None) -> FailureClass:
             )
         proves = " ".join(parts)
     else:
-        proves = f"{_where(ev)} ran out of GPU memory during {_phase(ev)} (the message gives no sizes)."
+        proves = (
+            f"{_where(ev)} ran out of {_device(ev)} memory during {_phase(ev)} (the message gives no sizes)."
+        )
     hint = _PHASE_OOM_HINT.get(ev.phase)
     if hint:
         proves += f" At that point {hint}."
     return FailureClass(
         "gpu-oom",
-        "GPU out of memory" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
+        f"{_device(ev)} out of memory" + (f" during {_phase(ev)}" if ev.phase != "unknown" else ""),
         proves,
         "which tensors filled the GPU, nor the peak of the rest of the step (this one allocation failing is a "
         "lower bound of what was missing); other ranks may have been close too.",
