@@ -437,6 +437,8 @@ def test_stalled_words_without_an_unfinished_bar_after_them_name_no_hang(tmp_pat
     assert top["id"] != "class:collective-timeout", top
 
 
-@pytest.mark.parametrize("name", ["cann-el0004", "cann-el0019", "cann-ei0011-hccl", "cann-driver-reason-only"])
+@pytest.mark.parametrize(
+    "name", ["cann-el0004", "cann-el0019", "cann-ei0011-hccl", "cann-driver-reason-only"]
+)
 def test_an_ascend_device_oom_is_titled_for_the_npu(tmp_path, run_cli, name):
     assert _top(tmp_path, run_cli, CASES[name][0])["title"].startswith("NPU out of memory")
