@@ -55,7 +55,8 @@ def check(run: RunDescription) -> Iterator[Finding]:
         "which raises 'ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer' "
         f"(zero_force_ds_cpu_optimizer {how}).",
         evidence=[setup.ds_evidence("zero_optimization.offload_optimizer.device")],
-        fixes=[_optimizer_block_fix(run),
+        fixes=[
+            _optimizer_block_fix(run),
             Fix(
                 "Or allow the client optimizer (slow CPU step)",
                 target="deepspeed",
