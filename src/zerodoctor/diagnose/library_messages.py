@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = ("deepspeed", "transformers", "accelerate", "peft", "trl")
+# torch's own messages, which the libraries copy or re-raise (`Error(s) in loading state_dict for X:` is torch's
+# Module.load_state_dict and transformers' loading report alike): a message torch raises too names no owner. The
+# parts of torch that training libraries wrap are read (its top-level modules and these packages), not all of torch.
+SHADOW = {"torch": ("nn", "optim", "utils", "cuda", "amp", "distributed", "autograd")}
 DATA_FILE = Path(__file__).resolve().parent / "library_messages.json"
 _FORMAT = 1
 
@@ -211,8 +215,15 @@ def _package_dir(package: str) -> tuple[Path, str] | None:
     return Path(next(iter(spec.submodule_search_locations))), version
 
 
-def _sites(package: str, root: Path) -> Iterator[tuple[_Site | None, str]]:
-    for path in sorted(root.rglob("*.py")):
+def _sites(
+    package: str, root: Path, under: Sequence[str] | None = None
+) -> Iterator[tuple[_Site | None, str]]:
+    paths = (
+        sorted(root.rglob("*.py"))
+        if under is None
+        else sorted([*root.glob("*.py"), *(p for d in under for p in (root / d).rglob("*.py"))])
+    )
+    for path in paths:
         rel = f"{package}/{path.relative_to(root).as_posix()}"
         try:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=rel)
@@ -240,9 +251,21 @@ def build(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:
                 count["kept_sites"] += 1
                 groups.setdefault((site.exc, tuple(p.lower() for p in site.parts)), []).append(site)
         stats[pkg] = dict(sorted(count.items()))
+    shadowed: set[tuple[str, ...]] = set()
+    for name, under in sorted(SHADOW.items()):
+        found = _package_dir(name)
+        versions[name] = found[1] if found else None
+        if found is not None:
+            shadowed.update(
+                tuple(p.lower() for p in s.parts) for s, why in _sites(name, found[0], under) if s
+            )
     rows: list[tuple[list[Any], tuple[bool, bool]]] = []
-    for (exc, _), sites in sorted(groups.items()):
+    for (exc, parts), sites in sorted(groups.items()):
         owners = sorted({s.package for s in sites})
+        if parts in shadowed:
+            for s in sites:
+                stats[s.package]["dropped_shared_torch"] = stats[s.package].get("dropped_shared_torch", 0) + 1
+            continue
         if len(owners) > 1:  # a message two libraries raise names no owner
             for s in sites:
                 stats[s.package]["dropped_shared"] = stats[s.package].get("dropped_shared", 0) + 1
@@ -396,6 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.output.write_text(dumps(data), encoding="utf-8")
     for pkg, stats in data["stats"].items():
         print(pkg, data["versions"][pkg] or "not installed", stats)
+    for name in SHADOW:
+        print(
+            name, data["versions"][name] or "not installed", "(read for messages the libraries share with it)"
+        )
     return 0
 
 
