@@ -55,3 +55,12 @@ def test_parameter_working_set_points_at_the_zero3_knobs(run_cli):
 def test_a_setup_that_fits_has_no_plan006(run_cli):
     code, out, _ = run_cli("check", str(LF_LORA), "--format", "json")
     assert not [f for f in json.loads(out)["findings"] if f["id"] == "PLAN006"]
+
+
+def test_every_plan_phase_has_words_in_the_nothing_fits_text():
+    """A phase the planner adds (the evaluation, 583057b) must not reach the user as its internal name."""
+    from zerodoctor.check.nothing_fits import _PHASE_WORDS
+    from zerodoctor.plan.phases import PHASES
+
+    assert set(PHASES) <= set(_PHASE_WORDS)
+    assert all(" " in w or w.isalpha() for w in _PHASE_WORDS.values())

@@ -44,6 +44,7 @@ _PHASE_WORDS = {
     "load": "model load",
     "first_step": "first optimizer step",
     "steady": "steady step",
+    "eval": "evaluation",
     "save": "save",
 }
 _GENERIC_TAILS = ("; the smallest per-GPU peak", "; add GPUs or nodes")
