@@ -1162,6 +1162,22 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
     # (no frame, or only the script's own frames: a paste cut before the library frames that raised, or a script
     # that checks the config itself)
     frameless = not (tb and tb.frames) or (lib is None and _installed_frame(tb) is None)
+    # where a library raises this message itself, read from its source (library_messages: the libraries' assert and
+    # raise statements at the versions its index was built from; its data is loaded here, on the first lookup only)
+    raised = None
+    if frameless and user is None and message and exc_type.endswith("Error"):
+        from zerodoctor.diagnose.library_messages import owner_of
+
+        raised = owner_of(exc_type, message)
+        if raised is not None:
+            data["raised_at"] = {
+                "package": raised.package,
+                "file": raised.file,
+                "line": raised.line,
+                "function": raised.function,
+                "version": raised.version,
+                "other_sites": raised.other_sites,
+            }
     if (
         judge is not None
         or (
@@ -1240,6 +1256,28 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         lib = _installed_frame(tb)
         if lib is not None:
             data["library_frame"] = f"{lib[0]}:{lib[1]} in {lib[2]}"
+    if lib is None and raised is not None and exc_type.endswith("AssertionError"):
+        # a pasted assertion whose frames were cut: its message is raised by one library statement
+        pkg, ver = raised.package, known.get(raised.package)
+        at = f"{raised.file}:{raised.line} (in {raised.function}) at {pkg} {raised.version}"
+        return FailureClass(
+            "library-assertion",
+            f"Assertion failed inside {pkg}",
+            f"{where}: an assertion failed: {clip(message, 200)}; the message is raised at {at}"
+            + (f" and {raised.other_sites} other place(s) in {pkg}" if raised.other_sites else "")
+            + " (no frame of it was printed)"
+            + (
+                f"; the log's {pkg} is {ver}, so the line may have moved."
+                if ver and ver != raised.version
+                else f"; {pkg} {ver or 'version not printed in the log'}."
+            ),
+            "what state led to it: an assertion names a broken invariant, not its cause; which caller reached it "
+            "(the frames were cut from the log).",
+            f"read {raised.file}:{raised.line} (in {raised.function}) and search the {pkg} tracker for "
+            f"`{raised.function}` with the message at version {ver or raised.version}; check the release notes "
+            "of the versions after it.",
+            {**data, "library": pkg},
+        )
     seen_beside = ""
     if lib is None and exc_type.endswith("AssertionError") and not (tb and tb.frames) and beside is not None:
         # a bare assertion whose frames were cut from the paste, and the traceback another rank printed beside it
@@ -1311,14 +1349,32 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             + ".",
             data,
         )
+    # (no frame printed, but the message is one a library raises: where, from its source)
+    src_at = (
+        f"{raised.file}:{raised.line} (in {raised.function}) at {raised.package} {raised.version}"
+        if raised is not None and lib is None
+        else ""
+    )
     return FailureClass(
         "crash",
         f"{exc_type.rsplit('.', 1)[-1]} "
-        + (f"in {lib[0].split('/', 1)[0]}" if lib else "in the training script"),
-        f"{where}: {exc_type}: {clip(message, 240)}" + (f" (last frame {last})." if last else "."),
+        + (
+            f"in {lib[0].split('/', 1)[0]}"
+            if lib
+            else f"in {raised.package}"
+            if src_at and raised is not None
+            else "in the training script"
+        ),
+        f"{where}: {exc_type}: {clip(message, 240)}"
+        + (f" (last frame {last})" if last else "")
+        + (f"; the message is raised at {src_at} (no frame of it was printed)." if src_at else "."),
         "the cause: this exception is where it surfaced" + (f"; versions: {vers}." if known else "."),
-        "read the traceback from its innermost library frame"
-        + (f" ({lib[0]}:{lib[1]} in {lib[2]})" if lib else "")
+        (
+            f"read {raised.file}:{raised.line} (in {raised.function})"
+            if src_at and raised is not None
+            else "read the traceback from its innermost library frame"
+            + (f" ({lib[0]}:{lib[1]} in {lib[2]})" if lib else "")
+        )
         + "; search the library's tracker for the message at the installed version.",
         data,
     )
