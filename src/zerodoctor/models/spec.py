@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from zerodoctor.errors import PlanError
+from zerodoctor.versions import parse_version
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 """Bundled `config.json` copies, one `<slug>.json` per model (listed in pyproject package-data)."""
@@ -1185,6 +1186,62 @@ def _lm_head(hidden: int, vocab: int, tied: bool, prefix: str) -> ModuleShape:
 def _experts(path: str, num: int, hidden: int, inter: int, count: int) -> ModuleShape:
     # transformers 5: gate_up_proj (E, 2*I, H) + down_proj (E, H, I) on one module.
     return ModuleShape(path, EXPERTS, num * 3 * hidden * inter, count, TEXT)
+
+
+EXPERTS_FUSED_FROM = (5, 0)
+"""The first transformers release that builds a MoE layer's experts as ONE module (transformers 5.23
+`MixtralExperts`, `Qwen2MoeExperts`, `DeepseekV2Experts`: 3-D `gate_up_proj` (E, 2I, H) + `down_proj` (E, H, I)).
+Before it, every expert is its own SwiGLU module with three `nn.Linear`s: transformers v4.36.0
+src/transformers/models/mixtral/modeling_mixtral.py `MixtralBlockSparseTop2MLP` (`w1`, `w2`, `w3`) in
+`MixtralSparseMoeBlock.experts = nn.ModuleList(...)`; v4.40.0 models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeMLP`
+(`gate_proj`, `up_proj`, `down_proj`) per expert, as Qwen3-MoE and DeepSeek-V2/V3 in 4.x. ZeRO-3 fetches per module
+and frees each gradient per parameter, so the layout decides the largest module and the largest tensor."""
+
+_PER_EXPERT_NAMES = {"mixtral": ("w1", "w3", "w2")}
+"""(gate, up, down) `nn.Linear` names of one expert under transformers 4.x; others: gate_proj, up_proj, down_proj."""
+
+
+def with_transformers_layout(spec: ModelSpec, transformers_version: str | None) -> ModelSpec:
+    """`spec` as the given transformers release builds it: before 5.0 (`EXPERTS_FUSED_FROM`) each fused experts
+    module becomes E x 3 `nn.Linear`s (h -> I gate and up, I -> h down), which changes the largest module and
+    tensor (and makes the experts LoRA/bitsandbytes targets, as they were in 4.x). An unknown or current version,
+    or a model without fused experts, is returned unchanged; the total is the same either way."""
+    version = parse_version(transformers_version)
+    if version is None or version.release >= EXPERTS_FUSED_FROM:
+        return spec
+    p = spec.params
+    hidden, inter, num = p.hidden_size, p.moe_intermediate_size, p.num_experts
+    if not any(m.kind == EXPERTS and m.numel == num * 3 * hidden * inter for m in spec.modules):
+        return spec
+    gate, up, down = _PER_EXPERT_NAMES.get(spec.model_type, ("gate_proj", "up_proj", "down_proj"))
+    mods: list[ModuleShape] = []
+    for m in spec.modules:
+        if m.kind != EXPERTS or m.numel != num * 3 * hidden * inter:
+            mods.append(m)
+            continue
+        per = m.path + ".{e}."
+        count = m.count * num
+        mods += [
+            _linear(per + gate, hidden, inter, count=count),
+            _linear(per + up, hidden, inter, count=count),
+            _linear(per + down, inter, hidden, count=count),
+        ]
+    biggest = max(mods, key=lambda m: m.numel)
+    biggest_linear = max((m for m in mods if m.kind == LINEAR), key=lambda m: m.in_features * m.out_features)
+    params = replace(
+        p,
+        largest_module_numel=biggest.numel,
+        largest_module_name=biggest.path,
+        largest_linear_in=biggest_linear.in_features,
+        largest_linear_out=biggest_linear.out_features,
+        largest_linear_name=biggest_linear.path,
+    )
+    note = (
+        f"MoE experts laid out as transformers {transformers_version} builds them: one nn.Linear per expert "
+        f"({gate}/{up}/{down}), largest module {biggest.path} {biggest.numel:,} (fused experts module from transformers 5)"
+    )
+    notes = "; ".join(n for n in (spec.notes, note) if n)
+    return replace(spec, modules=tuple(mods), params=params, notes=notes)
 
 
 def _mixtral(cfg: _Cfg) -> tuple[list[ModuleShape], _Shape]:

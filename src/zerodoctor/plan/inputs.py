@@ -421,7 +421,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
     if zero is None and run.fsdp is not None:
         zero = fsdp_as_zero(fsdp_settings(run.fsdp))
     env = run.env
-    return PlanInputs(
+    inputs = PlanInputs(
         model=model,
         cluster=cluster,
         training=training,
@@ -436,6 +436,9 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,
         expandable_segments=run.expandable_segments.value,
     )
+    from zerodoctor.plan.phases import with_moe_layout  # phases imports this module
+
+    return with_moe_layout(inputs)
 
 
 def zero_settings(z: ZeroDescription) -> ZeroSettings:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer
+from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_transformers_layout
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
     ActivationEstimate,
@@ -526,6 +526,16 @@ def _pinned_host(c: ms.Component, zero: ZeroSettings, torch_version: str | None)
 # --------------------------------------------------------------------------------------------------
 
 
+def with_moe_layout(inputs: PlanInputs) -> PlanInputs:
+    """`inputs` with the model's MoE experts laid out as the run's transformers builds them (one module per layer
+    from 5.0, one `nn.Linear` per expert before: `zerodoctor.models.spec.with_transformers_layout`); unchanged for
+    an unknown version, a dense model, or a layout already converted."""
+    model = with_transformers_layout(inputs.model, inputs.transformers_version)
+    if model is inputs.model:
+        return inputs
+    return replace(inputs, model=model, notes=(*inputs.notes, model.notes.rsplit("; ", 1)[-1]))
+
+
 def plan_strategy(
     inputs: PlanInputs,
     zero: ZeroSettings,
@@ -537,6 +547,7 @@ def plan_strategy(
     """Evaluate one ZeRO strategy for the model, cluster and recipe in `inputs` (`training` overrides the
     recipe, e.g. a LoRA variant of a full fine-tune)."""
     t = training or inputs.training
+    inputs = with_moe_layout(inputs)
     if zero.fsdp is not None:
         from zerodoctor.plan.fsdp import plan_fsdp
 
