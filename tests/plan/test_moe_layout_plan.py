@@ -45,3 +45,34 @@ def test_the_layout_is_named_in_the_notes_and_a_dense_model_is_unchanged() -> No
     assert with_moe_layout(dense) is dense
     old_items, new_items = _items(dense), _items(dataclasses.replace(dense, transformers_version="5.23.0"))
     assert (old_items[FETCHED], old_items[GRAD]) == (new_items[FETCHED], new_items[GRAD])
+
+
+def _env_snapshot(tmp_path, transformers_version: str):  # type: ignore[no-untyped-def]
+    import json
+
+    from zerodoctor.env.model import Environment, PackageInfo
+
+    env = Environment(
+        python="3.10",
+        platform="linux",
+        packages={"transformers": PackageInfo("transformers", transformers_version)},
+    )
+    snap = tmp_path / "env.json"
+    snap.write_text(json.dumps(env.to_dict()))
+    return snap
+
+
+def test_a_transformers_4_env_plans_lora_on_the_experts_by_their_4x_names(run_cli, tmp_path):  # type: ignore[no-untyped-def]
+    import json
+
+    args = ["plan", "--model", "mixtral-8x7b", "--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "80",
+            "--host-ram", "1024", "--method", "lora", "--lora-targets", "q_proj,w1,w2,w3", "--format", "json"]  # fmt: skip
+    code, out, err = run_cli(*args, "--env", str(_env_snapshot(tmp_path, "4.36.0")))
+    assert code == 0, err
+    assert "one nn.Linear per expert (w1/w3/w2)" in out and "transformers 4.36.0" in out
+    assert json.loads(out)
+    # transformers 5: the fused layout, no per-expert note (PEFT finds no w1/w2/w3 Linear there)
+    code, out5, err = run_cli(*args, "--env", str(_env_snapshot(tmp_path, "5.23.0")))
+    assert code == 0, err
+    assert "one nn.Linear per expert" not in out5
+    assert out5 != out

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from zerodoctor.errors import PlanError
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.models.spec import with_transformers_layout
 from zerodoctor.setup.run import (
     DEFAULT_LORA_RANK,
     DEFAULT_SEQ_LEN,
@@ -408,6 +409,12 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         notes.append(
             f"pre-quantized base: {method_q} {quant.bits}-bit (from {quant.source}); planned as a QLoRA of it"
         )
+    # MoE experts as the environment's transformers builds them (one nn.Linear per expert before 5.0), before the
+    # LoRA targets are checked against the model's Linear names
+    laid_out = with_transformers_layout(model, (run.env.version_of("transformers") or None) if run.env else None)
+    if laid_out is not model:
+        notes.append(laid_out.notes.rsplit("; ", 1)[-1])
+        model = laid_out
     if training.is_peft:
         model.lora_params(training.lora_rank, training.lora_targets)  # validates target names, clear message
     framework = run.framework.name
@@ -421,7 +428,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
     if zero is None and run.fsdp is not None:
         zero = fsdp_as_zero(fsdp_settings(run.fsdp))
     env = run.env
-    inputs = PlanInputs(
+    return PlanInputs(
         model=model,
         cluster=cluster,
         training=training,
@@ -436,9 +443,6 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,
         expandable_segments=run.expandable_segments.value,
     )
-    from zerodoctor.plan.phases import with_moe_layout  # phases imports this module
-
-    return with_moe_layout(inputs)
 
 
 def zero_settings(z: ZeroDescription) -> ZeroSettings:
