@@ -2,7 +2,8 @@
 
 transformers 5 builds one fused experts module per layer (3-D `gate_up_proj` + `down_proj`); 4.x built one
 `nn.Linear` per expert (transformers v4.36.0 models/mixtral/modeling_mixtral.py `MixtralBlockSparseTop2MLP`: `w1`,
-`w2`, `w3`; v4.40.0 models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeMLP`: `gate_proj`, `up_proj`, `down_proj`).
+`w2`, `w3`; v4.40.0 models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeMLP`: `gate_proj`, `up_proj`, `down_proj`;
+the same in the 4.45.2 and 4.57.1 wheels).
 ZeRO-3 fetches per module, so the largest module differs by the layout. The transformers-5 side is checked on a
 real meta-device build with the installed transformers.
 """
@@ -37,12 +38,15 @@ def test_transformers_4_builds_one_linear_per_expert(version: str) -> None:
     assert (experts["w1"].in_features, experts["w1"].out_features) == (MIXTRAL_H, MIXTRAL_I)
     assert (experts["w2"].in_features, experts["w2"].out_features) == (MIXTRAL_I, MIXTRAL_H)
     assert all(m.kind == LINEAR and m.count == 32 * MIXTRAL_E for m in experts.values())
+    assert experts["w1"].path == "model.layers.{i}.block_sparse_moe.experts.{e}.w1"
+    router = [m for m in old.modules if m.path == "model.layers.{i}.block_sparse_moe.gate"]
+    assert len(router) == 1 and router[0].kind == LINEAR and router[0].out_features == MIXTRAL_E
     # the largest module is now the embedding / head (V x h), not a layer's experts block
     assert old.params.largest_module_numel == MIXTRAL_V * MIXTRAL_H
     assert "experts" not in old.params.largest_module_name
     assert "transformers " + version in old.notes
     # LoRA can target the experts by their 4.x names, as PEFT did on a 4.x Mixtral
-    assert {lin.name for lin in old.linear_modules()} >= {"w1", "w2", "w3"}
+    assert {lin.name for lin in old.linear_modules()} >= {"w1", "w2", "w3", "gate"}
     assert with_transformers_layout(old, version) is old  # idempotent
 
 

@@ -1198,7 +1198,12 @@ src/transformers/models/mixtral/modeling_mixtral.py `MixtralBlockSparseTop2MLP` 
 and frees each gradient per parameter, so the layout decides the largest module and the largest tensor."""
 
 _PER_EXPERT_NAMES = {"mixtral": ("w1", "w3", "w2")}
-"""(gate, up, down) `nn.Linear` names of one expert under transformers 4.x; others: gate_proj, up_proj, down_proj."""
+"""(gate, up, down) `nn.Linear` names of one expert under transformers 4.x; others: gate_proj, up_proj, down_proj
+(read in the 4.45.2 and 4.57.1 wheels: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3)."""
+
+_MOE_BLOCK_4X = {"mixtral": "block_sparse_moe"}
+"""The MoE block's attribute on a 4.x decoder layer where it is not `mlp` (Mixtral: `self.block_sparse_moe`, whose
+router `gate` is an `nn.Linear(hidden, num_experts, bias=False)`)."""
 
 
 def with_transformers_layout(spec: ModelSpec, transformers_version: str | None) -> ModelSpec:
@@ -1214,12 +1219,17 @@ def with_transformers_layout(spec: ModelSpec, transformers_version: str | None) 
     if not any(m.kind == EXPERTS and m.numel == num * 3 * hidden * inter for m in spec.modules):
         return spec
     gate, up, down = _PER_EXPERT_NAMES.get(spec.model_type, ("gate_proj", "up_proj", "down_proj"))
+    block = _MOE_BLOCK_4X.get(spec.model_type)
     mods: list[ModuleShape] = []
     for m in spec.modules:
+        if block is not None and m.path.endswith(".mlp.gate") and m.kind == ROUTER:
+            path = m.path.replace(".mlp.", f".{block}.")
+            mods.append(_linear(path, hidden, num, count=m.count, component=m.component))
+            continue
         if m.kind != EXPERTS or m.numel != num * 3 * hidden * inter:
             mods.append(m)
             continue
-        per = m.path + ".{e}."
+        per = (m.path.replace(".mlp.", f".{block}.") if block else m.path) + ".{e}."
         count = m.count * num
         mods += [
             _linear(per + gate, hidden, inter, count=count),
