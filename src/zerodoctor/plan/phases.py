@@ -28,6 +28,7 @@ from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_tr
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
     ActivationEstimate,
+    EvalForward,
     activation_bytes,
     eval_forward_bytes,
     loss_shift_for,
@@ -1315,6 +1316,33 @@ EVAL_SOURCE = (
 )
 
 
+def _no_grad_forward(
+    inputs: PlanInputs,
+    t: Training,
+    zero: ZeroSettings,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    keep_logits: bool = False,
+    use_cache: bool = False,
+) -> EvalForward:
+    """A forward under no_grad with labels in the batch (an evaluation step, a reference model's forward) in the run's
+    dtypes: the loss in the model dtype only where the model computes it so under DeepSpeed."""
+    spec = inputs.model
+    return eval_forward_bytes(
+        spec,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        attn_impl=t.attn,
+        dtype_bytes=t.param_bytes,
+        loss_dtype_bytes=t.param_bytes if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
+        loss_shift=loss_shift_for(inputs.transformers_version),
+        sequence_parallel=t.sequence_parallel,
+        keep_logits=keep_logits,
+        use_cache=use_cache,
+    )
+
+
 def eval_phase(
     inputs: PlanInputs, t: Training, zero: ZeroSettings, steady_gpu: tuple[Item, ...], steady_host: tuple[Item, ...]
 ) -> Phase | None:
@@ -1324,18 +1352,14 @@ def eval_phase(
     (`activations.eval_forward_bytes`). The allocator item is the steady step's (not replayed for evaluation)."""
     if not t.eval_micro_batch:
         return None
-    spec = inputs.model
     pb = t.param_bytes
     seq = min(t.seq_len, t.longest_sample_tokens or t.seq_len)
-    ev = eval_forward_bytes(
-        spec,
+    ev = _no_grad_forward(
+        inputs,
+        t,
+        zero,
         micro_batch=t.eval_micro_batch,
         seq_len=seq,
-        attn_impl=t.attn,
-        dtype_bytes=pb,
-        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
-        loss_shift=loss_shift_for(inputs.transformers_version),
-        sequence_parallel=t.sequence_parallel,
         keep_logits=t.eval_keeps_logits,
         # LLaMA-Factory's patcher sets config.use_cache = False for training ("KV cache is disabled during
         # training"); HF Trainer leaves the model config's (true for the catalog's causal LMs) and eval mode uses it.
@@ -1400,16 +1424,7 @@ def reference_forward_item(
     rows = t.micro_batch * (2 if t.paired_inputs else 1)
     tokens = rows * -(-seq // max(t.sequence_parallel, 1))
     held = tokens * spec.params.vocab_size * ms.FP32_BYTES if inputs.framework in HOLDS_POLICY_LOGITS else 0
-    ref = eval_forward_bytes(
-        spec,
-        micro_batch=rows,
-        seq_len=seq,
-        attn_impl=t.attn,
-        dtype_bytes=pb,
-        loss_dtype_bytes=pb if spec.loss_in_model_dtype and zero.stage >= 1 else ms.FP32_BYTES,
-        loss_shift=loss_shift_for(inputs.transformers_version),
-        sequence_parallel=t.sequence_parallel,
-    )
+    ref = _no_grad_forward(inputs, t, zero, micro_batch=rows, seq_len=seq)
     # The framework's own log-probs of the reference logits (LLaMA-Factory get_batch_logps, TRL, OpenRLHF):
     # `logits.to(float32)`, then `log_softmax` of the `[:, :-1, :]` slice, which the kernel first makes contiguous:
     # three fp32 tensors of the logits' size at once (recorded on the CPU, tests/plan/test_reference_forward.py).
