@@ -38,13 +38,25 @@ from zerodoctor.plan.inputs import (
     ZeroSettings,
     fsdp_as_zero,
 )
-from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_strategy
+from zerodoctor.plan.phases import ALLOCATOR_ITEM, DEFAULT_SAFETY_MARGIN, StrategyPlan, plan_strategy
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "plan_published.yaml"
 DATA_GLOB = "plan_published*.yaml"
 UNKNOWN_HOST_GIB = 4096
 """Host RAM where a case does not report it: large enough that only the GPU is judged."""
+
+READING_EXCLUDES = {
+    "allocated": frozenset({"CUDA context", "NCCL buffers", ALLOCATOR_ITEM}),
+    "reserved": frozenset({"CUDA context", "NCCL buffers"}),
+    "device": frozenset(),
+}
+"""What a published GPU figure counts (`reading:` in a case, from its source's own words): `allocated` is
+torch.cuda.max_memory_allocated (or the allocator's active bytes), `reserved` is max_memory_reserved (allocated plus
+what the caching allocator keeps), `device` is what nvidia-smi or a device-level chart shows (reserved plus the CUDA
+context and NCCL's buffers, outside PyTorch). The planner's phase totals are device-level; a figure is compared with
+the planner's items that its reading counts. A case whose source does not say which reading it is (no `reading:`) is
+compared at device level, the most a reading can count."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +72,31 @@ class Outcome:
     host_measured_bytes: int | None = None
 
     @property
+    def reading(self) -> str | None:
+        """Which reading the published figure is (READING_EXCLUDES), or None where its source does not say."""
+        value = self.case.get("reading")
+        return None if value is None else str(value)
+
+    @property
+    def predicted_reading(self) -> int:
+        """The planner's peak counted as the published figure counts it: its largest phase (the save only where
+        the case is a save) without the per-GPU items the reading does not see."""
+        excluded = READING_EXCLUDES[self.reading or "device"]
+        with_save = self.case.get("phase") == "save"
+        return max(
+            sum(i.bytes for i in p.gpu if i.name not in excluded)
+            for p in self.plan.phases
+            if with_save or p.name != "save"
+        )
+
+    @property
     def error(self) -> float | None:
-        """Against a published GPU peak; None for a figure at the card's size (`card_full`), which bounds the run's
-        need from above (the caching allocator keeps what it cached) and is judged only as a verdict."""
+        """Against a published GPU peak, like with like (`predicted_reading`); None for a figure at the card's size
+        (`card_full`), which bounds the run's need from above (the caching allocator keeps what it cached) and is
+        judged only as a verdict."""
         if self.measured_bytes is None or self.case.get("card_full"):
             return None
-        return (self.predicted_gpu - self.measured_bytes) / self.measured_bytes
+        return (self.predicted_reading - self.measured_bytes) / self.measured_bytes
 
     @property
     def host_predicted(self) -> int:
@@ -261,6 +292,8 @@ def markdown(outcomes: list[Outcome]) -> str:
                 if o.case.get("card_full"):
                     pub = f"<= {pub} (full card)"
             pred = f"{o.predicted_gpu / GIB:.1f} GiB ({o.predicted_phase})"
+            if o.error is not None and o.reading not in (None, "device"):
+                pred += f", {o.predicted_reading / GIB:.1f} GiB {o.reading}"
             if o.case["kind"] == "host_oom":
                 pred = f"host {o.predicted_host / GIB:.0f} GiB of {o.case['cluster']['host_gib']}"
             if o.host_error is not None:
@@ -303,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                 "predicted_phase": o.predicted_phase,
                 "predicted_host_bytes": o.predicted_host,
                 "measured_bytes": o.measured_bytes,
+                "reading": o.reading,
+                "predicted_reading_bytes": o.predicted_reading,
                 "error": o.error,
                 "status": o.plan.status,
                 "verdict_right": o.verdict_right,

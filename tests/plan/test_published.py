@@ -251,3 +251,43 @@ def test_an_unscored_case_says_why_and_its_model_really_is_unknown():
         with pytest.raises(PlanError):
             pp.build(case)
     assert not {c["id"] for c in unscored} & {c["id"] for c in pp.load_all_cases()}
+
+
+def test_a_published_figure_is_compared_with_what_its_reading_counts():
+    """`reading:` says what the source's figure counts (torch's allocated or reserved peak, or the device-level
+    figure nvidia-smi shows); the error compares it with the planner's items that reading sees. A unit text that
+    names `max_memory_allocated` / `max_memory_reserved` / nvidia-smi carries the matching `reading`."""
+    cases = [c for c in pp.load_all_cases(unscored=False) if c.get("reading")]
+    assert {c["reading"] for c in cases} == set(pp.READING_EXCLUDES)
+    for case in cases:
+        unit = str(case["unit"])
+        if "max_memory_allocated" in unit:
+            assert case["reading"] == "allocated", case["id"]
+        elif "max_memory_reserved" in unit and "not said" not in unit:
+            assert case["reading"] == "reserved", case["id"]
+        elif "nvidia-smi" in unit:
+            assert case["reading"] == "device", case["id"]
+    by_reading = {
+        r: next(
+            c
+            for c in cases
+            if c["reading"] == r and c["cluster"]["nodes"] * c["cluster"]["gpus_per_node"] > 1
+        )
+        for r in pp.READING_EXCLUDES
+    }
+    for reading, case in by_reading.items():
+        out = pp.evaluate(case)
+        phase = max((p for p in out.plan.phases if p.name != "save"), key=lambda p: p.gpu_bytes)
+        names = {i.name for i in phase.gpu}
+        assert pp.READING_EXCLUDES[reading] <= names, (case["id"], names)  # the items it leaves out exist
+        left_out = sum(i.bytes for i in phase.gpu if i.name in pp.READING_EXCLUDES[reading])
+        assert out.predicted_reading <= out.predicted_gpu
+        assert out.predicted_reading >= phase.gpu_bytes - left_out
+        if reading == "device":
+            assert out.predicted_reading == out.predicted_gpu
+        else:
+            assert out.predicted_reading < out.predicted_gpu
+    # a case without a stated reading is compared at device level, the most a reading can count
+    unstated = next(c for c in pp.load_all_cases() if c["kind"] == "gpu_peak" and not c.get("reading"))
+    out = pp.evaluate(unstated)
+    assert out.reading is None and out.predicted_reading == out.predicted_gpu
