@@ -176,9 +176,20 @@ def _why(rec: StrategyPlan, margin: float) -> str:
     )
 
 
-def _action(rec: StrategyPlan | None) -> str:
-    if rec is None:
-        return "add GPUs or nodes, shorten --seq-len or lower --micro-batch"
+def _nothing_fits_action(inputs: PlanInputs, evaluated: list[StrategyPlan], margin: float) -> str:
+    """When no strategy fits, PLAN001 says what PLAN006 says would (zerodoctor.plan.nothing_fits)."""
+    from zerodoctor.plan.nothing_fits import advise
+
+    advice = advise(inputs, evaluated, margin, max_changes=1)
+    if advice is None:
+        return "add GPUs or nodes, or use GPUs with more memory"
+    if advice.changes:
+        ch = advice.changes[0]
+        return f"no strategy fits as it is (PLAN006); with {ch.strategy}, {ch.text}"
+    return f"no strategy fits (PLAN006); {advice.action}"
+
+
+def _action(rec: StrategyPlan) -> str:
     if rec.zero.fsdp is not None:
         f = rec.zero.fsdp
         return (
@@ -208,7 +219,7 @@ def judge(
         if gpu_fail:
             order = {name: k for k, name in enumerate(PHASES)}
             ph, _, need, cap = min(gpu_fail, key=lambda f: order[f[0]])  # the first phase that breaks
-            action = _action(rec)
+            action = _action(rec) if rec is not None else _nothing_fits_action(inputs, evaluated, margin)
             if ph == "eval":
                 # only the evaluation breaks: its batch is the run's per_device_eval_batch_size, not the train one
                 action = (
@@ -354,26 +365,9 @@ def judge(
             )
         )
     if rec is None:
-        best = min(evaluated, key=lambda s: s.gpu_peak()[0]) if evaluated else None
-        detail = (
-            f"; the smallest per-GPU peak is {_g(best.gpu_peak()[0])} ({best.name}, {PHASE_TITLES[best.gpu_peak()[1]]})"
-            if best is not None
-            else ""
-        )
-        out.append(
-            Finding(
-                id="PLAN006",
-                name="plan.nothing-fits",
-                severity=Severity.ERROR,
-                title="no strategy fits this cluster",
-                message=(
-                    f"none of {len(evaluated)} strategies fits {inputs.cluster.world_size} x "
-                    f"{_g(inputs.cluster.gpu_memory_bytes)} GPUs and {_g(inputs.cluster.host_ram_bytes)} host RAM per "
-                    f"node with a {margin:.0%} margin{detail}; add GPUs or nodes, shorten --seq-len or lower --micro-batch"
-                ),
-                source=SOURCE,
-            )
-        )
+        from zerodoctor.plan.nothing_fits import nothing_fits_finding
+
+        out.append(nothing_fits_finding(inputs, evaluated, margin))
     else:
         changed = (
             " (changes the method: nothing fits with " + t.method + ")"

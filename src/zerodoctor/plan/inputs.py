@@ -271,6 +271,9 @@ class PlanInputs:
     zero3_init: bool = True
     expandable_segments: bool = False
     """PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True (less allocator slack per GPU)."""
+    run: RunDescription | None = field(default=None, compare=False, repr=False)
+    """The run description these inputs were read from (None when built directly): what a finding names the
+    user's settings by (`per_device_train_batch_size (4, train.yaml:12)`)."""
 
     @property
     def data_parallel(self) -> int:
@@ -442,6 +445,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         notes=tuple(notes),
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,
         expandable_segments=run.expandable_segments.value,
+        run=run,
     )
 
 
