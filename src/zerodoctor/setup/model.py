@@ -56,6 +56,9 @@ class TrainingSetup:
     quant: dict[str, Any] = field(default_factory=dict)
     quant_evidence: Evidence | None = None
     method: str | None = None
+    adapter: str | None = (
+        None  # "oft": LLaMA-Factory's finetuning_type oft, planned as LoRA's adapter-only set
+    )
     model_ref: str | None = None
     device_map_evidence: Evidence | None = None
     missing_references: list[tuple[ConfigDocument, str, str]] = field(
@@ -390,7 +393,10 @@ def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> Non
         elif qbit == 8:
             s.quant = {"load_in_8bit": True}
             s.quant_evidence = doc.evidence(("quantization_bit",))
-        s.method = ("qlora" if qbit else "lora") if ftype == "lora" else ftype
+        # OFT (LLaMA-Factory >= 0.9.4, PEFT OFTConfig on the same targets, quantized too: adapter.py
+        # `finetuning_type in ["lora", "oft"]`) trains an adapter only, like LoRA: planned as one (run.py sizes it).
+        s.adapter = ftype if ftype == "oft" else None
+        s.method = ("qlora" if qbit else "lora") if ftype in ("lora", "oft") else ftype
         return
     # HF-style arguments: a `quantization_config` block, the PEFT example scripts' arguments
     # (use_4bit_quantization, bnb_4bit_quant_storage_dtype, ...) or TRL's ModelConfig (load_in_4bit).

@@ -47,7 +47,7 @@ LLAMAFACTORY_KEYS = {
     "quantization_method",
     "plot_loss",
 }
-LLAMAFACTORY_STAGES = {"pt", "sft", "rm", "ppo", "dpo", "kto"}
+LLAMAFACTORY_STAGES = {"pt", "sft", "rm", "ppo", "dpo", "kto", "orpo"}  # orpo: v0.6.2-v0.7.1
 # TrainingArguments names a DeepSpeed config never has (gradient_accumulation_steps, fp16 and bf16 exist in
 # both, so they do not decide).
 HF_KEYS = {

@@ -427,6 +427,12 @@ class _Validate:
         except SetupError as err:
             return self._fail(err, k, fallback)
 
+    def refuse(self, k: Known[Any], why: str, fallback: Any) -> Known[Any]:
+        """A value the framework refuses, `why` saying so (with the framework's version)."""
+        o = k.origin
+        where = o.detail if o.kind == "flag" else (f"{o.describe()}" if o.file else (o.key or "value"))
+        return self._fail(SetupError(f"{where}: {why}"), k, fallback)
+
     def one_of(self, k: Known[Any], allowed: tuple[str, ...], what: str, fallback: str) -> Known[str]:
         o = k.origin
         where = o.detail if o.kind == "flag" else (f"{o.describe()}: {what}" if o.file else what)
@@ -616,18 +622,23 @@ def describe_run(
     cluster = ClusterDescription(nodes, gpn, world, gpu_mem, host)
 
     # ---- recipe --------------------------------------------------------------------------------------
+    refused = _llamafactory_refusals(setup, rd, env, check)
     method_k = _first(
         fl("method", flags.method),
-        Known(setup.method, _method_origin(setup)) if setup.method else None,
-    ) or Known("full", _default("full fine-tuning"))
+        Known(setup.method, _method_origin(setup))
+        if setup.method and "finetuning_type" not in refused
+        else None,
+    ) or Known("full" if "finetuning_type" not in refused else "lora", _default("full fine-tuning"))
     method = check.one_of(method_k, METHODS, "finetuning method", "full")
-    rank_k = _first(fl("lora_rank", flags.lora_rank), rd.arg("lora_rank", "lora_r")) or Known(
-        DEFAULT_LORA_RANK, _default("PEFT r=8")
-    )
+    oft = setup.adapter == "oft" and flags.method is None
+    rank_k = _first(
+        fl("lora_rank", flags.lora_rank),
+        _oft_rank(setup, rd, notes) if oft else rd.arg("lora_rank", "lora_r"),
+    ) or Known(DEFAULT_LORA_RANK, _default("PEFT r=8"))
     rank = check.count(rank_k, "LoRA rank")
     targets_k = _first(
         fl("lora_targets", flags.lora_targets),
-        rd.arg("lora_target", "lora_target_modules", "target_modules"),
+        rd.arg("oft_target") if oft else rd.arg("lora_target", "lora_target_modules", "target_modules"),
     ) or Known(LORA_ALL_LINEAR, _default("all linear layers"))
     targets = Known(lora_targets(targets_k.value), targets_k.origin)
 
@@ -822,7 +833,10 @@ def _eval_micro_batch(rd: _Reader, framework: str | None) -> Known[int] | None:
     strategy = rd.arg("eval_strategy", "evaluation_strategy")
     do_eval = rd.arg("do_eval")
     when = None
-    if strategy is not None and str(getattr(strategy.value, "value", strategy.value)).lower() in EVAL_STRATEGIES:
+    if (
+        strategy is not None
+        and str(getattr(strategy.value, "value", strategy.value)).lower() in EVAL_STRATEGIES
+    ):
         when = strategy
     elif do_eval is not None and truthy(do_eval.value):
         when = do_eval
@@ -834,10 +848,15 @@ def _eval_micro_batch(rd: _Reader, framework: str | None) -> Known[int] | None:
         if not has_split and rd.arg("eval_dataset") is None:
             return None  # no eval set: LLaMA-Factory's loader gives the Trainer none
     size = rd.arg("per_device_eval_batch_size")
-    if size is not None and isinstance(as_number(size.value), (int, float)) and (as_number(size.value) or 0) >= 1:
+    if (
+        size is not None
+        and isinstance(as_number(size.value), (int, float))
+        and (as_number(size.value) or 0) >= 1
+    ):
         return Known(int(as_number(size.value) or 1), size.origin)
     return Known(
-        8, _default(f"transformers' per_device_eval_batch_size default 8 ({when.origin.describe()} evaluates)")
+        8,
+        _default(f"transformers' per_device_eval_batch_size default 8 ({when.origin.describe()} evaluates)"),
     )
 
 
@@ -925,8 +944,70 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(str(x).strip() for x in items if str(x).strip())
 
 
-PREFERENCE_STAGES = ("dpo", "kto")
+PREFERENCE_STAGES = ("dpo", "kto", "orpo")
+"""LLaMA-Factory stages that train on preferences; `orpo` is a stage of its own in v0.6.2-v0.7.1 (its
+CustomORPOTrainer has no reference model and concatenates chosen and rejected: orpo/trainer.py
+concatenated_forward at v0.7.1), `stage: dpo` + `pref_loss: orpo` from v0.8.0."""
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")
+OFT_DEFAULT_BLOCK = 32
+"""LLaMA-Factory OFTArguments.oft_block_size default (oft_rank default 0: the block size decides)."""
+
+
+def _llamafactory_refusals(
+    setup: TrainingSetup, rd: _Reader, env: Environment | None, check: _Validate
+) -> set[str]:
+    """The LLaMA-Factory fields whose value the run's release refuses (HfArgumentParser stops before training):
+    each reported with the release and what it accepts (zerodoctor.setup.llamafactory_values)."""
+    from zerodoctor.setup.llamafactory_values import FIELDS, refusal
+
+    if setup.args_doc is None or setup.args_doc.kind != "llamafactory":
+        return set()
+    version = None
+    if env is not None:
+        version = env.version_of("llamafactory") or env.version_of("llmtuner") or None
+    out = set()
+    for name in FIELDS:
+        k = rd.arg(name)
+        why = refusal(name, k.value, version) if k is not None else None
+        if k is not None and why is not None:
+            check.refuse(k, why, {"finetuning_type": "lora", "stage": "sft"}.get(name, "sigmoid"))
+            out.add(name)
+    return out
+
+
+def _oft_rank(setup: TrainingSetup, rd: _Reader, notes: list[str]) -> Known[int]:
+    """LLaMA-Factory's OFT planned as LoRA's adapter-only trainable set: the LoRA rank with as many parameters.
+
+    PEFT's OFT (peft 0.21.2 tuners/oft/layer.py `update_layer`, the `OFTConfig` LLaMA-Factory builds in
+    model/adapter.py from oft_rank and oft_block_size) gives each targeted linear layer in_features / b blocks of
+    b(b-1)/2 parameters (a skew-symmetric b x b block each): in_features x (b-1)/2, where LoRA of rank r has
+    r x (in + out). On a square layer the two match at r = (b-1)/4 (7.75 for LLaMA-Factory's default b = 32);
+    on a wider layer (down_proj) OFT has more, on a narrower one fewer. The adapter is a small fraction of the
+    model either way; what OFT's rotation of the input costs in activations is not modelled."""
+    block_k = rd.arg("oft_block_size")
+    rank_k = rd.arg("oft_rank")
+    block = as_number(block_k.value) if block_k is not None else OFT_DEFAULT_BLOCK
+    oft_rank = as_number(rank_k.value) if rank_k is not None else 0
+    hidden = setup.hidden_size
+    if oft_rank and not block and hidden:
+        block = hidden / oft_rank  # PEFT: oft_block_size = in_features // r when r is given instead
+    b = float(block or OFT_DEFAULT_BLOCK)
+    rank = max(1, round((b - 1) / 4))
+    given = block_k or rank_k
+    origin = given.origin if given is not None else None
+    notes.append(
+        f"finetuning_type oft: planned as LoRA's adapter-only trainable set on the same targets at rank {rank}, the "
+        f"rank whose r x (in + out) equals OFT's in_features x (b-1)/2 (block size b = {b:g}) on a square layer "
+        "(peft tuners/oft/layer.py update_layer); approximate on non-square layers, and OFT's rotation "
+        "activations are not modelled"
+    )
+    return Known(
+        rank,
+        origin
+        or Origin(
+            "framework", f"LLaMA-Factory OFT, oft_block_size default {OFT_DEFAULT_BLOCK}: LoRA rank {rank}"
+        ),
+    )
 
 
 def _preference(rd: _Reader, method: str) -> tuple[Known[bool], Known[bool]]:
@@ -938,8 +1019,11 @@ def _preference(rd: _Reader, method: str) -> tuple[Known[bool], Known[bool]]:
         none = Known(False, Origin("framework", "not preference training"))
         return none, none
     kind = str(stage.value).lower()
+    if kind == "orpo":  # LLaMA-Factory v0.6.2-v0.7.1: no reference model, chosen and rejected in one forward
+        return Known(False, stage.origin), Known(True, stage.origin)
     loss = rd.arg("pref_loss")
-    reference_free = loss is not None and str(loss.value).lower() in REFERENCE_FREE_LOSSES
+    # pref_loss is DPO's: the KTO workflow builds its reference whatever pref_loss says (train/kto/workflow.py)
+    reference_free = kind == "dpo" and loss is not None and str(loss.value).lower() in REFERENCE_FREE_LOSSES
     ref_k = rd.arg("ref_model")
     if ref_k is not None:
         reference = Known(True, ref_k.origin)
