@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
-from generators import RandomDraw, build_case, named_cases  # noqa: E402
+from generators import COMMANDS, NEW_COMMANDS, RandomDraw, build_case, named_cases  # noqa: E402
 from runner import preload, run_case  # noqa: E402
 
 CPU_LIMIT = 5.0
@@ -55,13 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--named", action="store_true", help="run the cases issue 11 names; print a markdown table"
     )
+    ap.add_argument(
+        "--inputs",
+        choices=("issue11", "added", "all"),
+        default="issue11",
+        help="which generators a seed draws from: issue 11's (the first campaign's seeds build the same "
+        "cases), those added after it (report, guard, selftest, --fix, run directories, new plan inputs), "
+        "or both",
+    )
+    ap.add_argument("--command", help="only this generator (e.g. report, guard, selftest, fix, rundir)")
     args = ap.parse_args(argv)
+    pool = {"issue11": COMMANDS, "added": NEW_COMMANDS, "all": COMMANDS + NEW_COMMANDS}[args.inputs]
 
     preload()  # imported once here, shared by every forked case
 
     work = Path(tempfile.mkdtemp(prefix="zd-fuzz-"))
     if args.only is not None:
-        case = build_case(RandomDraw(args.only))
+        case = build_case(RandomDraw(args.only), args.command, pool)
         o = run_case(case, work / "case", timeout=args.timeout)
         print(case.describe()[:2000])
         print(
@@ -101,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.start, args.start + args.cases):
         if time.monotonic() - start > args.seconds:
             break
-        case = build_case(RandomDraw(seed))
+        case = build_case(RandomDraw(seed), args.command, pool)
         root = work / f"c{seed}"
-        o = run_case(case, root, timeout=args.timeout)
+        o = run_case(case, root, timeout=args.timeout * (3 if case.slow else 1))  # slow: a big input
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(work / f"c{seed}.io", ignore_errors=True)
         done += 1
@@ -143,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()} {platform.processor() or ''} Python {platform.python_version()}".strip(),
         "seeds": [args.start, args.start + done - 1],
+        "inputs": args.command or args.inputs,
         "cases": done,
         "wall_seconds": round(elapsed, 1),
         "by_command": dict(labels),

@@ -64,3 +64,72 @@ def test_diagnose_odd_paths(run_cli, tmp_path):
     os.mkfifo(fifo)
     code, _, err = run_cli("diagnose", str(fifo))  # no writer: empty, not a hang
     assert code == 2 and "the log is empty" in err
+
+
+# ---- report: guard record files a damaged or hand-edited run leaves (fuzz campaign 2026-11-25) ---------------
+
+
+def _guard_run(tmp_path, lines0: list[str] | None = None, error: bytes | None = None):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    from generators import _record_lines
+
+    d = tmp_path / "run" / "zerodoctor"
+    d.mkdir(parents=True)
+    (d / "rank0.jsonl").write_text("\n".join(lines0 or _record_lines(0)) + "\n")
+    (d / "rank1.jsonl").write_text("\n".join(_record_lines(1)) + "\n")
+    if error is not None:
+        (d / "error-rank1.json").write_bytes(error)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("world_size", "1000000000", "world_size: 1000000000 is not a rank count"),  # was a MemoryError
+        ("world_size", "1e999", "world_size: inf is not a finite measurement"),  # was an OverflowError
+        ("step", "Infinity", "step: inf is not a finite measurement"),
+        ("rss", "9" * 5000, "unreadable line"),  # json.loads' 4,300-digit ValueError: was exit 3
+        ("gpu_allocated", '"12"', "gpu_allocated: '12' is not a number"),
+        ("phase", '{"a": 1}', "phase: {'a': 1} is not a name"),  # was unhashable in the projection
+    ],
+)
+def test_report_skips_records_with_values_no_guard_writes(run_cli, tmp_path, key, value, said):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    from generators import _record_lines, _set_json_value
+
+    lines = _record_lines(0)
+    at = 0 if key == "world_size" else 3
+    lines[at] = _set_json_value(lines[at], key, value)
+    code, out, err = run_cli("report", str(_guard_run(tmp_path, lines)), "--format", "json")
+    assert code == 0 and "Traceback" not in err, err
+    notes = json.loads(out)["notes"]
+    assert any(said in n for n in notes), notes
+
+
+def test_report_damaged_findings_and_error_files(run_cli, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    from generators import _record_lines, _set_json_value
+
+    lines = _record_lines(0)
+    lines[-1] = _set_json_value(_set_json_value(lines[-1], "fixes", "true"), "data", "5")  # were TypeErrors
+    run = _guard_run(tmp_path, lines, error=b'{"rank": 1, "diagnosis": "oom", "message": "x"}')
+    code, out, err = run_cli("report", str(run), "--format", "json")
+    assert code == 0 and "Traceback" not in err and '"rank 1 failed"' in out, err
+
+
+def test_report_rank_file_that_is_a_fifo_does_not_hang(run_cli, tmp_path):
+    run = _guard_run(tmp_path)
+    os.mkfifo(run / "zerodoctor" / "rank2.jsonl")
+    os.mkfifo(run / "zerodoctor" / "error-rank0.json")
+    code, out, err = run_cli("report", str(run), "--format", "json")  # no writer: read as empty
+    assert code == 0 and "Traceback" not in err, err

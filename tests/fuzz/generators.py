@@ -50,6 +50,8 @@ class Case:
     stdin: bytes | None = None
     mentions: list[str] = field(default_factory=list)
     slow: bool = False  # a big input: the campaign and the suite give it the full time budget
+    env: dict[str, str] = field(default_factory=dict)  # extra environment variables of the command
+    no_launch: bool = False  # selftest: stop where the real run would start (runner: LAUNCH_REACHED)
 
     def describe(self) -> str:
         sizes = {k: len(v) for k, v in self.files.items()}
@@ -904,8 +906,10 @@ BUILDERS: dict[str, Callable[[Draw], Case]] = {
 }
 
 
-def build_case(draw: Draw, command: str | None = None) -> Case:
-    return BUILDERS[command or draw.choice(COMMANDS)](draw)
+def build_case(draw: Draw, command: str | None = None, pool: Sequence[str] | None = None) -> Case:
+    """One case of `command`, or of a command drawn from `pool` (default: issue 11's COMMANDS, so that a
+    seed of the first campaign still builds the same case; NEW_COMMANDS are the inputs added after it)."""
+    return BUILDERS[command or draw.choice(list(pool or COMMANDS))](draw)
 
 
 def to_json(case: Case) -> dict[str, Any]:
@@ -1071,3 +1075,483 @@ def named_cases() -> dict[str, Case]:
             mentions=["stdin"],
         ),
     }
+
+
+# ---- what was added after the first campaign: report, guard, selftest, --fix, run directories, plan inputs --
+
+# values a guard record may carry where a number is expected (the guard writes json.dumps, which spells
+# non-finite floats NaN / Infinity)
+RECORD_VALUES = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "-1",
+    "0",
+    HUGE,
+    BIG_DIGITS,
+    "1e308",
+    '"x"',
+    '"12"',
+    "null",
+    "true",
+    "[]",
+    "{}",
+    "[1, 2]",
+    '{"a": 1}',
+    "1.5",
+]
+SAMPLE_KEYS = [
+    "step",
+    "t",
+    "gpu_allocated",
+    "gpu_reserved_peak",
+    "gpu_alloc_retries",
+    "gpu_total",
+    "rss",
+    "rss_hwm",
+    "node_used",
+    "node_total",
+    "cgroup_usage",
+    "cgroup_limit",
+    "phase",
+]
+META_KEYS = ["world_size", "local_rank", "host", "rank", "versions"]
+
+
+def _record_lines(rank: int, world: str = "2", steps: int = 8) -> list[str]:
+    gib = 1 << 30
+    lines = [
+        f'{{"kind": "meta", "t": 1800000000.0, "rank": {rank}, "host": "node-a", "local_rank": {rank}, '
+        f'"world_size": {world}, "versions": {{"torch": "2.4.0"}}, "not_available": []}}',
+        f'{{"kind": "event", "t": 1800000000.0, "rank": {rank}, "event": "train_begin", "step": 0}}',
+    ]
+    for step in range(1, steps + 1):
+        phase = "first_optimizer_step" if step == 1 else "save" if step == steps else "train"
+        used = 150 * gib + step * gib
+        lines.append(
+            f'{{"kind": "sample", "t": {1800000000 + 10 * step}, "rank": {rank}, "step": {step}, '
+            f'"optimizer_step": {step}, "phase": "{phase}", "gpu_allocated": {28 * gib}, '
+            f'"gpu_allocated_peak": {29 * gib}, "gpu_reserved": {31 * gib}, "gpu_reserved_peak": {32 * gib}, '
+            f'"gpu_alloc_retries": 0, "gpu_ooms": 0, "gpu_free": {40 * gib}, "gpu_total": {80 * gib}, '
+            f'"rss": {40 * gib + step * (50 << 20)}, "rss_hwm": {41 * gib}, "node_used": {used}, '
+            f'"node_total": {1024 * gib}, "cgroup_usage": {used}, "cgroup_limit": {250 * gib}}}'
+        )
+    lines.append(
+        f'{{"kind": "finding", "t": 1800000000.0, "rank": {rank}, "step": 1, "finding": {{"id": '
+        '"guard.max-steps-below-epoch", "severity": "warning", "title": "stops early", "message": "m", '
+        '"fixes": ["remove max_steps"], "evidence": [], "references": []}}'
+    )
+    return lines
+
+
+def _set_json_value(line: str, key: str, value: str) -> str:
+    """The record line with `key`'s value replaced (or the key added)."""
+    import re
+
+    pat = re.compile(r'("' + re.escape(key) + r'": )("[^"]*"|\{[^{}]*\}|[^,}]+)')
+    if pat.search(line):
+        return pat.sub(lambda m: m.group(1) + value, line, count=1)
+    return line[:-1] + f', "{key}": {value}}}'
+
+
+def report_case(draw: Draw) -> Case:
+    """`zerodoctor report RUN_DIR` on odd guard record folders: empty, truncated, NaN/inf/huge/ill-typed
+    values, a directory or FIFO or /dev/zero where a rank file should be, odd error and stack files."""
+    files: dict[str, bytes] = {}
+    special: dict[str, str] = {}
+    world = draw.choice(["2", "2", "1", "0", "-3", HUGE, "1e999", '"2"', "1000000000", "null", "2.5"])
+    ranks = {r: _record_lines(r, world if r == 0 else "2") for r in (0, 1)}
+    form = draw.choice(
+        ["value", "value", "value", "empty", "truncate", "binary", "special", "extra", "finding"]
+    )
+    if form == "value":
+        for _ in range(draw.integer(1, 3)):
+            r = draw.choice([0, 1])
+            i = draw.integer(0, len(ranks[r]) - 2)
+            key = draw.choice(SAMPLE_KEYS + META_KEYS if i == 0 else SAMPLE_KEYS)
+            ranks[r][i] = _set_json_value(ranks[r][i], key, draw.choice(RECORD_VALUES))
+    elif form == "finding":
+        key = draw.choice(["fixes", "evidence", "references", "data", "severity", "id", "message"])
+        ranks[0][-1] = _set_json_value(ranks[0][-1], key, draw.choice(RECORD_VALUES + ['[{"line": "x"}]']))
+    texts = {r: ("\n".join(lines) + "\n").encode() for r, lines in ranks.items()}
+    if form == "empty":
+        texts[draw.choice([0, 1])] = draw.choice([b"", b"\n\n", b"   "])
+    elif form == "truncate":
+        r = draw.choice([0, 1])
+        texts[r] = texts[r][: draw.integer(0, len(texts[r]))]
+    elif form == "binary":
+        texts[draw.choice([0, 1])] = draw.choice(
+            [b"\x00" * 4096, b"\xff\xfe" + "{}".encode("utf-16-le"), gzip.compress(texts[0]), b"\x1f\x8b\x08"]
+        )
+    folder = draw.choice(["run/zerodoctor", "run/zerodoctor", "zerodoctor"])
+    for r, data in texts.items():
+        files[f"{folder}/rank{r}.jsonl"] = data
+    if form == "special":
+        name = f"{folder}/rank{draw.choice([0, 1, 2])}.jsonl"
+        files.pop(name, None)
+        special[name] = draw.choice(["dir", "fifo", "devzero", "devnull", "loop"])
+    elif form == "extra":
+        what = draw.choice(["error", "stacks", "error-dir", "stacks-fifo", "many"])
+        if what == "error":
+            files[f"{folder}/error-rank1.json"] = draw.choice(
+                [b"", b"[]", b"{", b'{"rank": "x", "step": NaN, "message": 5}', b"\x00\xff", b"null"]
+            )
+        elif what == "stacks":
+            files[f"{folder}/stacks-rank1.txt"] = draw.choice(
+                [
+                    b'Timeout (0:10:00)!\nThread 0x1 (most recent call first):\n  File "x.py", line '
+                    + BIG_DIGITS.encode()
+                    + b" in f\n",
+                    b"Timeout (0:10:00)!\n" * 20_000,
+                    b"\xff" * 1000,
+                    b"",
+                ]
+            )
+        elif what == "error-dir":
+            special[f"{folder}/error-rank0.json"] = "dir"
+        elif what == "stacks-fifo":
+            special[f"{folder}/stacks-rank0.txt"] = "fifo"
+        else:
+            for r in range(2, 402):
+                files[f"{folder}/rank{r}.jsonl"] = texts[1]
+    argv = ["report", "run" if folder.startswith("run") else "zerodoctor", "--format", "json"]
+    if draw.integer(0, 4) == 0:
+        argv = [
+            "report",
+            argv[1],
+            "--out",
+            draw.choice(["out", "run", "x" * 300, "run/zerodoctor/rank0.jsonl"]),
+        ]
+    if draw.integer(0, 9) == 0:
+        argv[1] = draw.choice(["nope", "", "run/zerodoctor/rank0.jsonl", "/dev/null"])
+    return Case(
+        "report/" + form,
+        argv,
+        files,
+        special,
+        mentions=["run", "zerodoctor", "rank", "--out", "nope", "'"],
+        slow="--format" not in argv,  # the HTML page imports matplotlib and draws its charts: seconds
+    )
+
+
+GUARD_FLAGS = {
+    "--every": ["0", "-1", "1", "inf", "nan", BIG_DIGITS, "1.5", "x", ""],
+    "--host-limit-gib": ["inf", "-inf", "nan", "-1", "0", "1e308", "1e-300", BIG_DIGITS, "x", "64"],
+    "--hang-factor": ["inf", "nan", "-1", "0", "1e308", "x", "10"],
+    "--hang-first-s": ["inf", "nan", "-5", "0", "1e308", "x", "60"],
+    "--host-measure": ["auto", "bogus", ""],
+}
+GUARD_ENV = [
+    "EVERY",
+    "HOST_LIMIT_BYTES",
+    "HANG_FACTOR",
+    "HANG_FIRST_S",
+    "HANG_MIN_S",
+    "TREND_WINDOW",
+    "WATCHDOG",
+    "HOST_MEASURE",
+    "RUN_DIR",
+    "FAULT",
+]
+
+
+def guard_case(draw: Draw) -> Case:
+    """`zerodoctor guard [OPTIONS] -- CMD` with odd options and ZERODOCTOR_GUARD_* variables; the command is
+    `true` (or an odd one): a bad option must be refused before anything runs."""
+    argv = ["guard"]
+    for _ in range(draw.integer(0, 3)):
+        flag = draw.choice(sorted(GUARD_FLAGS))
+        argv += [flag, draw.choice(GUARD_FLAGS[flag])]
+    env: dict[str, str] = {}
+    if draw.integer(0, 2) == 0:
+        env["ZERODOCTOR_GUARD_" + draw.choice(GUARD_ENV)] = draw.choice(
+            ["inf", "nan", "-1", "0", "1e999", BIG_DIGITS, "x", "maybe", "1", "/nonexistent/dir"]
+        )
+    special: dict[str, str] = {}
+    if draw.integer(0, 1) == 0:
+        where = draw.choice(["g", "g", "afile", "x" * 300])
+        if where == "afile":
+            special["afile"] = "devnull"
+        argv += ["--run-dir", where]
+    else:
+        argv += ["--run-dir", "g"]  # the guard writes its start-up file under RUN_DIR/zerodoctor/
+    cmd = draw.choice([["--", "true"], ["--", "true"], ["--"], [], ["--", ""], ["--", "./nope"], ["--", "."]])
+    return Case(
+        "guard",
+        argv + cmd,
+        special=special,
+        env=env,
+        mentions=["--", "ZERODOCTOR_GUARD_", "afile", "x" * 40, "command"],
+    )
+
+
+def selftest_case(draw: Draw) -> Case:
+    """`zerodoctor selftest` argument and config validation: the case stops where the run would be
+    launched (runner: `no_launch`), so a config that is not refused costs no real run."""
+    files: dict[str, bytes] = {}
+    argv = ["selftest"]
+    form = draw.choice(["ds", "hf", "llamafactory", "accelerate", "model", "flags", "dir"])
+    if form == "ds":
+        key = draw.choice(DS_COUNT_KEYS + ZERO_KEYS)
+        value = _mutated_value(draw, "json")
+        files["ds.json"] = (
+            ds_config(zero={key: value}) if key in ZERO_KEYS else ds_config({key: value})
+        ).encode()
+        argv += ["ds.json", "--model", draw.choice(["llama-3-8b", "nope", "", "x" * 5000])]
+    elif form in ("hf", "llamafactory"):
+        key = draw.choice(HF_KEYS + NEW_LF_KEYS)
+        value = draw.choice(NEW_LF_VALUES.get(key, YAML_VALUES))
+        text = (
+            hf_yaml({key: value}) if form == "hf" else llamafactory_yaml({key: value, "deepspeed": "ds.json"})
+        )
+        files["args.yaml"] = text.encode()
+        files["ds.json"] = ds_config().encode()
+        argv.append("args.yaml")
+    elif form == "accelerate":
+        files["acc.yaml"] = accelerate_yaml({draw.choice(ACC_KEYS): _mutated_value(draw, "yaml")}).encode()
+        argv += ["acc.yaml", "--model", "llama-3-8b"]
+    elif form == "model":
+        files["ds.json"] = ds_config().encode()
+        files["config.json"] = odd_model_json(draw).encode()
+        argv += ["ds.json", "--model", "config.json"]
+    elif form == "dir":
+        files["setup/notes.md"] = b"# notes\n"
+        argv.append(draw.choice(["setup", "setup/", "nothere"]))
+    for _ in range(draw.integer(0 if form != "flags" else 1, 3)):
+        flag = draw.choice(["--ranks", "--steps", "--timeout", "--world-size", "--nodes", "--gpus-per-node"])
+        argv += [flag, draw.choice(FLAG_VALUES + ["100000", "9999"])]
+    if draw.integer(0, 3) == 0:
+        argv += ["--workdir", draw.choice(["wd", "x" * 300, "ds.json", "/dev/null"])]
+    if draw.integer(0, 4) == 0:
+        argv += ["--kind", draw.choice(["deepspeed", "model", "xtuner", "hf"])]
+    return Case(
+        "selftest/" + form, argv, files, mentions=[*files, "setup", "nothere", "--", "model"], no_launch=True
+    )
+
+
+def fix_case(draw: Draw) -> Case:
+    """`check --fix DIR` and `lint --fix [--in-place]` on odd files: the user's files keep their bytes (the
+    runner hashes every file before and after), copies go where asked."""
+    files: dict[str, bytes] = {}
+    special: dict[str, str] = {}
+    ds = ds_config(
+        {draw.choice(DS_COUNT_KEYS): draw.choice(JSON_VALUES)}, zero={"stage": draw.choice(["3", "2", '"3"'])}
+    ).encode()
+    args = hf_yaml({draw.choice(HF_KEYS): draw.choice(YAML_VALUES)}).encode()
+    how = draw.choice(["plain", "damaged", "dupe", "crlf-bom", "symlink", "readonly-dir", "fixed-exists"])
+    if how == "damaged":
+        args = damage(draw, args)
+    elif how == "dupe":
+        ds = duplicate_key("json", ds.decode()).encode()
+    elif how == "crlf-bom":
+        ds = b"\xef\xbb\xbf" + ds.replace(b"\n", b"\r\n")
+    files["setup/ds.json"] = ds
+    files["setup/train_args.yaml"] = args
+    if how == "symlink":
+        special["setup/ds.json"] = "loop"
+        files.pop("setup/ds.json")
+    if how == "fixed-exists":
+        files["fixed/ds.json"] = b'{"mine": true}\n'
+        files["fixed/train_args.yaml"] = b"mine: true\n"
+    if draw.choice([True, False]):
+        target = draw.choice(["fixed", "fixed/", "setup", "setup/", ".", "setup/ds.json", "x" * 300])
+        argv = ["check", "setup", "--fix", target, "--env", "none"]
+    else:
+        argv = ["lint", draw.choice(["setup/train_args.yaml", "setup/ds.json", "setup"]), "--fix"]
+        if draw.choice([True, False]):
+            argv.append("--in-place")
+        if draw.choice([True, False]):
+            argv.append("--unsafe-fixes")
+    return Case("fix/" + how, argv, files, special, mentions=[*files, "setup", "fixed", "x" * 40, "--fix"])
+
+
+def rundir_case(draw: Draw) -> Case:
+    """`diagnose RUN_DIR` with odd members: symlink loops, FIFOs, binary files, thousands of tiny files,
+    deep trees, odd error.json files and guard folders."""
+    files: dict[str, bytes] = {"run/rank0.log": log_text(draw)}
+    special: dict[str, str] = {}
+    slow = False
+    for _ in range(draw.integer(1, 3)):
+        what = draw.choice(["loop", "fifo", "binary", "many", "deep", "error", "devzero", "dirlog", "guard"])
+        if what == "loop":
+            special["run/loop.log"] = "loop"
+            special["run/sub/self"] = "dirloop"
+        elif what == "fifo":
+            special["run/rank1.log"] = "fifo"
+        elif what == "binary":
+            files["run/rank2.log"] = bytes(range(256)) * draw.choice([1, 400])
+        elif what == "many":
+            for i in range(draw.choice([500, 10_000])):
+                files[f"run/many/r{i}.log"] = b"x\n"
+            slow = True
+        elif what == "deep":
+            files["run/" + "/".join(["d"] * 40) + "/rank3.log"] = log_text(draw)
+        elif what == "error":
+            files["run/error.json"] = draw.choice(
+                [
+                    b"",
+                    b"{",
+                    b"[]",
+                    b'{"message": 5}',
+                    b'{"message": {"message": NaN, "extraInfo": {"py_callstack": 7}}}',
+                    b'{"message": {"message": "' + b"x" * 200_000 + b'"}}',
+                    ("[" * 100_000).encode(),
+                ]
+            )
+        elif what == "devzero":
+            special["run/rank4.log"] = "devzero"
+        elif what == "dirlog":
+            special["run/rank5.log"] = "dir"
+        else:
+            files["run/zerodoctor/rank0.jsonl"] = draw.choice(
+                [b"", b"{", b'{"world_size": ' + HUGE.encode() + b"}\n"]
+            )
+            files["run/zerodoctor/stacks-rank0.txt"] = draw.choice(
+                [b"Timeout (0:10:00)!\n" * 5000, b"\xff\xfe", b'  File "x", line 99999999999999999999 in f\n']
+            )
+    argv = ["diagnose", draw.choice(["run", "run/"])]
+    if draw.integer(0, 3) == 0:
+        argv += ["--format", "json"]
+    return Case("rundir", argv, files, special, mentions=["run", "rank"], slow=slow)
+
+
+MOE_MODEL = {
+    "architectures": '["MixtralForCausalLM"]',
+    "model_type": '"mixtral"',
+    "hidden_size": "4096",
+    "intermediate_size": "14336",
+    "num_attention_heads": "32",
+    "num_hidden_layers": "32",
+    "num_key_value_heads": "8",
+    "vocab_size": "32000",
+    "num_local_experts": "8",
+    "num_experts_per_tok": "2",
+}
+ODD_MODEL_VALUES = {
+    "num_local_experts": ["0", "-8", "1", HUGE, "1e999", '"8"', "null", "100000"],
+    "num_experts_per_tok": ["0", "9", "-1", "100", "null"],
+    "num_key_value_heads": ["64", "0", "-8", "3", "null", '"8"'],
+    "num_attention_heads": ["0", "-32", "7", HUGE],
+    "hidden_size": ["-4096", "0", "1", "4095", "1e999", HUGE],
+    "vocab_size": ["10000000000", "1000000000000000", "0", "-1", HUGE],
+    "num_hidden_layers": ["0", "-2", "100000", "1.5"],
+    "intermediate_size": ["0", "-1", "null", HUGE],
+    "head_dim": ["0", "-1", "100000", "null"],
+    "moe_intermediate_size": ["0", "-1", HUGE],
+}
+
+
+def odd_model_json(draw: Draw) -> str:
+    base = dict(MOE_MODEL) if draw.choice([True, False]) else None
+    text_base: dict[str, str] = base or {}
+    key = draw.choice(sorted(ODD_MODEL_VALUES))
+    value = draw.choice(ODD_MODEL_VALUES[key])
+    if base is None:
+        return model_json({key: value}) if draw.integer(0, 4) else model_json({"num_key_value_heads": "64"})
+    text_base[key] = value
+    if draw.integer(0, 3) == 0:
+        text_base.pop(draw.choice(sorted(text_base)))  # a missing key
+    return "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in text_base.items()) + "\n}\n"
+
+
+NEW_LF_KEYS = [
+    "finetuning_type",
+    "pref_loss",
+    "stage",
+    "eval_strategy",
+    "eval_steps",
+    "per_device_eval_batch_size",
+    "do_eval",
+    "val_size",
+    "pref_beta",
+    "fsdp",
+    "fsdp_config",
+]
+NEW_LF_VALUES = {
+    "finetuning_type": ["lora", "full", "freeze", "oft", "LORA", "5", "null", "[]", "{}", "''"],
+    "pref_loss": ["sigmoid", "orpo", "simpo", "bogus", "5", "null", "[]"],
+    "stage": ["sft", "dpo", "kto", "rm", "ppo", "pt", "bogus", "5", "null"],
+    "eval_strategy": ["steps", "epoch", "no", "bogus", "5", "true", "null", "[]"],
+    "eval_steps": ["0", "-1", "1e999", ".nan", HUGE, "x", "0.5", "null"],
+    "per_device_eval_batch_size": ["0", "-1", "1e999", HUGE, BIG_DIGITS, "x", "null", "[]"],
+    "do_eval": ["true", "5", "x", "null", "[]"],
+    "val_size": ["0.1", "-1", "2", "1e999", ".nan", "x", "1000"],
+    "pref_beta": ["0.1", ".nan", "-1", "x"],
+    "fsdp": ["full_shard auto_wrap", "true", "false", "5", "[]", "{}", "bogus", "[full_shard, offload]"],
+    "fsdp_config": ["{}", "5", "x.json", "{fsdp_offload_params: .nan}", "{version: 5}", "{version: x}", "[]"],
+}
+ACC_NEW = {
+    "distributed_type": ["FSDP", "DEEPSPEED", "MULTI_GPU", "bogus", "5", "null"],
+    "fsdp_config": [
+        "{fsdp_sharding_strategy: FULL_SHARD, fsdp_offload_params: true}",
+        "{fsdp_sharding_strategy: 5}",
+        "{fsdp_version: 7}",
+        "{fsdp_version: .nan}",
+        "{fsdp_offload_params: maybe}",
+        "5",
+        "[]",
+        "{fsdp_sharding_strategy: bogus}",
+        "{fsdp_state_dict_type: 5}",
+    ],
+    "mixed_precision": ["bf16", "fp8", "no", "bogus", "5", "true"],
+}
+
+
+def plan_new_case(draw: Draw) -> Case:
+    """`plan` (and `lint` / `check`) with odd model configs (MoE with 0 experts, negative sizes, missing keys,
+    more KV heads than heads, a huge vocabulary) and odd values of the newer keys (finetuning_type,
+    pref_loss, evaluation, FSDP) in LLaMA-Factory / HF / accelerate configs."""
+    files: dict[str, bytes] = {}
+    cmd = draw.choice(["plan", "plan", "lint", "check"])
+    argv = [cmd]
+    form = draw.choice(["model", "lf", "acc"])
+    if form == "model":
+        files["m/config.json"] = odd_model_json(draw).encode()
+        if cmd == "plan":
+            argv += ["--model", "m"]
+        else:
+            files["lf.yaml"] = llamafactory_yaml({"model_name_or_path": "m", "deepspeed": "ds.json"}).encode()
+            files["ds.json"] = ds_config().encode()
+            argv += ["lf.yaml"]
+    elif form == "lf":
+        over = {}
+        for _ in range(draw.integer(1, 3)):
+            key = draw.choice(NEW_LF_KEYS)
+            over[key] = draw.choice(NEW_LF_VALUES[key])
+        if draw.choice([True, False]):
+            over["deepspeed"] = "ds.json"
+            files["ds.json"] = ds_config().encode()
+        files["lf.yaml"] = llamafactory_yaml(over).encode()
+        argv += (
+            ["lf.yaml"]
+            if cmd != "plan"
+            else ["lf.yaml", "--model", draw.choice(["llama-3-8b", "mixtral-8x7b"])]
+        )
+    else:
+        acc = accelerate_yaml({})
+        key = draw.choice(sorted(ACC_NEW))
+        acc = (
+            acc.replace(f"{key}: bf16\n", "").replace(f"{key}: DEEPSPEED\n", "")
+            + f"{key}: {draw.choice(ACC_NEW[key])}\n"
+        )
+        files["acc.yaml"] = acc.encode()
+        argv += ["acc.yaml"] + (["--model", "llama-3-8b"] if cmd != "lint" else [])
+    if cmd in ("plan", "check"):
+        argv += ["--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "512"]
+    if cmd == "check":
+        argv += ["--env", "none"]
+    if draw.integer(0, 3) == 0:
+        argv += ["--format", "json"]
+    return Case("new/" + cmd + "/" + form, argv, files, mentions=[*files, "m", "config.json", "--", "model"])
+
+
+NEW_BUILDERS: dict[str, Callable[[Draw], Case]] = {
+    "report": report_case,
+    "guard": guard_case,
+    "selftest": selftest_case,
+    "fix": fix_case,
+    "rundir": rundir_case,
+    "plan-new": plan_new_case,
+}
+BUILDERS.update(NEW_BUILDERS)
+NEW_COMMANDS = list(NEW_BUILDERS)

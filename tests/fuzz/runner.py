@@ -72,6 +72,7 @@ def materialize(case: Case, root: Path) -> None:
         p = root / name
         if len(name) > 255 or any(len(part) > 255 for part in Path(name).parts):
             continue  # an overlong path cannot be created; the command gets it as given
+        p.parent.mkdir(parents=True, exist_ok=True)
         if what == "fifo":
             os.mkfifo(p)
         elif what == "dir":
@@ -82,6 +83,8 @@ def materialize(case: Case, root: Path) -> None:
             p.symlink_to("/dev/null")
         elif what == "loop":
             p.symlink_to(p.name)
+        elif what == "dirloop":  # a directory link to the directory holding it
+            p.symlink_to(".")
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -95,8 +98,27 @@ def _hashes(root: Path) -> dict[str, str]:
     return out
 
 
-def _child(argv: list[str], root: Path, stdin: bytes | None) -> None:
+LAUNCH_REACHED = "fuzz: the real run would start here"
+
+
+def _stop_at_launch() -> None:
+    """selftest cases: the run is not started; reaching its launch ends the case (exit 0, this line)."""
+    import zerodoctor.selftest.run as st_run
+
+    def launch(*_a: object, **_k: object) -> None:
+        sys.stdout.write(LAUNCH_REACHED + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+
+    st_run.launch = launch  # type: ignore[assignment]
+
+
+def _child(argv: list[str], root: Path, stdin: bytes | None, case: Case | None = None) -> None:
     try:
+        if case is not None:
+            os.environ.update(case.env)
+            if case.no_launch:
+                _stop_at_launch()
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
         os.chdir(root)
         logs = root.parent / (root.name + ".io")
@@ -133,7 +155,7 @@ def run_case(case: Case, root: Path, timeout: float = 10.0) -> Outcome:
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(argv, root, case.stdin)
+        _child(argv, root, case.stdin, case)
     code: int | None = None
     rss = 0
     cpu = 0.0
@@ -193,7 +215,10 @@ def judge(
             backups = [n for n in after if n.startswith(name + ".bak") and after[n] == digest]
             if not (in_place and backups):
                 problems.append(f"harmed: {name} changed" + (" without a backup" if in_place else ""))
-    asked = [argv[argv.index(flag) + 1] for flag in ("--emit-ds-config", "--fix") if flag in argv[:-1]]
+    flags = ("--emit-ds-config", "--fix", "--out", "--workdir", "--run-dir")
+    asked = [argv[argv.index(flag) + 1] for flag in flags if flag in argv[:-1]]
+    if argv[0] == "report" and "--out" not in argv and "--format" not in argv:  # the page's default place
+        asked += [f"{argv[1].rstrip('/')}/zerodoctor/report", f"{argv[1].rstrip('/')}/report"]
     asked = [
         a.rstrip("/") for a in asked if not a.startswith("-")
     ]  # `check --fix DIR`; lint's --fix is a flag

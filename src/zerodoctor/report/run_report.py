@@ -8,6 +8,7 @@ without a file is reported as missing, never a traceback.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from zerodoctor.errors import InputError
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.safeio import read_bytes, shown
 from zerodoctor.textutil import clip
 
 GIB = 1 << 30
@@ -149,6 +151,53 @@ class RunReport:
 
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
+MAX_RECORD_FILE_BYTES = 1 << 30  # one sample per step is under 1 KB: a million steps
+MAX_RECORD_NUMBER = 1 << 62  # bytes, steps, seconds: anything larger is not a measurement
+MAX_RANKS = 1 << 17  # as diagnose.rundir.MAX_WORLD_SIZE
+MAX_ERROR_FILE_BYTES = 4 << 20
+_NUMERIC = frozenset({"t", "step", "optimizer_step", "seconds", "rank", "local_rank", "world_size"})
+_NUMERIC_PREFIXES = ("gpu_", "node_", "cgroup_", "rss")
+
+
+def _unusable(rec: dict[str, Any]) -> str | None:
+    """Why a guard record cannot be used (a value the guard never writes), or None. The guard writes finite
+    numbers (or null) for its counters and sizes, and a meta record's world_size / local_rank are counts: a
+    NaN, an infinity, a string, a 5,000-digit number there would make every chart and sum after it wrong."""
+    for key, value in rec.items():
+        if key in _NUMERIC or key.startswith(_NUMERIC_PREFIXES):
+            if value is None and key not in ("world_size", "local_rank", "step"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"{key}: {shown(repr(value), 40)} is not a number"
+            if not math.isfinite(value) or abs(value) > MAX_RECORD_NUMBER:
+                return f"{key}: {shown(repr(value), 40)} is not a finite measurement"
+            lowest = 1 if key == "world_size" else 0
+            if key in ("world_size", "local_rank", "rank") and (
+                not float(value).is_integer() or not lowest <= value <= MAX_RANKS
+            ):
+                return f"{key}: {value!r} is not a rank count or index"
+    for key in ("phase", "event", "host"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            return f"{key}: {shown(repr(rec[key]), 40)} is not a name"
+    pred = rec.get("ranks_per_node")
+    if pred is not None and (
+        not isinstance(pred, int) or isinstance(pred, bool) or not 0 < pred <= MAX_RANKS
+    ):
+        return f"ranks_per_node: {shown(repr(pred), 40)} is not a rank count"
+    return _bad_nested_number(rec)
+
+
+def _bad_nested_number(value: Any, depth: int = 0) -> str | None:
+    """A non-finite or huge number anywhere in a record (predictions keep their numbers in nested dicts)."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value) or abs(value) > MAX_RECORD_NUMBER:
+            return f"{shown(repr(value), 40)} is not a finite measurement"
+    elif isinstance(value, dict | list) and depth < 32:
+        for v in value.values() if isinstance(value, dict) else value:
+            problem = _bad_nested_number(v, depth + 1)
+            if problem:
+                return problem
+    return None
 
 
 def guard_folder(run_dir: Path) -> Path:
@@ -182,20 +231,23 @@ def load_run(run_dir: str | Path) -> RunReport:
     for rank, path in files:
         samples, events, bad, n = [], [], 0, 0
         meta: dict[str, Any] = {}
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read: {exc.strerror}") from None
-        for line in lines:
+        raw = read_bytes(path, limit=MAX_RECORD_FILE_BYTES, what="a guard record file")
+        unusable: list[str] = []
+        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # ValueError: also a number of more than 4,300 digits
                 bad += 1
                 continue
             if not isinstance(rec, dict):
                 bad += 1
+                continue
+            problem = _unusable(rec)
+            if problem:
+                bad += 1
+                unusable.append(f"line {number}: {problem}")
                 continue
             n += 1
             kind = rec.get("kind")
@@ -217,9 +269,14 @@ def load_run(run_dir: str | Path) -> RunReport:
                 notes.append(
                     f"rank {rank}: the guard's own error in {rec.get('where')} was ignored: {rec.get('error')}"
                 )
-        if bad:
+        if bad > len(unusable):
             notes.append(
-                f"{path.name}: {bad} unreadable line(s) skipped (a rank killed mid-write leaves one)"
+                f"{path.name}: {bad - len(unusable)} unreadable line(s) skipped (a rank killed mid-write "
+                "leaves one)"
+            )
+        if unusable:
+            notes.append(
+                f"{path.name}: {len(unusable)} record(s) with values no guard writes skipped ({unusable[0]})"
             )
         ranks.append(
             RankData(
@@ -263,20 +320,27 @@ def _finding_from_dict(d: dict[str, Any], rank: int) -> Finding:
         sev = Severity.parse(str(d.get("severity", "info")))
     except ValueError:
         sev = Severity.INFO
+
+    def items(key: str) -> list[Any]:  # a list the guard wrote; anything else (a damaged record) is none
+        value = d.get(key)
+        return value if isinstance(value, list) else []
+
+    def evidence(e: dict[str, Any]) -> Evidence:
+        kept = {k: e[k] for k in ("file", "key", "text") if isinstance(e.get(k), str)}
+        kept.update({k: e[k] for k in ("line", "column") if type(e.get(k)) is int and 0 < e[k] < 1 << 31})
+        return Evidence(**kept)
+
+    data = d.get("data")
     return Finding(
         id=str(d.get("id", "guard.unknown")),
         severity=sev,
         title=str(d.get("title", "")),
         message=f"rank {rank}: {d.get('message', '')}",
-        fixes=tuple(Fix(str(t)) for t in d.get("fixes", [])),
-        evidence=tuple(
-            Evidence(**{k: v for k, v in e.items() if k in ("file", "line", "column", "key", "text")})
-            for e in d.get("evidence", [])
-            if isinstance(e, dict)
-        ),
-        references=tuple(str(r) for r in d.get("references", [])),
+        fixes=tuple(Fix(str(t)) for t in items("fixes")),
+        evidence=tuple(evidence(e) for e in items("evidence") if isinstance(e, dict)),
+        references=tuple(str(r) for r in items("references")),
         source=str(d.get("source", "guard")),
-        data={**(d.get("data") or {}), "rank": rank},
+        data={**(data if isinstance(data, dict) else {}), "rank": rank},
     )
 
 
@@ -299,8 +363,8 @@ def _read_errors(d: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(d.glob("error-rank*.json")):
         try:
-            rec = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+            rec = json.loads(read_bytes(p, limit=MAX_ERROR_FILE_BYTES, what="an error file"))
+        except (InputError, ValueError, RecursionError):  # unreadable or damaged: the rank files still count
             continue
         if isinstance(rec, dict):
             rec = {k: v for k, v in rec.items() if k != "traceback"}
@@ -450,7 +514,10 @@ def _judge(
     out += _outliers(ranks)
     out += _fragmentation(ranks)
     for e in errors:
-        diag = e.get("diagnosis") or {}
+        raw_diag = e.get("diagnosis")
+        diag: dict[str, Any] = raw_diag if isinstance(raw_diag, dict) else {}
+        diag_fixes = diag["fixes"] if isinstance(diag.get("fixes"), list) else []
+        diag_refs = diag["references"] if isinstance(diag.get("references"), list) else []
         out.append(
             Finding(
                 id="report.rank-failed",
@@ -461,9 +528,9 @@ def _judge(
                     f"({e.get('phase')}, {e.get('time')}): {clip(str(e.get('message', '')), 300).rstrip('.')}"
                     + (f". Diagnosis: {diag.get('title')}: {diag.get('message')}" if diag else "")
                 ),
-                fixes=tuple(Fix(str(t)) for t in diag.get("fixes", [])),
+                fixes=tuple(Fix(str(t)) for t in diag_fixes),
                 evidence=(Evidence(file=str(e.get("file")), text=clip(str(e.get("message", "")), 300)),),
-                references=tuple(diag.get("references", [])),
+                references=tuple(str(r) for r in diag_refs),
                 source="report",
                 data={"rank": e.get("rank"), "diagnosis": diag.get("id")},
             )
