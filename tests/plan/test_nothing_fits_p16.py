@@ -170,3 +170,27 @@ def test_the_changes_come_from_the_planner_itself():
     assert not plan_strategy(
         i, base.zero, replace(base.training, seq_len=n + SEQ_STEP), label=base.label
     ).fits
+
+
+def test_an_evaluation_that_binds_is_answered_with_the_eval_batch(run_cli, tmp_path):
+    case = tmp_path / "ev"
+    shutil.copytree(LF_LORA, case)
+    yaml = case / "qwen2_5_7b_lora_sft.yaml"
+    yaml.write_text(
+        yaml.read_text()
+        + "val_size: 0.1\neval_strategy: steps\neval_steps: 100\nper_device_eval_batch_size: 64\n"
+    )
+    f = _findings(run_cli, "plan", str(yaml), *CLUSTER)["PLAN006"]
+    assert f["data"]["phase"] == "eval"
+    kinds = [c["kind"] for c in f["data"]["changes"]]
+    assert kinds and kinds[0] == "eval_batch"
+    assert {c["strategy"] for c in f["data"]["changes"]} == {"ZeRO-3 [lora]"}  # one strategy, the user's
+    n = f["data"]["changes"][0]["value"]
+    assert (
+        "per_device_eval_batch_size (64, qwen2_5_7b_lora_sft.yaml:" in f["message"]
+        and f"-> {n}:" in f["message"]
+    )
+    yaml.write_text(
+        yaml.read_text().replace("per_device_eval_batch_size: 64", f"per_device_eval_batch_size: {n}")
+    )
+    assert "PLAN006" not in _findings(run_cli, "plan", str(yaml), *CLUSTER)

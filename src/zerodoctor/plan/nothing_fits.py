@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
@@ -325,6 +326,16 @@ def _action(
             text += ", or offload to NVMe instead of the CPU"
             fixes.append(Fix("Offload to NVMe instead of the CPU"))
         return text, fixes
+    if name.startswith("evaluation"):
+        # the evaluation forward runs at the eval batch (transformers' default 8), not the training one
+        text = (
+            f"it grows with the evaluation batch, not the training one: lower {names.eval_batch}, or set "
+            "prediction_loss_only / eval_accumulation_steps"
+        )
+        return text, [
+            Fix(f"Lower {names.eval_batch}"),
+            Fix("Set prediction_loss_only or eval_accumulation_steps"),
+        ]
     if any(w in name for w in _ACTIVATIONS):
         mb, seq = names.micro_batch, names.seq_len
         lower = f"lower {mb} or {seq}" if best.training.micro_batch > 1 else f"shorten {seq}"
@@ -417,8 +428,8 @@ class Advice:
             f"({_g(self.need - self.capacity)} over), {_g(self.top.bytes)} of it {self.top.name}"
         )
         if self.changes:
-            found = "; or ".join(f"with {c.strategy}, {c.text}" for c in self.changes)
-            return f"{head}; planned again, this run fits {found}"
+            found = "; or ".join(c.text for c in self.changes)
+            return f"{head}; planned again, this run fits with {self.changes[0].strategy} when {found}"
         tried = (
             f"; planned again, none of these fits on its own: {', '.join(self.tried)}" if self.tried else ""
         )
@@ -466,13 +477,12 @@ def advise(
     names = names_for(inputs, run)
     action, fixes = _action(top, resource, names, inputs, best)
     changes: list[Change] = []
-    for kind in _order(top, resource, phase_name):
-        for base in _bases(inputs, candidates, best):
-            ch = next(_changes(inputs, base, names, margin, (kind,)), None)
-            if ch is not None:
-                changes.append(ch)
-                break
-        if len(changes) >= max_changes:
+    for base in _bases(inputs, candidates, best):
+        # all the changes from one strategy: the user's own when any change fits with it, else the closest's
+        changes = list(
+            islice(_changes(inputs, base, names, margin, _order(top, resource, phase_name)), max_changes)
+        )
+        if changes:
             break
     computed = [Fix(f"With {ch.strategy}: {ch.text}") for ch in changes]
     tried = () if changes else _tried(inputs, best, names, _order(top, resource, phase_name))
