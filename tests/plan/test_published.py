@@ -68,6 +68,8 @@ KNOWN_MISSES = {
     # batch 7 (scored blind at 2bee5e3): LLaVA-1.5 7B full ZeRO-2 on 40 GB cards, a Qwen-7B full DPO under ZeRO-2
     "llava655-vicuna-7b-full-z2-2x4xa100-40g-2048-oom",
     "lf1383-qwen-7b-chat-dpo-full-z2-8xa100-oom",
+    # batch 8 (scored blind at 1afc0b9): Baichuan2-13B LoRA ZeRO-3 on two 4090s at micro batch 4
+    "lf1970-baichuan2-13b-lora-z3-2x4090-bs4-oom",
 }
 """Real OOMs the planner still calls a fit (no warning at all)."""
 
