@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.plan.inputs import GB, GIB, FsdpSettings, PlanInputs, Training, ZeroSettings, fsdp_as_zero
+from zerodoctor.plan.nothing_fits import Advice, advise, nothing_fits_finding
 from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, PHASE_TITLES, PHASES, StrategyPlan, plan_strategy
 
 SOURCE = "plan"
@@ -176,11 +177,8 @@ def _why(rec: StrategyPlan, margin: float) -> str:
     )
 
 
-def _nothing_fits_action(inputs: PlanInputs, evaluated: list[StrategyPlan], margin: float) -> str:
+def _nothing_fits_action(advice: Advice | None) -> str:
     """When no strategy fits, PLAN001 says what PLAN006 says would (zerodoctor.plan.nothing_fits)."""
-    from zerodoctor.plan.nothing_fits import advise
-
-    advice = advise(inputs, evaluated, margin, max_changes=1)
     if advice is None:
         return "add GPUs or nodes, or use GPUs with more memory"
     if advice.changes:
@@ -206,6 +204,8 @@ def judge(
     evaluated: list[StrategyPlan],
     margin: float,
 ) -> list[Finding]:
+    # why nothing fits and what would (re-planned once, shared by PLAN001 and PLAN006)
+    nothing_fits = advise(inputs, evaluated, margin) if rec is None else None
     out: list[Finding] = []
     t = inputs.training
     subject = yours or rec
@@ -219,7 +219,7 @@ def judge(
         if gpu_fail:
             order = {name: k for k, name in enumerate(PHASES)}
             ph, _, need, cap = min(gpu_fail, key=lambda f: order[f[0]])  # the first phase that breaks
-            action = _action(rec) if rec is not None else _nothing_fits_action(inputs, evaluated, margin)
+            action = _action(rec) if rec is not None else _nothing_fits_action(nothing_fits)
             if ph == "eval":
                 # only the evaluation breaks: its batch is the run's per_device_eval_batch_size, not the train one
                 action = (
@@ -311,7 +311,8 @@ def judge(
         and (inputs.zero is None or (inputs.zero.stage == 3 and inputs.zero.fsdp is None))
     ):
         ref = (yours if yours is not None and yours.zero.fsdp is None else None) or next(
-            (s for s in evaluated if s.training.method == "qlora" and s.zero.stage == 3 and not s.zero.fsdp), None
+            (s for s in evaluated if s.training.method == "qlora" and s.zero.stage == 3 and not s.zero.fsdp),
+            None,
         )
         whole = ref.phase("load").gpu_bytes if ref is not None else 0
         out.append(
@@ -365,9 +366,7 @@ def judge(
             )
         )
     if rec is None:
-        from zerodoctor.plan.nothing_fits import nothing_fits_finding
-
-        out.append(nothing_fits_finding(inputs, evaluated, margin))
+        out.append(nothing_fits_finding(inputs, evaluated, margin, advice=nothing_fits))
     else:
         changed = (
             " (changes the method: nothing fits with " + t.method + ")"

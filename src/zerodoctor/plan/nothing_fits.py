@@ -509,14 +509,17 @@ def nothing_fits_finding(
     candidates: tuple[StrategyPlan, ...] | list[StrategyPlan],
     margin: float,
     run: RunDescription | None = None,
+    *,
+    advice: Advice | None = None,
 ) -> Finding:
-    """PLAN006: none of the candidates fits; the closest one's worst miss and what would fit."""
+    """PLAN006: none of the candidates fits; the closest one's worst miss and what would fit (`advice` when the
+    caller has it already)."""
     c = inputs.cluster
     head = (
         f"none of {len(candidates)} strategies fits {c.world_size} x {_g(c.gpu_memory_bytes)} GPUs and "
         f"{_g(c.host_ram_bytes)} host RAM per node with a {margin:.0%} margin"
     )
-    advice = advise(inputs, candidates, margin, run)
+    advice = advice if advice is not None else advise(inputs, candidates, margin, run)
     finding = Finding(
         id="PLAN006",
         name="plan.nothing-fits",
