@@ -541,7 +541,7 @@ def nothing_fits_finding(
 
 def reword_nothing_fits(f: Finding, result: PlanResult, run: RunDescription) -> Finding:
     """PLAN006 answered again with `run`'s own names (check's entry point); other findings unchanged."""
-    if f.id != "PLAN006":
-        return f
+    if f.id != "PLAN006" or ("closest" in f.data and result.inputs.run is not None):
+        return f  # not PLAN006, or already answered by the planner with a run's own names
     new = nothing_fits_finding(result.inputs, result.candidates, result.margin, run)
     return replace(new, evidence=(*new.evidence, *f.evidence), data={**f.data, **new.data})
