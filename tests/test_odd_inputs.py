@@ -133,3 +133,39 @@ def test_report_rank_file_that_is_a_fifo_does_not_hang(run_cli, tmp_path):
     os.mkfifo(run / "zerodoctor" / "error-rank0.json")
     code, out, err = run_cli("report", str(run), "--format", "json")  # no writer: read as empty
     assert code == 0 and "Traceback" not in err, err
+
+
+# ---- guard: options and ZERODOCTOR_GUARD_* variables are checked before the command runs -------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--host-limit-gib", "inf"], "--host-limit-gib: expected a finite size"),  # was OverflowError
+        (["--host-limit-gib", "nan"], "--host-limit-gib: expected a finite size"),  # was ValueError
+        (["--host-limit-gib", "1e308"], "--host-limit-gib: expected a size up to"),  # was OverflowError
+        (["--host-limit-gib", "-1"], "--host-limit-gib: expected a size above 0"),  # was accepted
+        (["--hang-factor", "nan"], "--hang-factor: expected a number above 0"),  # was accepted
+        (["--hang-first-s", "-5"], "--hang-first-s: expected a number above 0"),  # was accepted
+        (["--hang-first-s", "1e12"], "--hang-first-s: expected a number above 0 and up to"),  # timer overflow
+        (["--every", "1.5"], "--every: expected a whole number"),
+    ],
+)
+def test_guard_refuses_odd_options_before_running(run_cli, tmp_path, argv, said):
+    marker = tmp_path / "ran"
+    code, _, err = run_cli("guard", *argv, "--run-dir", str(tmp_path / "g"), "--", "touch", str(marker))
+    assert code == 2 and said in err and "Traceback" not in err, err
+    assert not marker.exists() and not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("EVERY", "1e999"), ("HANG_FACTOR", "nan"), ("HANG_FIRST_S", "-1"), ("HOST_MEASURE", "bogus")],
+)
+def test_guard_refuses_odd_variables_before_running(run_cli, tmp_path, monkeypatch, var, value):
+    monkeypatch.setenv("ZERODOCTOR_GUARD_" + var, value)
+    marker = tmp_path / "ran"
+    code, _, err = run_cli("guard", "--run-dir", str(tmp_path / "g"), "--", "touch", str(marker))
+    assert code == 2 and f"ZERODOCTOR_GUARD_{var}='{value}' is not a valid" in err, err
+    _one_line(err)
+    assert not marker.exists()

@@ -237,6 +237,22 @@ def count_arg(text: str) -> int:
     return value
 
 
+MAX_SECONDS = 1e7  # about 116 days; also the most a timer takes (faulthandler overflows near 1e12 s)
+
+
+def positive_arg(text: str) -> float:
+    """argparse type: a number above 0 and at most MAX_SECONDS (a number of seconds, a factor)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text, 40)!r}") from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a number above 0 and up to {MAX_SECONDS:,.0f}, got {shown(text, 40)!r}"
+        )
+    return value
+
+
 def gib_arg(text: str) -> float:
     """argparse type: a memory size in GiB, finite, above 0 and at most MAX_GIB."""
     try:

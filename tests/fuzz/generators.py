@@ -1265,7 +1265,7 @@ def guard_case(draw: Draw) -> Case:
     env: dict[str, str] = {}
     if draw.integer(0, 2) == 0:
         env["ZERODOCTOR_GUARD_" + draw.choice(GUARD_ENV)] = draw.choice(
-            ["inf", "nan", "-1", "0", "1e999", BIG_DIGITS, "x", "maybe", "1", "/nonexistent/dir"]
+            ["inf", "nan", "-1", "0", "1e999", BIG_DIGITS, "x", "maybe", "1", "nodir/sub"]
         )
     special: dict[str, str] = {}
     if draw.integer(0, 1) == 0:

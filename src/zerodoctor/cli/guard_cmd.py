@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zerodoctor.safeio import count_arg, gib_arg, positive_arg
+
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -29,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         metavar="DIR",
         help="where the guard writes (default: the Trainer's output_dir or the mmengine runner's work_dir)",
     )
-    p.add_argument("--every", type=int, metavar="N", help="sample every N optimizer steps (default 1)")
+    p.add_argument("--every", type=count_arg, metavar="N", help="sample every N optimizer steps (default 1)")
     p.add_argument(
         "--host-measure",
         choices=("auto", "node", "rss"),
@@ -37,19 +39,19 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
     )
     p.add_argument(
         "--host-limit-gib",
-        type=float,
+        type=gib_arg,
         metavar="GIB",
         help="project the host-RAM trend against this limit instead of the cgroup/node's",
     )
     p.add_argument(
         "--hang-factor",
-        type=float,
+        type=positive_arg,
         metavar="X",
         help="dump every rank's stacks after X times the longest step (default 10)",
     )
     p.add_argument(
         "--hang-first-s",
-        type=float,
+        type=positive_arg,
         metavar="S",
         help="timeout before the first optimizer step completes (default 1800)",
     )

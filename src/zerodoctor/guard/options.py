@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -77,6 +78,7 @@ class GuardOptions:
 
 def _parse(name: str, typ: str, raw: str) -> Any:
     from zerodoctor.errors import UsageError
+    from zerodoctor.safeio import MAX_MAGNITUDE, MAX_SECONDS, shown
 
     try:
         if typ.startswith("bool"):
@@ -84,15 +86,21 @@ def _parse(name: str, typ: str, raw: str) -> Any:
             if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)
             return low in ("1", "true", "yes", "on")
-        if typ.startswith("int"):
-            return int(float(raw))
-        if typ.startswith("float"):
-            return float(raw)
+        if typ.startswith(("int", "float")):
+            value = float(raw)  # every number of the guard is a count, a size, seconds or a factor: above 0
+            top = MAX_MAGNITUDE if typ.startswith("int") else MAX_SECONDS  # a timer overflows near 1e12 s
+            if not math.isfinite(value) or value <= 0 or value > top:
+                raise ValueError(raw)
+            return int(value) if typ.startswith("int") else value
         if typ.startswith("Path"):
             return Path(raw)
+        if name == "host_measure" and raw not in ("auto", "node", "rss"):
+            raise ValueError(raw)
     except ValueError:
         raise UsageError(
-            f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {typ.split(' ')[0]}",
+            f"{ENV_PREFIX}{name.upper()}={shown(raw, 40)!r} is not a valid {typ.split(' ')[0]}"
+            + (" above 0" if typ.startswith(("int", "float")) else "")
+            + (": one of auto, node, rss" if name == "host_measure" else ""),
             hint="fix or unset the variable",
         ) from None
     return raw
