@@ -169,3 +169,27 @@ def test_guard_refuses_odd_variables_before_running(run_cli, tmp_path, monkeypat
     assert code == 2 and f"ZERODOCTOR_GUARD_{var}='{value}' is not a valid" in err, err
     _one_line(err)
     assert not marker.exists()
+
+
+# ---- check --fix and selftest --workdir: a place that cannot be written is one line, not exit 3 -------------
+
+
+def test_check_fix_into_a_directory_name_too_long(run_cli, tmp_path):
+    setup = tmp_path / "setup"
+    setup.mkdir()
+    (setup / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
+    before = (setup / "ds.json").read_bytes()
+    code, _, err = run_cli("check", str(setup), "--fix", str(tmp_path / ("x" * 300)), "--env", "none")
+    assert code == 2 and "cannot write there: File name too long" in err, err  # was OSError, exit 3
+    _one_line(err)
+    assert (setup / "ds.json").read_bytes() == before
+
+
+def test_selftest_workdir_that_is_a_file(run_cli, tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
+    before = ds.read_bytes()
+    code, _, err = run_cli("selftest", str(ds), "--model", "llama-3-8b", "--workdir", str(ds))
+    assert code == 2 and "--workdir" in err and "File exists" in err, err  # was FileExistsError, exit 3
+    _one_line(err)
+    assert ds.read_bytes() == before

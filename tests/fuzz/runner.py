@@ -220,11 +220,11 @@ def judge(
     if argv[0] == "report" and "--out" not in argv and "--format" not in argv:  # the page's default place
         asked += [f"{argv[1].rstrip('/')}/zerodoctor/report", f"{argv[1].rstrip('/')}/report"]
     asked = [
-        a.rstrip("/") for a in asked if not a.startswith("-")
+        os.path.normpath(a) for a in asked if not a.startswith("-")
     ]  # `check --fix DIR`; lint's --fix is a flag
     for name in after.keys() - before.keys():
         ok = ("--fix" in argv and (".fixed" in name or ".bak" in name)) or any(
-            name == a or name.startswith(a + "/") for a in asked
+            a == "." or name == a or name.startswith(a + "/") for a in asked
         )
         if not ok:
             problems.append(f"wrote {name} (not asked for)")

@@ -89,11 +89,24 @@ def _shown(value: Any) -> str:
     return json.dumps(plain(value), default=str)
 
 
+def _fix_dir_error(directory: Path, exc: OSError) -> SetupError:
+    from zerodoctor.safeio import shown
+
+    return SetupError(
+        f"--fix {shown(directory, 80)}: cannot write there: {exc.strerror or exc}",
+        hint="name a writable directory with a shorter path",
+    )
+
+
 def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     """Write the copies; returns what was written and what was not fixed (for JSON and text output)."""
     from zerodoctor.lint.fixer import fixed_texts, plan_fixes
 
-    if directory.exists() and not directory.is_dir():
+    try:
+        is_file = directory.exists() and not directory.is_dir()
+    except OSError as exc:  # a name longer than the file system allows, a loop of links
+        raise _fix_dir_error(directory, exc) from None
+    if is_file:
         raise SetupError(
             f"--fix {directory}: is a file, not a directory", hint="name a new or existing directory"
         )
@@ -132,18 +145,22 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
                     f"setting at {RECOMMENDED_NAME} to use the recommended strategy"
                 )
     written: list[str] = []
-    if plans:
-        directory.mkdir(parents=True, exist_ok=True)
-    for target, text in plans:
-        if target.resolve() in own:
-            raise SetupError(
-                f"--fix {directory}: {target.name} there is one of the setup's own files; not writing over it",
-                hint="choose a different --fix directory",
-            )
-        target = _free(target)
-        with target.open("x", encoding="utf-8") as fh:
-            fh.write(text)
-        written.append(str(target))
+    try:
+        if plans:
+            directory.mkdir(parents=True, exist_ok=True)
+        for target, text in plans:
+            if target.resolve() in own:
+                raise SetupError(
+                    f"--fix {directory}: {target.name} there is one of the setup's own files; not writing over "
+                    "it",
+                    hint="choose a different --fix directory",
+                )
+            target = _free(target)
+            with target.open("x", encoding="utf-8") as fh:
+                fh.write(text)
+            written.append(str(target))
+    except OSError as exc:  # not writable, a file on the way, a name too long, the disk full
+        raise _fix_dir_error(directory, exc) from None
     return {
         "written": written,
         "changes": [c.describe() for c in changes] + rec_log,

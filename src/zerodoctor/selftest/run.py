@@ -395,7 +395,15 @@ def run_selftest(
     from zerodoctor.selftest.judge import judge
 
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zerodoctor-selftest-"))
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, not writable, a name too long
+        from zerodoctor.safeio import shown
+
+        raise UsageError(
+            f"--workdir {shown(work, 80)}: cannot make the run's directory there: {exc.strerror or exc}",
+            hint="name a new or existing writable directory",
+        ) from None
     config, rank_changes = run_config(spec, ranks)
     _nvme_paths(config, work)
     text = spec.model_config.get("text_config") if spec.builder == "image-text-to-text" else spec.model_config
