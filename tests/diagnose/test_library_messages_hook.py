@@ -17,7 +17,7 @@ import pytest
 
 from zerodoctor.diagnose import library_messages as lm
 
-RECORDED = json.loads(lm.DATA_FILE.read_text(encoding="utf-8"))["versions"]
+RECORDED = json.loads(lm.DATA_FILE.read_text(encoding="utf-8"))["installed"]
 
 
 def _need(pkg: str) -> None:
@@ -93,8 +93,11 @@ def test_a_frameless_library_assertion_names_the_statement_that_raises_it(
     assert top["id"] == "class:library-assertion", top["title"]
     at = _data(top)["raised_at"]
     assert (at["package"], at["file"], at["function"]) == (pkg, file, func)
+    # (the releases read that raise it, and the one its line is from: the installed, newest one)
+    assert at["versions"].startswith(f"{pkg} ") and at["versions"].endswith(RECORDED[pkg])
     assert (
-        f"the message is raised at {file}:{at['line']} (in {func}) at {pkg} {RECORDED[pkg]}" in top["message"]
+        f"the message is raised at {file}:{at['line']} (in {func}) in {at['versions']} (read at {RECORDED[pkg]})"
+        in top["message"]
     )
     assert _data(top)["library"] == pkg
 

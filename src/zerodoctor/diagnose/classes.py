@@ -1177,6 +1177,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
                 "function": raised.function,
                 "version": raised.version,
                 "other_sites": raised.other_sites,
+                "versions": raised.versions,
             }
     if (
         judge is not None
@@ -1259,7 +1260,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
     if lib is None and raised is not None and exc_type.endswith("AssertionError"):
         # a pasted assertion whose frames were cut: its message is raised by one library statement
         pkg, ver = raised.package, known.get(raised.package)
-        at = f"{raised.file}:{raised.line} (in {raised.function}) at {pkg} {raised.version}"
+        at = f"{raised.file}:{raised.line} (in {raised.function}) in {raised.versions} (read at {raised.version})"
         return FailureClass(
             "library-assertion",
             f"Assertion failed inside {pkg}",
@@ -1351,7 +1352,7 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         )
     # (no frame printed, but the message is one a library raises: where, from its source)
     src_at = (
-        f"{raised.file}:{raised.line} (in {raised.function}) at {raised.package} {raised.version}"
+        f"{raised.file}:{raised.line} (in {raised.function}) in {raised.versions} (read at {raised.version})"
         if raised is not None and lib is None
         else ""
     )
