@@ -24,6 +24,7 @@ from zerodoctor.diagnose.library_messages import owner_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = json.loads(lm.DATA_FILE.read_text(encoding="utf-8"))
+MESSAGES = [lm.decode_row(r) for r in DATA["messages"]]
 RECORDED = DATA["installed"]
 
 
@@ -300,7 +301,7 @@ def test_the_committed_index_holds_what_the_generator_reads_from_the_installed_a
     bit = read.index(version)
     rows = {
         (r[1], tuple(p.lower() for p in r[2])): r
-        for r in DATA["messages"]
+        for r in MESSAGES
         if r[3] == "accelerate" and r[8] >> bit & 1
     }
     assert len(rows) == record["messages"] > 300

@@ -23,6 +23,7 @@ import pytest
 from zerodoctor.diagnose import library_messages as lm
 
 DATA = json.loads(lm.DATA_FILE.read_text(encoding="utf-8"))
+MESSAGES = [lm.decode_row(r) for r in DATA["messages"]]
 
 CORE_1 = (
     "def step(x):\n"
@@ -129,7 +130,7 @@ def test_tests_and_non_python_members_are_not_read(built: dict[str, Any]) -> Non
 
 
 def test_the_committed_index_records_every_source() -> None:
-    assert DATA["format"] == 2
+    assert DATA["format"] == 3
     for record in DATA["sources"]:
         assert record["name"] in lm.PACKAGES and record["version"] in DATA["releases"][record["name"]]
         assert re.fullmatch(r"[0-9a-f]{64}", record["sha256"]) and re.fullmatch(
@@ -145,7 +146,7 @@ def test_the_committed_index_records_every_source() -> None:
         assert len([r for r in DATA["sources"] if r["name"] == pkg]) == len(read)
     # (the data file stays small; its messages are one row each, with at least one release)
     assert lm.DATA_FILE.stat().st_size < 4_500_000
-    assert all(row[8] > 0 for row in DATA["messages"])
+    assert all(row[8] > 0 for row in MESSAGES)
 
 
 def _release_of(versions: str) -> list[str]:
@@ -199,7 +200,7 @@ def test_a_message_only_old_releases_raise_is_named_with_its_range(name: str) ->
     assert got.version == _release_of(versions)[-1]
     # (the newest release read does not raise it: an index of that release alone would name nobody)
     assert DATA["releases"][pkg][-1] not in _release_of(versions)
-    (row,) = [r for r in DATA["messages"] if r[3] == pkg and r[4] == file and r[5] == got.line]
+    (row,) = [r for r in MESSAGES if r[3] == pkg and r[4] == file and r[5] == got.line]
     assert row[6] == func
 
 

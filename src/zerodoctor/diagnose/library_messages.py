@@ -57,7 +57,7 @@ _WHEEL_DATA = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 # parts of torch that training libraries wrap are read (its top-level modules and these packages), not all of torch.
 SHADOW = {"torch": ("nn", "optim", "utils", "cuda", "amp", "distributed", "autograd")}
 DATA_FILE = Path(__file__).resolve().parent / "library_messages.json"
-_FORMAT = 2
+_FORMAT = 3
 
 # A message is kept only with this much static text of its own (fewer words or characters match prose)
 MIN_WORDS = 4
@@ -510,6 +510,20 @@ def build(
     }
 
 
+def encode_row(row: Sequence[Any]) -> str:
+    """A message row as the data file holds it: one string, its fields and then its fragments tab-separated (fragments
+    hold no tab: their whitespace is collapsed), so that loading the file builds one object per message, not a
+    dozen; a row is split only when a lookup reads it."""
+    word, exc, parts, pkg, file, line, func, others, mask = row
+    return "\t".join([word, exc, pkg, file, str(line), func, str(others), str(mask), *parts])
+
+
+def decode_row(text: str) -> list[Any]:
+    """[index word, exception, fragments, package, file, line, function, other sites, releases mask] of a file row."""
+    word, exc, pkg, file, line, func, others, mask, *parts = text.split("\t")
+    return [word, exc, parts, pkg, file, int(line), func, int(others), int(mask)]
+
+
 def dumps(data: dict[str, Any]) -> str:
     """The data file's text: one message or source per line, so a new release's changes read as a small diff."""
     head = {k: v for k, v in data.items() if k not in ("messages", "sources")}
@@ -517,7 +531,7 @@ def dumps(data: dict[str, Any]) -> str:
     sources = [
         json.dumps(r, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for r in data["sources"]
     ]
-    lines = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in data["messages"]]
+    lines = [json.dumps(encode_row(r), ensure_ascii=False) for r in data["messages"]]
     return body + ',"sources":[\n' + ",\n".join(sources) + '\n],"messages":[\n' + ",\n".join(lines) + "\n]}\n"
 
 
@@ -555,16 +569,18 @@ class _Index:
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.releases: dict[str, list[str]] = data["releases"]
-        self.by_word: dict[str, list[list[Any]]] = {}
-        for row in data["messages"]:
-            self.by_word.setdefault(row[0], []).append(row)
-        self._squashed: dict[int, tuple[tuple[str, ...], int]] = {}
+        self.by_word: dict[str, list[str]] = {}
+        for text in data["messages"]:
+            self.by_word.setdefault(text[: text.index("\t")], []).append(text)
+        self._rows: dict[str, tuple[list[Any], tuple[str, ...], int]] = {}
 
-    def _parts(self, row: list[Any]) -> tuple[tuple[str, ...], int]:
-        got = self._squashed.get(id(row))
+    def _row(self, text: str) -> tuple[list[Any], tuple[str, ...], int]:
+        """The row, its fragments squashed, their length: split on the first lookup that reads it."""
+        got = self._rows.get(text)
         if got is None:
+            row = decode_row(text)
             parts = tuple(_squash(p) for p in row[2])
-            got = self._squashed[id(row)] = (parts, sum(len(p) for p in parts))
+            got = self._rows[text] = (row, parts, sum(len(p) for p in parts))
         return got
 
     def lookup(self, exc_type: str | None, message: str) -> MessageOwner | None:
@@ -574,10 +590,10 @@ class _Index:
         # (a whole match beats a cut one; then the longer static text held)
         best_score = (False, 0)
         for word in sorted(_tokens(message)):
-            for row in self.by_word.get(word, ()):
+            for text in self.by_word.get(word, ()):
+                row, parts, total = self._row(text)
                 if exc is not None and row[1] != exc:
                     continue
-                parts, total = self._parts(row)
                 if (True, total) < best_score:
                     continue
                 held = _matched(parts, flat, total)
