@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
 from generators import COMMANDS, NEW_COMMANDS, RandomDraw, build_case, named_cases  # noqa: E402
-from runner import preload, run_case  # noqa: E402
+from runner import LAUNCH_REACHED, preload, run_case  # noqa: E402
 
 CPU_LIMIT = 5.0
 
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     peak_by_command: dict[str, int] = collections.defaultdict(int)
     cpu_by_command: dict[str, float] = collections.defaultdict(float)
     done = 0
+    launched: list[int] = []
+    refused_cpu: dict[str, float] = {}
     for seed in range(args.start, args.start + args.cases):
         if time.monotonic() - start > args.seconds:
             break
@@ -133,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             slowest_cpu = (o.cpu_seconds, seed, case.describe()[:160])
         if o.seconds > slowest_wall[0] and o.code is not None:
             slowest_wall = (o.seconds, seed, case.describe()[:160])
+        if LAUNCH_REACHED in o.stdout:  # selftest: not refused; the real run would have started here
+            launched.append(seed)
+            refused_cpu.setdefault("launch", 0.0)
+            refused_cpu["launch"] = max(refused_cpu["launch"], o.cpu_seconds)
+        elif case.no_launch:
+            refused_cpu["refused"] = max(refused_cpu.get("refused", 0.0), o.cpu_seconds)
         command = case.label.split("/")[0]
         peak_by_command[command] = max(peak_by_command[command], o.max_rss_kib)
         cpu_by_command[command] = max(cpu_by_command[command], o.cpu_seconds)
@@ -179,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mib": {"mib": round(peak[0] / 1024, 1), "seed": peak[1], "case": peak[2]},
         "peak_rss_mib_by_command": {k: round(v / 1024, 1) for k, v in sorted(peak_by_command.items())},
         "slowest_cpu_by_command": {k: round(v, 2) for k, v in sorted(cpu_by_command.items())},
+        "selftest_reached_launch": {"cases": len(launched), "seeds": launched[:20]},
+        "selftest_slowest_cpu_until_refused_or_launch": {k: round(v, 2) for k, v in refused_cpu.items()},
     }
     print(json.dumps(summary, indent=2))
     if args.out:

@@ -94,6 +94,7 @@ def _guard_run(tmp_path, lines0: list[str] | None = None, error: bytes | None = 
         ("rss", "9" * 5000, "unreadable line"),  # json.loads' 4,300-digit ValueError: was exit 3
         ("gpu_allocated", '"12"', "gpu_allocated: '12' is not a number"),
         ("phase", '{"a": 1}', "phase: {'a': 1} is not a name"),  # was unhashable in the projection
+        ("gpu_allocated", "null", "gpu_allocated: None is not a number"),  # was a TypeError (fragmentation)
     ],
 )
 def test_report_skips_records_with_values_no_guard_writes(run_cli, tmp_path, key, value, said):
@@ -193,3 +194,18 @@ def test_selftest_workdir_that_is_a_file(run_cli, tmp_path):
     assert code == 2 and "--workdir" in err and "File exists" in err, err  # was FileExistsError, exit 3
     _one_line(err)
     assert ds.read_bytes() == before
+
+
+def test_report_keeps_the_guards_own_text_and_null_fields(run_cli, tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    from generators import _record_lines, _set_json_value
+
+    lines = _record_lines(0)
+    lines[0] = _set_json_value(_set_json_value(lines[0], "gpu_uuid", '"GPU-1"'), "gpu_name", '"H100"')
+    lines[1] = _set_json_value(lines[1], "rss_hwm", "null")  # an event may carry a null
+    code, out, err = run_cli("report", str(_guard_run(tmp_path, lines)), "--format", "json")
+    assert code == 0 and not json.loads(out)["notes"], out

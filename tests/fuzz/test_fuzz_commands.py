@@ -25,16 +25,22 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from generators import COMMANDS, Case, named_cases  # noqa: E402
+from generators import COMMANDS, NEW_COMMANDS, Case, named_cases  # noqa: E402
 from runner import Outcome, preload, run_case  # noqa: E402
 
 preload()  # the forked cases start with the commands' modules imported
 CASE_SECONDS = 5.0
 KILL_SECONDS = 10.0
 EXAMPLES = {"lint": 60, "plan": 45, "env": 30, "kb": 12, "diagnose": 30, "files": 30, "check": 30}
+# the inputs added after issue 11's campaign (report, guard, selftest stopped at its launch, --fix, run
+# directories, odd model configs and the newer config keys): fewer each, under 30 s together
+EXAMPLES.update({"report": 12, "guard": 15, "selftest": 15, "fix": 15, "rundir": 8, "plan-new": 20})
 
 # Crash sites in modules owned elsewhere, found by this suite and reported to their owners (issue 11).
-KNOWN_OPEN: dict[str, str] = {}
+KNOWN_OPEN: dict[str, str] = {
+    "plan/allocator.py": "a vocab_size of 10**15 in a config.json: StopIteration in AllocatorResult.phase "
+    "(campaign 2026-11-25; the planner's owners have the reproducer)",
+}
 KNOWN_OPEN_MESSAGES: dict[str, str] = {}
 
 
@@ -52,7 +58,9 @@ class HypothesisDraw:
 def _commands() -> list[str]:
     from zerodoctor.cli.main import COMMANDS as CLI
 
-    return [c for c in COMMANDS if c in CLI or c == "files"]
+    return [c for c in COMMANDS if c in CLI or c == "files"] + [
+        c for c in NEW_COMMANDS if c in CLI or c in ("fix", "rundir", "plan-new")
+    ]
 
 
 def _owned_elsewhere(problem: str, argv: list[str]) -> str | None:
@@ -104,7 +112,8 @@ def test_every_input_ends_in_an_answer_or_a_one_line_error(
         draw = HypothesisDraw(data)
         case = build_case(draw, command)
         root = tmp_path_factory.mktemp(command) / "d"
-        _check(case, run_case(case, root, timeout=KILL_SECONDS), open_hits)
+        timeout = KILL_SECONDS * (3 if case.slow else 1)  # slow: a big input, or the HTML report's charts
+        _check(case, run_case(case, root, timeout=timeout), open_hits)
 
     prop()
     if open_hits:

@@ -155,8 +155,14 @@ MAX_RECORD_FILE_BYTES = 1 << 30  # one sample per step is under 1 KB: a million 
 MAX_RECORD_NUMBER = 1 << 62  # bytes, steps, seconds: anything larger is not a measurement
 MAX_RANKS = 1 << 17  # as diagnose.rundir.MAX_WORLD_SIZE
 MAX_ERROR_FILE_BYTES = 4 << 20
-_NUMERIC = frozenset({"t", "step", "optimizer_step", "seconds", "rank", "local_rank", "world_size"})
-_NUMERIC_PREFIXES = ("gpu_", "node_", "cgroup_", "rss")
+# the numbers guard.probes and guard.monitor write (gpu_name / gpu_uuid are text); a sample omits what it
+# could not read, so a null there is not the guard's
+_NUMERIC = frozenset(
+    {"t", "step", "optimizer_step", "seconds", "rank", "local_rank", "world_size"}
+    | {"gpu_" + k for k in ("allocated", "allocated_peak", "reserved", "reserved_peak", "active")}
+    | {"gpu_" + k for k in ("active_peak", "alloc_retries", "ooms", "free", "total", "non_pytorch")}
+    | {"rss", "rss_hwm", "node_used", "node_total", "cgroup_usage", "cgroup_limit", "cgroup_oom_kills"}
+)
 
 
 def _unusable(rec: dict[str, Any]) -> str | None:
@@ -164,8 +170,8 @@ def _unusable(rec: dict[str, Any]) -> str | None:
     numbers (or null) for its counters and sizes, and a meta record's world_size / local_rank are counts: a
     NaN, an infinity, a string, a 5,000-digit number there would make every chart and sum after it wrong."""
     for key, value in rec.items():
-        if key in _NUMERIC or key.startswith(_NUMERIC_PREFIXES):
-            if value is None and key not in ("world_size", "local_rank", "step"):
+        if key in _NUMERIC:
+            if value is None and rec.get("kind") != "sample" and key not in ("world_size", "local_rank"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return f"{key}: {shown(repr(value), 40)} is not a number"
