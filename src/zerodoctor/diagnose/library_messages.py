@@ -84,7 +84,7 @@ _HOLE = "\x00"
 class MessageOwner:
     """Where a message is raised: the package, the file inside its package dir, the line and function at `version`
     (the newest release read that raises it), how many other places in that release raise the same message, and
-    the releases read that raise it (`versions`: "deepspeed 0.9.5-0.14.4", "peft 0.4.0, 0.10.0-0.21.2")."""
+    the releases read that raise it (`versions`: "deepspeed 0.9.5-0.14.4", "deepspeed 0.8.3, 0.10.3-0.19.8")."""
 
     package: str
     file: str
