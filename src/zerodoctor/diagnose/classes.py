@@ -99,12 +99,16 @@ _BUILD_HINTS = (
     # BuildExtension), and CUDA_MISMATCH_MESSAGE (_check_cuda_version)
     "error compiling objects for extension",
     "mismatches the version that was used to compile",
-    # bitsandbytes' native library that would not load (bitsandbytes/cuda_setup/main.py, 0.37-0.41: a RuntimeError
-    # whose message starts on the line below, `CUDA Setup failed despite GPU being available. Please run ...`)
-    "cuda setup failed despite gpu being available",
     # (its kernels' CUDA_CHECK_RETURN: `Error named symbol not found at line 74 in file .../csrc/ops.cu`, the binary
     # built for another CUDA than the one it runs on)
     "named symbol not found at line",
+    # DeepSpeed's op builder refusing the toolchain before it compiles any op (op_builder/builder.py, the checks every
+    # JIT-built op shares): `Installed CUDA version X does not match the version torch was compiled with Y, unable to
+    # compile cuda/cpp extensions without a matching cuda version.` (a plain Exception in 0.3-0.5, CUDAMismatchException
+    # with the `>- DeepSpeed Op Builder: ` prefix from 0.6 on), `CUDA_HOME does not exist, unable to compile CUDA op(s)`
+    # (an assert in early releases, MissingCUDAException later)
+    "unable to compile cuda/cpp extensions",
+    "unable to compile cuda op(s)",
     "ninja",
     "nvcc",
     "cuda_home",
@@ -267,6 +271,25 @@ _CONFIG_EXC = (
     "ConfigError",
     "Exception",
     "NoMatchingPeftModuleError",
+)
+# CPython's TypeError for a keyword the callee does not take (`Accelerator.__init__() got an unexpected keyword argument
+# 'project_dir'`; Python/ceval.c, the qualified name from 3.10 on)
+_UNEXPECTED_KWARG = re.compile(
+    r"((?:[A-Za-z_][\w.]{0,120}\.)?[A-Za-z_]\w{0,80})\(\) got an unexpected keyword argument '(\w{1,80})'"
+)
+_BNB_SETUP = re.compile(r"CUDA Setup failed despite GPU being available")
+# the libraries whose own ValueErrors refuse a user's settings (their raise statements read by library_messages)
+_SETTINGS_JUDGES = frozenset({"transformers", "deepspeed", "accelerate", "peft", "trl"})
+_FILE_RESOLVERS = (
+    "from_pretrained",
+    "from_config",
+    "convert_to_tensors",
+    "forward",
+    "__call__",
+    "pad",
+    "encode",
+    "decode",
+    "tokenize",
 )
 # A message with no frames that names the configuration it refuses: the DeepSpeed config, TrainingArguments, a
 # config class or file, a command-line flag
@@ -662,6 +685,11 @@ def _silent_death_while_loading(ev: Event) -> FailureClass:
 
 
 _TIMEOUT = re.compile(r"(?i)timed? ?out|watchdog")
+# NCCL's wrappers of the verbs and mlx5/ionic direct-verbs calls (src/misc/ibvwrap.cc IBV_PTR_CHECK_ERRNO /
+# IBV_INT_CHECK_RET_ERRNO, mlx5dvwrap.cc: `WARN("Call to " name " failed with error %s", strerror(errno))`, returning
+# ncclSystemError): the words after it are the call's errno - `Connection timed out` (ETIMEDOUT) from ibv_modify_qp is
+# an InfiniBand/RoCE link that did not connect, a system error, not a collective that ran past NCCL's timeout
+_NCCL_CALL_ERRNO = re.compile(r"Call to \w{1,60} failed with error [^\n]{0,80}")
 _CHILD_KILLED = re.compile(r"TerminatedWorkerError|process \d{1,6} terminated with signal SIGKILL")
 # (torch prints NCCL's result name on the line below its DistBackendError, `ncclUnhandledCudaError: Call to CUDA
 # function failed.`; pastes cut at the line's start keep `UnhandledCudaError: ...`, a name no other library raises)
@@ -1113,11 +1141,37 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             f"{_build_var(op)}=1 pip install deepspeed, or make nvcc's CUDA match torch's.",
             data,
         )
+    kwarg = _UNEXPECTED_KWARG.match(message) if exc_type.endswith("TypeError") else None
+    if kwarg is not None and not (tb and tb.frames):
+        # CPython refusing a keyword the callee does not take, with no frame to say whose code called it (a UI or a
+        # launcher that logs the exception's text alone, a script's last line): an argument the callee refuses - a
+        # library's class or function called with a keyword it takes in other releases (TRL's SFTTrainer dropped
+        # `tokenizer=` for `processing_class=`; an older accelerate's Accelerator has no `project_dir=`), so the
+        # caller and the installed library are at versions that do not agree. Named as the argument refused (the
+        # config-rejected class) with the version question as what the log does not prove
+        callee, key = kwarg.group(1), kwarg.group(2)
+        data["callee"], data["keyword"], data["keys"] = callee, key, [key]
+        return FailureClass(
+            "config-rejected",
+            f"{callee}() refused the argument {key!r}: an API / version mismatch",
+            f"{where}: {exc_type}: {clip(message, 200)}.",
+            f"which package defines {callee} and at which version it takes {key!r}: no frame was printed "
+            f"({vers}).",
+            f"install the version of the package defining {callee} that the calling code was written for (its "
+            "requirements file), or update the calling code; `zerodoctor env` lists the stack.",
+            data,
+        )
     # ("version" as a word: `requires fsdp_version=2` is a setting, not a package version)
     lazy = FAILED_IMPORT.match(message)
     shared = _SHARED_OBJECT.search(message)
+    # bitsandbytes' native library that would not load at import (bitsandbytes/cextension.py 0.37-0.41: `if lib is None
+    # and torch.cuda.is_available(): raise RuntimeError("CUDA Setup failed despite GPU being available. Inspect the
+    # CUDA SETUP outputs above ...")`, 0.39-0.41 `... Please run the following command to get more information: python
+    # -m bitsandbytes`): no compiler ran - the wheel's libbitsandbytes_cudaXXX.so does not match the CUDA runtime found
+    bnb = _BNB_SETUP.search(message)
     if (
         exc_type.endswith(("ImportError", "ModuleNotFoundError", "PackageNotFoundError", "VersionConflict"))
+        or bnb is not None
         or lazy is not None
         or (exc_type.endswith("OSError") and shared is not None)
         or "requires" in low
@@ -1126,7 +1180,9 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         m = _MODULE.search(message)
         req = _REQUIRED_VERSION.search(message)
         name = (
-            (m.group("mod") or m.group("name"))
+            "bitsandbytes (its CUDA library)"
+            if bnb is not None
+            else (m.group("mod") or m.group("name"))
             if m
             else lazy.group(1)
             if lazy
@@ -1212,6 +1268,20 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
         )
         or (_DS_VALIDATION.search(low) is not None or "deepspeedconfigerror" in low)
         or (exc_type.endswith("ValueError") and any(h in low for h in _CONFIG_HINTS) and lib is not None)
+        # a ValueError one of the training libraries raises itself (library_messages read the raise in its source):
+        # Python's own meaning of ValueError is an argument of the right type but a value the callee refuses, and
+        # these libraries raise it on the values the user's arguments, configs or model set (transformers' Trainer
+        # "You cannot perform fine-tuning on purely quantized models", "Can't find a valid checkpoint at X") - except
+        # where they resolve a model's or tokenizer's files and classes (`from_pretrained`, `from_config`: "Tokenizer
+        # class X does not exist or is not currently imported" is the installed version, not a setting) or run on the
+        # data (a forward, a tokenizer call, BatchEncoding.convert_to_tensors' "Unable to create tensor ...": the
+        # batch's values, not the run's settings)
+        or (
+            raised is not None
+            and exc_type.endswith("ValueError")
+            and raised.package in _SETTINGS_JUDGES
+            and not raised.function.endswith(_FILE_RESOLVERS)
+        )
     ):
         keys = list(
             dict.fromkeys(
@@ -1507,7 +1577,7 @@ def classify(
         return _hang_dump(first)
     if (
         first.kind == "watchdog"
-        or (first.kind == "nccl" and _TIMEOUT.search(first.detail))
+        or (first.kind == "nccl" and _TIMEOUT.search(_NCCL_CALL_ERRNO.sub("", first.detail)))
         or (first.kind == "exception" and _ABORTED_TIMEOUT in first.detail)
     ):
         return _collective(first, facts)

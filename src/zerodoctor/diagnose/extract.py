@@ -111,6 +111,46 @@ _QUOTED_DTYPE = re.compile(
     r"|Found dtype \w{1,20} but expected \w{1,20}"
     r"|Expected query, key,? and value to have the same dtype)[^\n]{0,200})"
 )
+# CPython's own refusal of a keyword the callee does not take, quoted inside a sentence (a UI's `Exception initializing
+# accelerator: Accelerator.__init__() got an unexpected keyword argument 'project_dir'`): the text the interpreter
+# builds for the call (Python/ceval.c / getargs.c, `%U() got an unexpected keyword argument '%S'`; the callee's
+# qualified name from 3.10 on, its bare name before), certain wherever it stands
+_QUOTED_KWARG = re.compile(
+    r"(?<![\w.])((?:[A-Za-z_][\w.]{0,120}\.)?[A-Za-z_]\w{0,80}\(\) got an unexpected keyword argument '\w{1,80}')"
+)
+# An exception a user quotes inside prose, in the three forms a paste holds one (the line does not start with it):
+#  - a Markdown code span (`` `ValueError: Can't find a valid checkpoint at X` ``, or a flattened traceback in one:
+#    `` `raise RuntimeError('...'.format( RuntimeError: Error(s) in loading state_dict for Sequential:` ``): the last
+#    `Type: message` inside the span, the message ending where the span does (CommonMark's code span)
+#  - right after CJK text with no space (`报错如下FileNotFoundError: [Errno 2] ...`): CJK prose puts no space before a
+#    Latin word, so the exception's name starts there
+#  - OSError's own str() (CPython Objects/exceptions.c OSError_str: `[Errno N] strerror`, `: 'filename'`, ` -> 'filename2'`
+#    for os.rename/os.replace), which is certain wherever it stands
+_EXC_NAME = r"[A-Za-z_][\w.]{0,120}(?:Error|Exception)"
+_CODE_SPAN = re.compile(r"`([^`\n]{4,600})`")
+_LAST_EXC_IN_SPAN = re.compile(rf".*(?<![\w.])({_EXC_NAME}): (\S.{{0,300}})$")
+_EXC_AFTER_CJK = re.compile(
+    rf"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f])({_EXC_NAME}): (\S.{{0,300}})"
+)
+_ERRNO_EXC = re.compile(
+    r"(?<![\w.])((?:[A-Za-z]\w{0,40})?(?:OS|IO)?Error): (\[Errno \d{1,4}\] [A-Z][^\n]{2,300})"
+)
+
+
+def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
+    """The `(type, message)` of an exception quoted inside a line of prose (see above), or None; `raw` is the line
+    as the log holds it (the reader takes a whole line's inline-code backticks off its text)."""
+    for span in _CODE_SPAN.finditer(raw or text):
+        m = _LAST_EXC_IN_SPAN.match(span.group(1))
+        if m is not None:
+            return m.group(1), m.group(2).strip()
+    m = _EXC_AFTER_CJK.search(text) or _ERRNO_EXC.search(text)
+    if m is not None:
+        return m.group(1), m.group(2).strip()
+    k = _QUOTED_KWARG.search(text)
+    return ("TypeError", k.group(1)) if k is not None else None
+
+
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
 # (commands/launch.py simple_launcher) and wrapper scripts raise it for the training process
@@ -162,6 +202,16 @@ DEVICE_OOM = re.compile(
     # (the message behind CANN's `<code>: <YYYY-MM-DD-hh:mm:ss.mmm.uuu> ` - the line reader takes a code at the line's
     # start for a host prefix, so the message after CANN's own timestamp is what is left of it)
     r"|\d\d:\d\d\.\d{3}\.\d{3} Failed to allocate (?:memory\.|\S{1,40} device memory|\[\d{1,20}\] bytes of NPU memory)"
+    # vLLM refusing to start its engine for lack of GPU memory for the KV cache (a ValueError, no allocator ran out):
+    # `No available memory for the cache blocks. Try increasing `gpu_memory_utilization` ...` (worker.py
+    # raise_if_cache_size_invalid 0.2-0.6, v1/core/kv_cache_utils.py _check_enough_kv_cache_memory), `The model's max
+    # seq len (X) is larger than the maximum number of tokens that can be stored in KV cache (Y)` (the same function,
+    # 0.x), `... Y GiB KV cache is needed, which is larger than the available KV cache memory (Z GiB)` (v1), and v1's
+    # gpu_worker.py init_device `Free memory on device (X/Y GiB) on startup is less than desired GPU memory
+    # utilization (U, Z GiB)` (another process - the trainer beside it - holds the memory)
+    r"|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory"
+    r"|larger than the maximum number of tokens that can be stored in KV cache"
+    r"|Free memory on device \([\d.]{1,12}/[\d.]{1,12} GiB\) on startup is less than desired GPU memory utilization"
 )
 
 
@@ -328,6 +378,9 @@ _TOOLCHAIN_FAILED = re.compile(
     r"|(?:collect2: )?error: ld returned \d{1,3} exit status|fatal error: [^ :]{1,200}: No such file or directory"
     r"|nvcc fatal +: .{1,200}|#error -- unsupported [A-Za-z ]{1,40} version!.{0,120}"
 )
+# gcc's notice after a fatal diagnostic (gcc/diagnostic.cc diagnostic_action_after_output, DK_FATAL: fnotice
+# "compilation terminated.\n"; clang prints none, its fatal error line alone stays the build's only word)
+_CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -795,8 +848,11 @@ class Event:
         if self.kind in ("cuda-oom", "host-oom"):
             return 0
         if self.kind == "exit":
-            # (SIGINT, -2 / 130: a user's Ctrl-C, a stop from outside like SIGTERM)
-            if self.exit_code is None or self.exit_code in (1, -15, 15, 143, 0, -2, 2, 130):
+            # (SIGINT, -2 / 130: a user's Ctrl-C, a stop from outside like SIGTERM; SIGHUP -1 / 129 and SIGQUIT -3 /
+            # 131, the other death signals torch's elastic agent hands on to its workers - elastic/multiprocessing/
+            # api.py installs _terminate_process_handler for SIGTERM, SIGINT, SIGHUP and SIGQUIT: a closed terminal or
+            # ssh session, a Ctrl-\; a negative code is a signal that ended the process, never its own exit status)
+            if self.exit_code is None or self.exit_code in (1, -15, 15, 143, 0, -2, 2, 130, -1, 129, -3, 131):
                 return 2
             return 1 if self.exit_code in (-6, 6, 134) else 0
         if self.kind in ("nccl", "watchdog"):
@@ -961,6 +1017,8 @@ class Extractor:
         self._tool_fail: tuple[LogLine, Hit] | None = (
             None  # the toolchain failing a JIT build (its first line)
         )
+        # source -> seq of gcc's `compilation terminated.` (the compiler stopping on a fatal error)
+        self._cc_stopped: dict[str, int] = {}
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
         self._hang_main: dict[
             int, Traceback
@@ -1017,6 +1075,8 @@ class Extractor:
             self._last_frame = (line, hit)
         if "x:tb-exception" in keys:
             self._exception(line, hit)
+        elif "x:quoted-kwarg" in keys:
+            self._exception(line, hit)  # (CPython's keyword refusal quoted with no `TypeError: ` before it)
         if "x:config-validation" in keys and not _EXC.match(line.text):
             # a pydantic error line mangled by interleaved ranks (".ValidationError: 3 validation errors ...")
             m = _VALIDATION.search(line.text)
@@ -1115,6 +1175,8 @@ class Extractor:
             and (self._tool_fail is None or self._tool_fail[1].seq < self._build_seq.get(line.source, -1))
         ):
             self._tool_fail = (line, hit)
+        if "x:toolchain-failed" in keys and _CC_STOPPED.search(line.text):
+            self._cc_stopped[line.source] = hit.seq
         if "x:ds-backend-unset" in keys and not _EXC.match(line.text):
             d = _DS_BACKEND.search(line.text)
             if d:  # the assertion's message pasted alone
@@ -1322,6 +1384,14 @@ class Extractor:
                     self._quoted_imports.append((line, hit, f"{quoted.group(1)}: {quoted.group(2)}"))
                 return
             m = quoted
+            said = (
+                quoted_exception(line.text, line.raw) if m is None and self._open_tb(line) is None else None
+            )
+            if said is not None:
+                # (finish decides, as for a quoted import: an exception the run went on after was no failure)
+                if len(self._quoted_imports) < MAX_EVENTS:
+                    self._quoted_imports.append((line, hit, f"{said[0]}: {said[1]}"))
+                return
         if not m:
             return
         exc_type, message = m.group(1), (m.group(2) or "").strip()
@@ -1597,7 +1667,10 @@ class Extractor:
                 m_seq > hit.seq and m_line.source == line.source and kind != "engine"
                 for kind, m_line, m_seq in self.facts.markers
             )
-            if line.source in self._ninja_ext and not later:
+            # (gcc's `compilation terminated.` after its fatal error proves the compiler stopped even where the
+            # build's own lines were cut from the paste)
+            building = line.source in self._ninja_ext or self._cc_stopped.get(line.source, -1) >= hit.seq
+            if building and not later:
                 self._ninja_stop = self._tool_fail
         if self._ninja_stop is not None:
             # ninja stopped a JIT op build and the paste ends before torch's `Error building extension` exception:

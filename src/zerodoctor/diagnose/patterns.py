@@ -40,6 +40,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # `Exception ignored in: <finalize object at 0x...; dead>` (3.8+), `Exception ignored while calling deallocator
     # ...` / `Exception ignored on threading shutdown` (3.13+), then the traceback of an exception the process went on
     # after (a __del__ or weakref finalizer raising, math_verify's timeout handler firing in one)
+    # CPython's refusal of an unknown keyword, quoted in a sentence (extract._QUOTED_KWARG)
+    "quoted-kwarg": r"\w\(\) got an unexpected keyword argument '",
     "unraisable": r"^Exception ignored (in|on|while|during)\b",
     # a paste's own words that the run stopped moving, with no failure printed (`And then it stuck here with gpu util
     # 100% and didn't log out anything`, `training hangs at 96%`, `卡住了`): read only when the log holds no failure and
@@ -62,7 +64,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Workspace can't be allocated, no?t? enough memory|Error out of memory at line \d+ in file "
     # (Ascend CANN's device-memory error codes and the runtime's driver reason: extract.DEVICE_OOM)
     r"|\bE(L0004|L0019|I0011|N0012): |reason=\[driver error:out of memory\]"
-    r"|\d\d:\d\d\.\d{3}\.\d{3} Failed to allocate (memory\.|\S{1,40} device memory|\[\d{1,20}\] bytes of NPU memory)",
+    r"|\d\d:\d\d\.\d{3}\.\d{3} Failed to allocate (memory\.|\S{1,40} device memory|\[\d{1,20}\] bytes of NPU memory)"
+    # (vLLM's engine refusing to start without GPU memory for its KV cache: extract.DEVICE_OOM)
+    r"|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory"
+    r"|larger than the maximum number of tokens that can be stored in KV cache"
+    r"|Free memory on device \([\d.]{1,12}/[\d.]{1,12} GiB\) on startup is less than desired GPU memory utilization",
     # (the kernel's OOM killer and memory cgroup, mm/oom_kill.c and mm/memcontrol.c; Kubernetes' container status
     # `Reason: OOMKilled` in `kubectl describe pod`, `OOMKilled` in `kubectl get pods`; docker inspect's
     # `"OOMKilled": true`)
@@ -297,7 +303,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # not supported!`)
     "toolchain-failed": r"error: ld returned \d+ exit status|ld(\.[a-z]+)?: cannot find -l[A-Za-z0-9_+.-]+"
     r"|ld(\.lld)?: error: unable to find library -l|fatal error: [^ :]+: No such file or directory"
-    r"|nvcc fatal +: |#error -- unsupported [A-Za-z ]{1,40} version!",
+    r"|nvcc fatal +: |#error -- unsupported [A-Za-z ]{1,40} version!"
+    # (gcc's own notice that it stopped on that fatal error, gcc/diagnostic.cc: `compilation terminated.`)
+    r"|compilation terminated\.",
     # pip building a package from source that failed (a C++/CUDA extension package: flash-attn, apex, deepspeed with
     # DS_BUILD_OPS, bitsandbytes): pip/_internal/wheel_builder.py `Failed building wheel for %s`, pip 21-23's `ERROR:
     # Could not build wheels for %s, which is required to install pyproject.toml-based projects`, pip 24+'s `ERROR:

@@ -34,6 +34,17 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"^\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?\s+"),
     ),
     ("time", re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]\s*")),
+    # vLLM's logger (vllm/logger.py _FORMAT `%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s` in 0.x,
+    # `... [%(fileinfo)s:%(lineno)d] ...` later, _DATE_FORMAT `%m-%d %H:%M:%S`, milliseconds appended in newer ones):
+    # its NewLineFormatter repeats the prefix on every line of a message, so a traceback it logs is one per line
+    # (`ERROR 03-11 11:58:53 [core.py:1100] ValueError: ...`)
+    (
+        "time",
+        re.compile(
+            r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?) "
+            r"\[?[\w./-]{1,200}\.py:\d{1,7}\] ?"
+        ),
+    ),
     ("time", re.compile(r"^\[\s*(\d+\.\d+)\]\s*")),  # dmesg "[12345.678901] "
     # Ray's worker prefix "(ActorModelRayActorBOX pid=499618) ", "(RayWorkerWrapper pid=81, ip=10.0.0.3) "
     # (OpenRLHF, verl): which actor printed the line, like a host

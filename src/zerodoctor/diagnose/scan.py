@@ -87,6 +87,7 @@ FAILURE_KEYS = frozenset(
         "x:cpp-what",
         "x:bare-oserror",
         "x:config-validation",
+        "x:quoted-kwarg",
     }
 )
 
