@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         "or both",
     )
     ap.add_argument("--command", help="only this generator (e.g. report, guard, selftest, fix, rundir)")
+    ap.add_argument(
+        "--seeds-from", type=Path, help="run the seeds listed under 'causes' in an earlier --out summary"
+    )
     args = ap.parse_args(argv)
     pool = {"issue11": COMMANDS, "added": NEW_COMMANDS, "all": COMMANDS + NEW_COMMANDS}[args.inputs]
 
@@ -110,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     done = 0
     launched: list[int] = []
     refused_cpu: dict[str, float] = {}
-    for seed in range(args.start, args.start + args.cases):
+    seeds: list[int] = list(range(args.start, args.start + args.cases))
+    if args.seeds_from:  # every seed of every cause (the summary keeps the first 5 per cause, and all_seeds)
+        earlier = json.loads(args.seeds_from.read_text())
+        seeds = sorted({s for c in earlier["causes"].values() for s in c.get("all_seeds", c["seeds"])})
+    for seed in seeds:
         if time.monotonic() - start > args.seconds:
             break
         case = build_case(RandomDraw(seed), args.command, pool)
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()} {platform.processor() or ''} Python {platform.python_version()}".strip(),
-        "seeds": [args.start, args.start + done - 1],
+        "seeds": [seeds[0], seeds[done - 1]] if done else [],
         "inputs": args.command or args.inputs,
         "cases": done,
         "wall_seconds": round(elapsed, 1),
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "cases_harmed_or_unasked_write": count("harmed") + count("wrote"),
         "cases_slow": count("slow"),
         "causes": {
-            c: {"cases": len(s), "seeds": s[:5], "example": examples[c]}
+            c: {"cases": len(s), "seeds": s[:5], "all_seeds": s, "example": examples[c]}
             for c, s in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))
         },
         "slowest_cpu": {

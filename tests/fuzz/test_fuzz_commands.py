@@ -34,7 +34,7 @@ KILL_SECONDS = 10.0
 EXAMPLES = {"lint": 60, "plan": 45, "env": 30, "kb": 12, "diagnose": 30, "files": 30, "check": 30}
 # the inputs added after issue 11's campaign (report, guard, selftest stopped at its launch, --fix, run
 # directories, odd model configs and the newer config keys): fewer each, under 30 s together
-EXAMPLES.update({"report": 12, "guard": 15, "selftest": 15, "fix": 15, "rundir": 8, "plan-new": 20})
+EXAMPLES.update({"report": 8, "guard": 10, "selftest": 10, "fix": 8, "rundir": 5, "plan-new": 10})
 
 # Crash sites in modules owned elsewhere, found by this suite and reported to their owners (issue 11).
 KNOWN_OPEN: dict[str, str] = {
