@@ -209,3 +209,45 @@ def test_report_keeps_the_guards_own_text_and_null_fields(run_cli, tmp_path):
     lines[1] = _set_json_value(lines[1], "rss_hwm", "null")  # an event may carry a null
     code, out, err = run_cli("report", str(_guard_run(tmp_path, lines)), "--format", "json")
     assert code == 0 and not json.loads(out)["notes"], out
+
+
+# ---- selftest: a value the run cannot use is refused before torchrun starts (it ran the defaults instead) ---
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("gradient_accumulation_steps: 2001-12-14", "args.yaml:4:1 (gradient_accumulation_steps)"),
+        ("cutoff_len: 1e999", "(cutoff_len): sequence length must be a whole number above 0"),
+    ],
+)
+def test_selftest_refuses_an_invalid_value_before_the_launch(run_cli, tmp_path, monkeypatch, line, said):
+    import time
+
+    import zerodoctor.selftest.run as st_run
+
+    def launched(*_a, **_k):
+        raise AssertionError("the selftest started a real run for a setup with an invalid value")
+
+    monkeypatch.setattr(st_run, "launch", launched)
+    (tmp_path / "ds.json").write_text(
+        '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}'
+    )
+    args = tmp_path / "args.yaml"
+    key = line.split(":")[0]
+    base = {
+        "model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct",
+        "stage": "sft",
+        "finetuning_type": "lora",
+        "gradient_accumulation_steps": "8",
+        "cutoff_len": "2048",
+        "per_device_train_batch_size": "1",
+        "deepspeed": "ds.json",
+    }
+    base[key] = line.split(": ", 1)[1]
+    args.write_text("".join(f"{k}: {v}\n" for k, v in base.items()))
+    start = time.process_time()
+    code, _, err = run_cli("selftest", str(args))
+    assert code == 2 and said in err, err
+    _one_line(err)
+    assert time.process_time() - start < 2.0

@@ -186,7 +186,7 @@ def spec_from_setup(
     (`zerodoctor.setup.run.describe_run`), so the selftest never derives a value on its own."""
     from zerodoctor.setup.run import describe_run
 
-    return spec_from_run(describe_run(setup, strict=False), save_path=save_path, steps=steps, source=source)
+    return spec_from_run(describe_run(setup, strict=True), save_path=save_path, steps=steps, source=source)
 
 
 def spec_from_run(
