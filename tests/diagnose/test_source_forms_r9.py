@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import pytest
 from test_source_forms_r6 import _top  # the top finding of `diagnose --format json` on one log
+from test_source_forms_r8 import _phase  # the timeline's phase of the first failure
 
 from zerodoctor.diagnose.extract import device_oom, quoted_exception
 
@@ -336,3 +337,56 @@ def test_a_keyword_refused_inside_a_traceback_keeps_its_frames(tmp_path, run_cli
     )
     top = _top(tmp_path, run_cli, text)
     assert top["severity"] == "error" and "train.py" in top["title"] + top["message"], top
+
+
+# ---- phases: the Trainer's save interval, its staging folder, a model being placed on the device ------------------
+SIGKILL_TEARDOWN = (
+    "[2023-10-16 05:05:57,961] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 44150\n"
+    "[2023-10-16 05:06:02,579] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'src/train_bash.py'] exits "
+    "with return code = -9\n"
+)
+
+
+@pytest.mark.parametrize(
+    "interval",
+    [
+        "deepspeed --num_gpus 2 src/train_bash.py \\\n    --save_steps 1000 \\\n    --fp16\n",  # a command line
+        "TrainingArguments(output_dir=out, save_steps=1000, save_strategy=steps, logging_steps=10)\n",  # the repr
+        '{"save_steps": 500, "logging_steps": 10}\n',  # a JSON config, 1000 a multiple of 500
+        "save_steps: 1000\nlogging_steps: 10\n",  # a LLaMA-Factory YAML
+    ],
+)
+def test_a_failure_right_at_a_save_step_is_in_the_checkpoint_save(tmp_path, run_cli, interval):
+    bar = " 17%|█▋        | 1000/6060 [6:44:48<34:21:44, 24.45s/it]\n"
+    assert _phase(tmp_path, run_cli, interval + bar + SIGKILL_TEARDOWN) == "checkpoint_save"
+
+
+@pytest.mark.parametrize(
+    "interval",
+    [
+        "--save_steps 1000\n",  # no save at step 999
+        "--save_steps 1000 --eval_steps 500\n",  # the eval interval divides 1000: the Trainer evaluates first
+        "--save_steps 0.1\n",  # a ratio of the total, no step count
+    ],
+)
+def test_a_failure_off_the_save_step_is_not_placed_in_the_save(tmp_path, run_cli, interval):
+    step = "999" if interval.startswith("--save_steps 1000\n") else "1000"
+    bar = f" 17%|█▋        | {step}/6060 [6:44:48<34:21:44, 24.45s/it]\n"
+    assert _phase(tmp_path, run_cli, interval + bar + SIGKILL_TEARDOWN) != "checkpoint_save"
+
+
+def test_an_error_naming_the_trainers_staging_folder_is_in_the_save(tmp_path, run_cli):
+    text = "FileNotFoundError: [Errno 2] No such file or directory: '/out/tmp-checkpoint-950' -> '/out/checkpoint-950'\n"
+    assert _phase(tmp_path, run_cli, text) == "checkpoint_save"
+
+
+def test_a_model_moved_to_the_gpu_fails_while_loading(tmp_path, run_cli):
+    torch = f"{SITE}/torch/nn/modules/module.py"
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train_prompts.py", line 32, in main\n    actor = GPTActor().cuda()\n'
+        f'  File "{torch}", line 688, in cuda\n    return self._apply(lambda t: t.cuda(device))\n'
+        f'  File "{torch}", line 601, in _apply\n    param_applied = fn(param)\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    assert _phase(tmp_path, run_cli, text) == "load"

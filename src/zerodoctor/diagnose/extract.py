@@ -12,7 +12,7 @@ import re
 import signal
 from dataclasses import dataclass, field, replace
 
-from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, parse_progress
+from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
@@ -393,6 +393,9 @@ WAIT_FILES = ("torch/distributed/", "deepspeed/comm/")
 _NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
+# the HF Trainer's staging folder of a checkpoint being saved (trainer.py _save_checkpoint, 4.36-4.37: the model and
+# states are written to `tmp-checkpoint-N`, then os.rename'd to `checkpoint-N`): an error naming it is in the save
+_STAGING_CHECKPOINT = re.compile(r"(?<![\w-])tmp-checkpoint-\d{1,9}\b")
 _EPOCH_SAVE = re.compile(r"Saving checkpoint at \d+ epochs")
 # torch.utils.data's DataLoader machinery: a worker process, the pin-memory thread, the iterator's next batch
 _DATA_FUNCS = frozenset({"_pin_memory_loop", "_worker_loop", "_next_data", "_get_data", "_try_get_data"})
@@ -480,6 +483,9 @@ _LOAD_FUNCS = frozenset(
         "load_module_state_dict",  # DeepSpeedEngine's (a resume's load_checkpoint frames are read before it)
     }
 )
+# torch.nn.Module's device placement (torch/nn/modules/module.py: cuda() and to() call _apply on every tensor)
+_PLACE_FUNCS = frozenset({"cuda", "to", "_apply"})
+_TORCH_MODULE = "torch/nn/modules/module.py"
 # Resuming a run: the Trainer and DeepSpeed reading a checkpoint's optimizer/ZeRO states back.
 _RESUME_FUNCS = frozenset(
     {
@@ -901,6 +907,9 @@ class Facts:
     interrupts: list[LogLine] = field(default_factory=list)  # a user's Ctrl-C (`^C`, KeyboardInterrupt)
     last_progress: Progress | None = None
     accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
+    # the HF Trainer's save / evaluation interval in steps, as the run printed them (command line, arguments, config)
+    save_steps: int | None = None
+    eval_steps: int | None = None
     end_phase: str = (
         "unknown"  # the phase where the log ends (markers and progress), for failures with no event
     )
@@ -1206,6 +1215,14 @@ class Extractor:
             self._version(line)
         if "x:interrupt" in keys and len(self.facts.interrupts) < MAX_EVENTS:
             self.facts.interrupts.append(line)
+        if "x:interval" in keys:
+            for iv in INTERVAL.finditer(line.text):
+                steps = log_int(iv.group(2))
+                if steps:
+                    if iv.group(1) == "save":
+                        self.facts.save_steps = steps
+                    else:
+                        self.facts.eval_steps = steps
         if "x:accum" in keys:
             m = ACCUM.search(line.text)
             if m:
@@ -1885,6 +1902,8 @@ class Extractor:
             phase = self._code_phase(ev.line.source, lo, ev.line.lineno) or phase
         if phase == "unknown" and _ZERO3_TRACE_CHECK.search(ev.detail):
             phase = "forward"
+        if phase == "unknown" and _STAGING_CHECKPOINT.search(ev.detail):
+            phase = "checkpoint_save"
         if phase == "optimizer":
             phase = self._optimizer_phase(ev, False)
         if phase == "forward":
@@ -2048,6 +2067,10 @@ class Extractor:
                 return "zero_init"
             if funcs & _LOAD_FUNCS:
                 return "load"
+            if any(f.func in _PLACE_FUNCS and _TORCH_MODULE in f.file.replace("\\", "/") for f in tb.frames):
+                # torch.nn.Module.cuda() / .to() walking the model's tensors (module.py _apply) with no training or
+                # engine frame above it: the model being placed on the device, part of loading it
+                return "load"
         return "unknown"
 
     def _optimizer_phase(self, ev: Event, creating_state: bool) -> str:
@@ -2068,6 +2091,20 @@ class Extractor:
             accum = self.facts.accumulation or 1
             return "first_optimizer_step" if p.step + 1 <= accum else "training_step"
         return "training_step"
+
+    def _saving_at(self, p: Progress) -> bool:
+        """Whether the Trainer saves a checkpoint right after the step its bar shows: its bar reaches step N when
+        step N is done, then `_maybe_log_save_evaluate` evaluates and saves (DefaultFlowCallback.on_step_end sets
+        should_save when `global_step % save_steps == 0`); a step the eval interval divides too evaluates first."""
+        save, every_eval = self.facts.save_steps, self.facts.eval_steps
+        return (
+            p.kind in ("tqdm", "trainer")
+            and p.step is not None
+            and p.step > 0
+            and save is not None
+            and p.step % save == 0
+            and not (every_eval and p.step % every_eval == 0)
+        )
 
     def phase_at(self, line: LogLine, seq: int, progress: Progress | None) -> str:
         """The phase at a line from the markers and progress before it (no traceback to read)."""
@@ -2142,6 +2179,8 @@ class Extractor:
                 return "epoch_end"
             if p.step == 0:
                 return "first_optimizer_step"
+            if self._saving_at(p):
+                return "checkpoint_save"
             if (
                 p.kind == "trainer"
                 and p.epoch is not None

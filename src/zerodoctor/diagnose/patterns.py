@@ -365,6 +365,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "msg-load": r"Cannot copy out of meta tensor|Error\(s\) in loading state_dict for "
     r"|size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
+    # the Trainer's save / eval interval (extract.INTERVAL reads the number)
+    "interval": r"(save|eval)_steps\"?( ?= ?|[ =]+|: ?)\d",
     "accum": r"accumulative_counts\s*=\s*\d+|Gradient Accumulation steps = \d+|\"gradient_accumulation_steps\": \d+",
     # coloured lines are re-scanned after the colour codes are removed
     "ansi": r"\x1b\[",
@@ -403,6 +405,9 @@ _NOT_TRAINING = re.compile(
     r"Loading checkpoint shards|^\s*Map\b|Map \(num_proc|Tokeniz|Running tokenizer|Generat"
     r"|Download|Convert|Fetching|Filter|Packing|Preprocess|Loading weights|Writing model shards|examples/s\]"
 )
+# the HF Trainer's save and evaluation intervals as a run prints them: the command line (`--save_steps 1000`),
+# TrainingArguments' repr (`save_steps=1000,`), a JSON or YAML config (`"save_steps": 1000`, `save_steps: 1000`)
+INTERVAL = re.compile(r"(?<![\w-])(?:--)?(save|eval)_steps\"?(?: ?= ?|[ =]+|: ?)(\d{1,9})(?![\d.])")
 ACCUM = re.compile(
     r"(?:accumulative_counts\s*=\s*|Gradient Accumulation steps = |\"gradient_accumulation_steps\": )(\d+)"
 )
