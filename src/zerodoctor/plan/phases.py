@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_transformers_layout
+from zerodoctor.plan import host_load as hl
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
     ActivationEstimate,
@@ -907,20 +908,30 @@ def plan_strategy(
             # _configure_distributed_model: the cast, then module.to(device)), before any ZeRO state exists.
             loaded_b, loaded_why = loaded_weight_bytes(inputs, t)
             before_cast = p.total * loaded_b * n_local if loaded_b > pb else 0
-        load_host.append(
-            Item(
-                "whole model loaded per rank",
-                per_rank * n_local,
-                f"{n_local} ranks x {per_rank / GIB:.1f} GiB: the {8 * load_b}-bit model"
-                + (
-                    "; its trainable part flattened through the host (cpu_data + flat buffer)"
-                    if flat and not on_gpu
-                    else ""
-                ),
-                "transformers from_pretrained per rank; deepspeed/runtime/zero/stage_1_and_2.py __init__ "
-                "(flatten_on_accelerator)",
-            )
+        mapped = (
+            not plain and (not flat or on_gpu) and hl.loads_as_mapped_views(inputs.transformers_version)
         )
+        if mapped and loaded_weight_bytes(inputs, t)[0] == 2:
+            # transformers 5 leaves what it loads in the checkpoint's (16-bit) dtype as views of the safetensors
+            # mapping, shared by the node's ranks; only converted MoE experts are private copies per rank.
+            load_host += [Item(**dataclasses.asdict(a)) for a in hl.mapped_load(inputs.model, inputs.transformers_version, n_local)]
+        else:
+            load_host.append(
+                Item(
+                    "whole model loaded per rank",
+                    per_rank * n_local,
+                    f"{n_local} ranks x {per_rank / GIB:.1f} GiB: the {8 * load_b}-bit model"
+                    + (
+                        "; its trainable part flattened through the host (cpu_data + flat buffer)"
+                        if flat and not on_gpu
+                        else ""
+                    ),
+                    "transformers from_pretrained per rank; deepspeed/runtime/zero/stage_1_and_2.py __init__ "
+                    "(flatten_on_accelerator)",
+                )
+            )
+            if mapped:  # a dtype change copies every tensor, while the checkpoint stays mapped until the load ends
+                load_host.append(Item(**dataclasses.asdict(hl.mapped_checkpoint(inputs.model, inputs.transformers_version))))
         if flat and _master_cloned_on_gpu(zero, inputs.deepspeed_version):
             # The fp32 master partition starts as a 16-bit clone of the rank's partition made on the GPU
             # (`parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(device, fp32)`, line 560).
