@@ -31,7 +31,9 @@ TRANSFORMERS_MMAP_LOAD_FROM = (5, 0)
 """transformers 5.0.0 core_model_loading.py `_materialize_copy` (`tensor = tensor[...]` on a `safe_open` slice, then
 `.to(device=..., dtype=...)`): a parameter loaded in its checkpoint dtype is a view of the safetensors mmap. Read in
 5.0.0, 5.8.0 and 5.23.0; measured with 5.8.0 and 5.23.0 (every parameter's storage inside a *.safetensors mapping).
-transformers 4.x `_load_state_dict_into_meta_model` copies each value into the parameter instead."""
+transformers 4.46.3 was measured to leave same-dtype weights mapped too (`check_support_param_buffer_assignment` ->
+`load_state_dict(assign=True)`), but the 4.x release that began it is not pinned here, so 4.x keeps the per-rank
+private copy the planner charged before."""
 
 EXPERTS_CONVERTED_ON_LOAD = frozenset(
     {
