@@ -251,3 +251,29 @@ def test_selftest_refuses_an_invalid_value_before_the_launch(run_cli, tmp_path, 
     assert code == 2 and said in err, err
     _one_line(err)
     assert time.process_time() - start < 2.0
+
+
+def test_report_draws_a_bounded_number_of_rank_panels(tmp_path, monkeypatch):
+    """A 400-rank run drew 400 panels per chart (over 20 s of CPU, fuzz seed 502654): the outliers and the
+    lowest ranks are drawn, and the title says how many of how many."""
+    from pathlib import Path
+
+    pytest.importorskip("matplotlib")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "report_conftest", Path(__file__).parent / "report" / "conftest.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    write_run = module.write_run
+
+    from zerodoctor.report import plots
+    from zerodoctor.report.run_report import load_run
+
+    report = load_run(write_run(tmp_path, steps=4))
+    monkeypatch.setattr(plots, "MAX_SMALL_MULTIPLES", 2)
+    chart = plots.gpu_per_rank(report)
+    assert chart is not None and "(2 of 4 ranks: outliers and the lowest; the JSON has all)" in chart.title
+    assert 3 in report.outliers  # the synthetic run's outlier is among the panels drawn

@@ -72,6 +72,9 @@ def _render(fig: Any, name: str, title: str, points: int) -> Chart:
     return Chart(name, title, png.getvalue(), text, points)
 
 
+MAX_SMALL_MULTIPLES = 16  # a panel costs about 0.25 s of CPU to draw
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = 1 if n == 1 else 2 if n <= 8 else 4
     return -(-n // cols), cols
@@ -88,6 +91,13 @@ def _small_multiples(
     ranks = [r for r in report.ranks if any(r.has(k) for k, _l, _c in lines)]
     if not ranks:
         return None
+    if len(ranks) > MAX_SMALL_MULTIPLES:  # a panel per rank of a 400-rank run: minutes of drawing, no reading
+        outlying = set(report.outliers)
+        keep = {r.rank for r in ranks if r.rank in outlying}
+        keep |= {r.rank for r in ranks[: max(MAX_SMALL_MULTIPLES - len(keep), 0)]}
+        shown = [r for r in ranks if r.rank in keep][:MAX_SMALL_MULTIPLES]
+        title = f"{title} ({len(shown)} of {len(ranks)} ranks: outliers and the lowest; the JSON has all)"
+        ranks = shown
     rows, cols = _grid(len(ranks))
     fig, axes = _figure(rows, cols)
     markers = report.markers()
