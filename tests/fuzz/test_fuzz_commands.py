@@ -37,10 +37,7 @@ EXAMPLES = {"lint": 60, "plan": 45, "env": 30, "kb": 12, "diagnose": 30, "files"
 EXAMPLES.update({"report": 8, "guard": 10, "selftest": 10, "fix": 8, "rundir": 5, "plan-new": 10})
 
 # Crash sites in modules owned elsewhere, found by this suite and reported to their owners (issue 11).
-KNOWN_OPEN: dict[str, str] = {
-    "plan/allocator.py": "a vocab_size of 10**15 in a config.json: StopIteration in AllocatorResult.phase "
-    "(campaign 2026-11-25; the planner's owners have the reproducer)",
-}
+KNOWN_OPEN: dict[str, str] = {}
 KNOWN_OPEN_MESSAGES: dict[str, str] = {}
 
 

@@ -841,7 +841,14 @@ def model_from_config(
     if layer_sizes is None:
         assert builder is not None
         modules, shape = builder(cfg)
+    _check_shape(shape, source)
     params = _summarise(modules, shape, layer_sizes)
+    if params.total > MAX_PARAMS:
+        raise PlanError(
+            f"{source}: the config describes {params.total:.3g} parameters, more than any model "
+            f"({MAX_PARAMS:.0e}); check hidden_size, vocab_size, num_hidden_layers and the expert counts",
+            hint="fix the config.json or pass a catalog name",
+        )
     return ModelSpec(
         name=name,
         display_name=display_name or name,
@@ -857,6 +864,42 @@ def model_from_config(
         loss_in_model_dtype=loss_in_model_dtype,
         quantization=quantization,
     )
+
+
+MAX_PARAMS = 10**14
+"""More parameters than this (100 trillion, ~50x the largest published model) is a config error, not a model: the
+planner's byte arithmetic and its allocator replay are not meant for sizes no machine holds."""
+
+
+def _check_shape(shape: _Shape, source: Path) -> None:
+    """What transformers' own modules require of the counted shape, checked before anything is planned with it: every
+    key/value head serves num_attention_heads // num_key_value_heads query heads (`repeat_kv`, modeling_llama.py), so
+    the KV heads must divide the query heads; a MoE layer routes each token to `num_experts_per_tok` of its experts
+    (`torch.topk(router_logits, top_k)`, modeling_mixtral.py), so there must be at least one expert and at least as
+    many experts as a token is routed to. A config that breaks these would not build or run; planning it gives a
+    silent wrong answer."""
+    if (
+        shape.kv_heads
+        and shape.num_heads
+        and (shape.kv_heads > shape.num_heads or shape.num_heads % shape.kv_heads)
+    ):
+        raise PlanError(
+            f"{source}: num_key_value_heads ({shape.kv_heads}) must divide num_attention_heads ({shape.num_heads}): each "
+            "key/value head serves num_attention_heads // num_key_value_heads query heads",
+            hint="fix the config.json or pass a catalog name",
+        )
+    if shape.num_moe_layers:
+        if shape.num_experts < 1:
+            raise PlanError(
+                f"{source}: a MoE model with {shape.num_experts} experts per layer: its router needs at least one",
+                hint="fix the expert count in the config.json (num_local_experts / num_experts / n_routed_experts)",
+            )
+        if not 1 <= shape.experts_per_token <= shape.num_experts:
+            raise PlanError(
+                f"{source}: num_experts_per_tok ({shape.experts_per_token}) must be between 1 and the "
+                f"{shape.num_experts} experts of a layer (each token is routed to that many of them)",
+                hint="fix num_experts_per_tok in the config.json",
+            )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
