@@ -420,7 +420,7 @@ def test_guard_keeps_the_users_flight_recorder_settings_or_leaves_it_off(tmp_pat
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        (["--every", "0", "--", "true"], "--every must be 1 or more, got 0"),
+        (["--every", "0", "--", "true"], "argument --every: expected a number above 0, got 0"),
         (["--", ""], "no command to run"),
         (["--", "."], ".: cannot run: Permission denied"),
     ],
