@@ -111,6 +111,31 @@ def remote_alibi_attention(spec: ModelSpec) -> bool:
     return spec.model_type == "baichuan" and spec.params.hidden_size != _BAICHUAN_ROPE_HIDDEN
 
 
+_BAICHUAN2_VOCAB = 125_696
+"""Baichuan2's tokenizer size (every Baichuan2 config.json; Baichuan-1 has 64,000). Its configs also carry
+`z_loss_weight` (Baichuan2's configuration_baichuan.py), which Baichuan-1's do not."""
+
+NORM_HEAD_SOURCE = (
+    "baichuan-inc/Baichuan2-13B-Chat modeling_baichuan.py NormHead.forward (`if self.training: norm_weight = "
+    "nn.functional.normalize(self.weight)`, then `nn.functional.linear(hidden_states, norm_weight)`; copy read in "
+    "jrd77/Baichuan2-13B-Chat@35e3d5af948ecfe718bbb31633f053ae2a063725); modelscope/ms-swift@a5f1a113a "
+    "examples/pytorch/llm/src/utils/model.py:87-97 patch_baichuan2_7b (the same body for the 7B head); torch "
+    "derivatives.yaml linear/mm (the weight is saved for the input gradient)"
+)
+
+
+def remote_norm_head(spec: ModelSpec) -> bool:
+    """True for a Baichuan2 model, whose output layer is the remote code's `NormHead`: in training every forward
+    computes `F.normalize(self.weight)` -- a new vocab x hidden tensor in the model dtype -- and `F.linear` saves it
+    for the input gradient, so it lives from the head's forward to the head's backward (`NORM_HEAD_SOURCE`).
+    Recognised by model_type "baichuan" with Baichuan2's vocabulary or its `z_loss_weight` key (a user's own
+    config.json as published, or the bundled baichuan2-7b / baichuan2-13b entries); Baichuan-1 has a plain
+    `nn.Linear` head."""
+    return spec.model_type == "baichuan" and (
+        spec.params.vocab_size == _BAICHUAN2_VOCAB or "z_loss_weight" in spec.config
+    )
+
+
 @dataclass(frozen=True)
 class ActivationEstimate:
     """Activation bytes of one micro-batch on one rank (see the module docstring for every term)."""
@@ -127,6 +152,8 @@ class ActivationEstimate:
     shifted_copy_peak: int = 0
     # the attention the model really runs when its own code overrides `attn_impl` ("" = as asked)
     attention_used: str = ""
+    # part of `peak` due to Baichuan2's normalised head copy (`remote_norm_head`), held at the loss
+    norm_head_peak: int = 0
 
 
 @dataclass(frozen=True)
@@ -466,8 +493,17 @@ def activation_bytes(
     lb = FP32 if loss_dtype_bytes >= FP32 or t.d >= FP32 else t.d
     loss_saved = lb * t.tokens * t.vocab + labels + FP32
     head += loss_saved
+    # Baichuan2's NormHead: the normalised V x h weight F.linear keeps for the input gradient (frozen head: only
+    # it; a trainable head also keeps its input, counted above, and normalize's own tensors, not counted).
+    norm_head = t.d * t.vocab * t.hidden if remote_norm_head(spec) else 0
+    head += norm_head
     if not any_grad:
-        head = 0  # nothing requires grad: no graph at all
+        head = norm_head = 0  # nothing requires grad: no graph at all
+    elif norm_head:
+        notes.append(
+            f"Baichuan2 NormHead: F.normalize(lm_head.weight) makes a {t.vocab:,} x {t.hidden:,} {t.d}-byte copy "
+            f"every training forward, saved by F.linear until the head's backward ({norm_head / 2**30:.2f} GiB)"
+        )
 
     ckpt_input = t.d * t.tokens * t.hidden
     ckpt_layers = layers
@@ -518,6 +554,7 @@ def activation_bytes(
     in_backward = layers_kept + extras + backward_transient
     peak = max(at_loss, in_backward)
     without_shift = max(at_loss - logits_and_loss + max(loss_fwd_now, 3 * lb * t.tokens * t.vocab), in_backward)
+    without_norm_head = max(at_loss - norm_head, in_backward)
     return ActivationEstimate(
         per_layer_saved=per_layer,
         layers=layers,
@@ -529,6 +566,7 @@ def activation_bytes(
         notes=tuple(notes),
         shifted_copy_peak=max(peak - without_shift, 0),
         attention_used="dense ALiBi (the model's own attention)" if alibi_masks else "",
+        norm_head_peak=peak - without_norm_head,
     )
 
 

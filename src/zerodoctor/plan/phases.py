@@ -28,6 +28,7 @@ from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_tr
 from zerodoctor.plan import host_load as hl
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
+    NORM_HEAD_SOURCE,
     ActivationEstimate,
     EvalForward,
     activation_bytes,
@@ -1305,6 +1306,10 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
     )
 
 
+NORM_HEAD_ITEM = "Baichuan2 NormHead: normalised copy of the head weight"
+"""Only in training: `NormHead.forward` normalises the weight into a copy only `if self.training` (an evaluation's
+first forward normalises the weight in place instead)."""
+
 TRAINING_ONLY_ITEMS = frozenset(
     {
         "full-size gradient before reduce-scatter",
@@ -1313,6 +1318,7 @@ TRAINING_ONLY_ITEMS = frozenset(
         "offload_optimizer: a gradient partition on the GPU for its fp64 norm and fp32 copy",
         "activations + logits/loss",
         "loss: shifted fp32 copy of the logits (transformers < 4.49)",
+        NORM_HEAD_ITEM,
         "vision tower + resampler activations (images)",
     }
 )
@@ -1482,7 +1488,7 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
 def activation_item(act: ActivationEstimate, t: Training) -> Item:
     return Item(
         "activations + logits/loss",
-        int(act.peak - act.shifted_copy_peak),
+        int(act.peak - act.shifted_copy_peak - act.norm_head_peak),
         f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, "
         f"{act.attention_used or t.attn}, "
         "gradient checkpointing "
@@ -1494,8 +1500,22 @@ def activation_item(act: ActivationEstimate, t: Training) -> Item:
 
 def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -> list[Item]:
     """The activations item, and beside it what an older transformers adds to the activation peak at the loss
-    (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49."""
+    (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49; and Baichuan2's
+    normalised head copy (`activations.remote_norm_head`), alive at the loss on top of the (gathered) head."""
     items = [activation_item(act, t)]
+    if act.norm_head_peak > 0:
+        p = inputs.model.params
+        items.append(
+            Item(
+                NORM_HEAD_ITEM,
+                act.norm_head_peak,
+                f"`F.normalize(self.weight)` in NormHead.forward every training step: a {p.vocab_size:,} x "
+                f"{p.hidden_size:,} copy in {t.param_bytes} B, saved by `F.linear` for the hidden states' gradient "
+                "from the head's forward to its backward (beside the head weight itself, gathered under ZeRO-3); "
+                "its rise of the activation peak at the loss",
+                NORM_HEAD_SOURCE,
+            )
+        )
     vision = vision_item(inputs, t)
     if vision is not None:
         items.append(vision)
