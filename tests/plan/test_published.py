@@ -73,6 +73,9 @@ KNOWN_MISSES = {
     "lf1383-qwen-7b-chat-dpo-full-z2-8xa100-oom",
     # batch 8 (scored blind at 1afc0b9): Baichuan2-13B LoRA ZeRO-3 on two 4090s at micro batch 4
     "lf1970-baichuan2-13b-lora-z3-2x4090-bs4-oom",
+    # batch 9 (scored blind at the end of session 9, 1afc0b9 and ce607d4 alike): ChatGLM2-6B LoRA at micro batch 4
+    # on a 32 GB card
+    "lf922-chatglm2-6b-lora-1x32g-bs4-oom",
 }
 """Real OOMs the planner still calls a fit (no warning at all)."""
 
