@@ -175,3 +175,25 @@ def test_the_published_baichuan2_cases_it_moves() -> None:
     oom = pp.evaluate(cases["baichuan2-370-13b-lora-z3-5x3090-512-bs16-oom"])
     assert oom.plan.status == "tight" and oom.verdict_right
     assert NORM_HEAD_ITEM in {i.name for i in oom.plan.phase("steady").gpu}
+
+
+def test_a_users_own_baichuan2_config_json_computes_its_loss_in_the_model_dtype(tmp_path):
+    """The catalog's `loss_dtype: model` is not the only way in: a user's Baichuan2 config.json (no `_zerodoctor`
+    block) gets the 16-bit loss too; a Baichuan-1 config does not."""
+    import json
+
+    from zerodoctor.models import resolve_model
+    from zerodoctor.models.spec import CATALOG_DIR
+
+    raw = json.loads((CATALOG_DIR / "baichuan2-7b.json").read_text())
+    raw.pop("_zerodoctor", None)
+    own = tmp_path / "b2" / "config.json"
+    own.parent.mkdir()
+    own.write_text(json.dumps(raw))
+    assert resolve_model(str(own)).loss_in_model_dtype
+    b1 = json.loads((CATALOG_DIR / "baichuan-7b.json").read_text())
+    b1.pop("_zerodoctor", None)
+    first = tmp_path / "b1" / "config.json"
+    first.parent.mkdir()
+    first.write_text(json.dumps(b1))
+    assert not resolve_model(str(first)).loss_in_model_dtype

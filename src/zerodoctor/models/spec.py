@@ -861,9 +861,17 @@ def model_from_config(
         catalog_slug=catalog_slug,
         count_method=count_method,
         notes=notes,
-        loss_in_model_dtype=loss_in_model_dtype,
+        loss_in_model_dtype=loss_in_model_dtype or _loss_in_16_bit_by_model_code(model_type, config),
         quantization=quantization,
     )
+
+
+def _loss_in_16_bit_by_model_code(model_type: str, config: Mapping[str, Any]) -> bool:
+    """A model whose own (remote) code computes the loss on the 16-bit logits, recognised from a user's config.json as
+    well as from the catalog's `loss_dtype`: Baichuan2's `BaichuanForCausalLM.forward` calls CrossEntropyLoss on
+    `shift_logits` with no `.float()` (jrd77/Baichuan2-13B-Chat@35e3d5af modeling_baichuan.py). Baichuan2 is
+    model_type "baichuan" with its 125,696-token vocabulary or its `z_loss_weight` key; Baichuan-1 (64,000) is not."""
+    return model_type == "baichuan" and (config.get("vocab_size") == 125_696 or "z_loss_weight" in config)
 
 
 MAX_PARAMS = 10**14
