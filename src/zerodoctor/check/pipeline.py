@@ -198,7 +198,13 @@ def run_check(options: CheckOptions) -> CheckReport:
                 data={"phase": "launch", "not_checked": "memory plan"},
             )
         )
-    if options.selftest:
+    from zerodoctor.selftest.refusals import is_launch_refusal, not_launched_note
+
+    # the selftest does not run values the framework refuses at start-up (zerodoctor.selftest.refusals)
+    refusals = [f for f in findings if is_launch_refusal(f)] if options.selftest else []
+    if refusals:
+        checked.append(Checked("selftest", False, not_launched_note(refusals)))
+    elif options.selftest:
         result = _selftest(run, options.selftest_timeout_s)
         findings += [_with_selftest_phase(f) for f in result.findings]
         passed = sum(1 for c in result.checks if c.status == "passed")

@@ -80,7 +80,7 @@ def setup_files(items: list[str]) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from zerodoctor.report.selftest import render_selftest_markdown, summary_text
-    from zerodoctor.selftest import default_spec, run_selftest, spec_from_setup
+    from zerodoctor.selftest import default_spec, run_selftest, spec_from_run
 
     if args.files:
         from zerodoctor.setup.load import setup_from_documents
@@ -104,7 +104,16 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.model and setup.model_spec is None and setup.model_note:
             raise UsageError(setup.model_note)
-        spec = spec_from_setup(setup, save_path=args.save_path, steps=args.steps)
+        from zerodoctor.selftest.refusals import launch_refusals, not_launched_note
+        from zerodoctor.setup.run import describe_run
+
+        run_description = describe_run(setup, strict=True)
+        refusals = launch_refusals(run_description)
+        if refusals:
+            header = f"zerodoctor selftest: {not_launched_note(refusals)}"
+            emit(args, "selftest", refusals, title="zerodoctor selftest: not launched", header=header)
+            return exit_code(refusals, args.fail_on)
+        spec = spec_from_run(run_description, save_path=args.save_path, steps=args.steps)
     else:
         if args.model or args.framework or args.kind:
             raise UsageError("--model, --framework and --kind describe a SETUP: give its files too")
