@@ -129,6 +129,10 @@ class Training:
     eval_keeps_logits: bool = False
     """The evaluation keeps each batch's logits for metrics (transformers `prediction_step` without
     `prediction_loss_only`; `Trainer.evaluate` keeps only the loss when no `compute_metrics` is passed)."""
+    kbit_preparation: str | None = None
+    """QLoRA: which k-bit preparation the script applies before `get_peft_model` ("peft" = PEFT's
+    `prepare_model_for_kbit_training`, "norms" = TRL with bf16, "none"); None = the framework's
+    (`zerodoctor.plan.kbit_prep`). It matters only without DeepSpeed or FSDP."""
 
     @property
     def param_bytes(self) -> int:
