@@ -20,20 +20,16 @@ from zerodoctor.plan.phases import (
     KBIT_PARAMS_ITEM,
     KBIT_STREAM_ITEM,
     activations_for,
+    plain_trainable_bytes,
+    plain_trainable_groups,
     plan_strategy,
     qlora_unquantised_params,
 )
 
-BASE = {
-    "hidden_size": 64,
-    "intermediate_size": 172,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-    "tie_word_embeddings": False,
-}
+BASE = dict(  # a tiny decoder with GQA and an untied head
+    hidden_size=64, intermediate_size=172, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False,
+)  # fmt: skip
 CONFIGS = {"llama": {"model_type": "llama", **BASE}, "qwen2": {"model_type": "qwen2", **BASE}}
 BATCH, SEQ, RANK = 2, 16, 4
 
@@ -175,3 +171,27 @@ def test_items_only_where_the_upcasts_survive() -> None:
     # PEFT skips the cast for GPTQ models; XTuner calls PEFT's
     assert KBIT_PARAMS_ITEM not in _items(_inputs(config, quant_method="gptq"), plain)
     assert KBIT_PARAMS_ITEM in _items(_inputs(config, framework="xtuner"), plain)
+
+
+def test_modules_to_save_copies_of_upcast_originals_are_fp32() -> None:
+    """get_peft_model deep-copies a `modules_to_save` module after the preparation made it fp32 (PEFT mode); TRL's
+    bf16 recast puts embed_tokens/lm_head, copies included, back in bf16."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = CONFIGS["llama"]
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    model.is_loaded_in_4bit = True
+    model = get_peft_model(
+        prepare_model_for_kbit_training(model),
+        LoraConfig(r=RANK, target_modules=["q_proj"], modules_to_save=["lm_head"]),
+    )
+    copy = next(p for n, p in model.named_parameters() if "modules_to_save" in n)
+    inputs = _inputs(config, trainable_modules=("lm_head",))
+    groups = plain_trainable_groups(inputs, inputs.training)
+    assert groups == ((plain_trainable_bytes(inputs, inputs.training) // 4, 4),)
+    assert copy.dtype == torch.float32 and copy.element_size() == groups[0][1]
+    trl = _inputs(config, trainable_modules=("lm_head",), kbit_preparation="norms")
+    assert dict((b, n) for n, b in plain_trainable_groups(trl, trl.training))[2] == copy.numel()

@@ -380,12 +380,18 @@ def plain_trainable_groups(inputs: PlanInputs, t: Training) -> tuple[tuple[int, 
     """(elements, bytes per element) of the trainable weights of a run without DeepSpeed or FSDP, one group per
     dtype. PEFT upcasts only its adapter layers (`cast_adapter_dtype` walks `BaseTunerLayer` modules): the
     trainable copies of `modules_to_save` (`ModulesToSaveWrapper`, a deep copy of the original) keep the model's
-    dtype. LLaMA-Factory upcasts every trainable parameter, copies included (`trainable_weight_bytes`)."""
+    dtype. LLaMA-Factory upcasts every trainable parameter, copies included (`trainable_weight_bytes`); so does
+    PEFT's k-bit preparation, which makes the originals fp32 before `get_peft_model` copies them (`kbit_prep`)."""
     trainable, _ = trainable_frozen(inputs, t)
     wb, _ = trainable_weight_bytes(inputs, t)
     saved = _module_numel(inputs, t.trainable_modules) if t.is_peft else 0
     load_b, _ = loaded_weight_bytes(inputs, t)
-    upcast_all = inputs.framework == "llamafactory" and not t.pure_bf16
+    prep = (
+        kbit_preparation(inputs, t, plain=True, unquantised=qlora_unquantised_params(inputs, t))
+        if saved and t.method == "qlora"
+        else None
+    )
+    upcast_all = (inputs.framework == "llamafactory" and not t.pure_bf16) or (prep is not None and prep.mode == "peft")
     if not saved or wb == load_b or upcast_all:
         return ((trainable, wb),)
     return ((trainable - saved, wb), (saved, load_b))
