@@ -195,3 +195,27 @@ def test_modules_to_save_copies_of_upcast_originals_are_fp32() -> None:
     assert copy.dtype == torch.float32 and copy.element_size() == groups[0][1]
     trl = _inputs(config, trainable_modules=("lm_head",), kbit_preparation="norms")
     assert dict((b, n) for n, b in plain_trainable_groups(trl, trl.training))[2] == copy.numel()
+
+
+def test_llamafactory_upcast_layernorm_reaches_the_plan(tmp_path: Path) -> None:
+    """LLaMA-Factory never calls PEFT's preparation; its own `upcast_layernorm: true` (default off) puts the norm
+    weights in fp32, which in a QLoRA run without DeepSpeed is TRL's "norms" case."""
+    from zerodoctor.plan.inputs import PlanOptions, load_inputs
+
+    args = tmp_path / "qlora.yaml"
+    base = (
+        "model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\nfinetuning_type: lora\nquantization_bit: 4\n"
+        "bf16: true\nper_device_train_batch_size: 1\ncutoff_len: 1024\n"
+    )
+    opts = PlanOptions(
+        files=(str(args),), gpus_per_node=1, gpu_memory_gib=80, host_ram_gib=512, framework="llamafactory"
+    )
+    args.write_text(base)
+    inputs = load_inputs(opts)
+    assert inputs.training.method == "qlora" and inputs.training.kbit_preparation is None
+    assert KBIT_STREAM_ITEM not in _items(inputs, ZeroSettings(stage=0))
+    args.write_text(base + "upcast_layernorm: true\n")
+    inputs = load_inputs(opts)
+    assert inputs.training.kbit_preparation == "norms"
+    items = _items(inputs, ZeroSettings(stage=0))
+    assert items[KBIT_STREAM_ITEM] > 0 and KBIT_PARAMS_ITEM in items

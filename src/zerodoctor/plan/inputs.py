@@ -391,6 +391,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         pure_bf16=bool(run.pure_bf16.value) if run.pure_bf16 is not None else False,
         eval_micro_batch=run.eval_micro_batch.value if run.eval_micro_batch is not None else None,
         eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
+        kbit_preparation=_kbit_preparation(run),
     )
     notes = list(run.notes)
     quant = model.quantization
@@ -451,6 +452,14 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         expandable_segments=run.expandable_segments.value,
         run=run,
     )
+
+
+def _kbit_preparation(run: RunDescription) -> str | None:
+    """The k-bit preparation a run's own arguments choose, where they do: LLaMA-Factory's `upcast_layernorm: true`
+    puts the norm weights in fp32 ("norms"); None = the framework's (`zerodoctor.plan.kbit_prep.FRAMEWORK_MODE`)."""
+    if run.framework.name == "llamafactory" and run.upcast_layernorm is not None and run.upcast_layernorm.value:
+        return "norms"
+    return None
 
 
 def zero_settings(z: ZeroDescription) -> ZeroSettings:
