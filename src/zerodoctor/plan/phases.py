@@ -1356,11 +1356,14 @@ def kbit_stream_item(
     (`kbit_prep.stream_cost`), beside the 16-bit estimate of `activations_for`."""
     act32 = activations_for(inputs, replace(t, precision="fp32"), zero)
     cost = kbit.stream_cost(act, act32, prep, checkpointing=t.gradient_checkpointing, dtype_bytes=t.param_bytes)
-    kept = "its checkpointed input" if t.gradient_checkpointing else "its saved tensors"
+    kept, bwd = (
+        ("their checkpointed inputs", "the layer recomputed in backward and its gradients")
+        if t.gradient_checkpointing
+        else ("their saved tensors (as fp32 layers: at most)", "a layer's gradients in backward")
+    )
     detail = (
         f"{prep.fp32_layers} of {inputs.model.params.num_layers} decoder layers keep {kept} in fp32 "
-        f"(+{cost.saved / GIB:.2f} GiB); the layer recomputed in backward in fp32, at most "
-        f"+{cost.recompute / GIB:.2f} GiB"
+        f"(+{cost.saved / GIB:.2f} GiB); {bwd} in fp32, at most +{cost.recompute / GIB:.2f} GiB"
     )
     if cost.head_copy:
         detail += (
