@@ -42,9 +42,12 @@ def _inputs(config: dict[str, object], *, framework: str = "hf", **training: obj
     return PlanInputs(model=spec, cluster=Cluster(1, 1, 80 * GIB, 512 * GIB), training=t, framework=framework)
 
 
-def _run(config: dict[str, object], *, trl_bf16: bool) -> dict[str, object]:
+def _run(
+    config: dict[str, object], *, trl_bf16: bool, checkpointing: bool = True, autocast: bool = True
+) -> dict[str, object]:
     """Prepare, wrap and train one step of the tiny model under bf16 autocast (accelerate's mixed precision);
-    return the fp32 parameters after the preparation and what autograd saved outside the checkpointed layers."""
+    return the fp32 parameters after the preparation and what autograd saved (with checkpointing: outside the
+    checkpointed layers; without: every layer's tensors)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
@@ -76,8 +79,10 @@ def _run(config: dict[str, object], *, trl_bf16: bool) -> dict[str, object]:
                 mod.weight = Params4bit(mod.weight.data, requires_grad=False)
     model.is_loaded_in_4bit = True
     model = prepare_model_for_kbit_training(
-        model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
+        model, use_gradient_checkpointing=checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
     )
+    if not checkpointing:
+        model.enable_input_require_grads()  # as the frameworks do for adapters on a frozen embedding
     model = get_peft_model(model, LoraConfig(r=RANK, target_modules="all-linear"))
     if trl_bf16:
         # trl 0.8-0.24 trainer/utils.py peft_module_casting_to_bf16 (TRL is not installed here), run by SFTTrainer
@@ -110,12 +115,16 @@ def _run(config: dict[str, object], *, trl_bf16: bool) -> dict[str, object]:
         layer.register_forward_pre_hook(lambda m, a, i=i: region.__setitem__(0, f"L{i}"))
     base.model.norm.register_forward_pre_hook(lambda m, a: region.__setitem__(0, "head"))
     ids = torch.randint(0, BASE["vocab_size"], (BATCH, SEQ))  # type: ignore[arg-type]
-    with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x),
+    ):
         out = model(input_ids=ids, labels=ids, use_cache=False)
     out.loss.backward()
     h, v = BASE["hidden_size"], BASE["vocab_size"]
     layer_inputs = [(d, n) for r, d, s, n in seen.values() if r.startswith("L")]
     return {
+        "layer1_saved": sum(n for r, d, s, n in seen.values() if r == "L1"),
         "fp32_params": fp32_base,
         "fp32_layer_inputs": sum(d == torch.float32 for d, _ in layer_inputs),
         "layer_input_bytes": sum(n for _, n in layer_inputs),
@@ -150,6 +159,23 @@ def test_planner_matches_peft_on_a_tiny_model(family: str, mode: str) -> None:
     assert str(measured["logits_dtype"]) == "torch.bfloat16"
     head_copy = 2 * h * BASE["vocab_size"] if mode == "peft" else 0  # type: ignore[operator]
     assert cost.head_copy == measured["head_copy_bytes"] == head_copy
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_an_fp32_layer_bounds_what_a_prepared_layer_keeps(family: str) -> None:
+    """Without checkpointing a prepared layer keeps exactly what the fp32 estimate says when no autocast runs (a
+    custom loop), and less under autocast (matmuls and SDPA in bf16): the bound the stream item charges for the
+    recomputed layer."""
+    config = CONFIGS[family]
+    inputs = _inputs(config)
+    fp32 = activation_bytes(
+        inputs.model, micro_batch=BATCH, seq_len=SEQ, attn_impl="sdpa", gradient_checkpointing=False, dtype_bytes=4,
+        lora_rank=RANK, lora_targets=("all-linear",), lora_adapter_bytes=4,
+    )  # fmt: skip
+    plain = _run(config, trl_bf16=False, checkpointing=False, autocast=False)["layer1_saved"]
+    mixed = _run(config, trl_bf16=False, checkpointing=False, autocast=True)["layer1_saved"]
+    assert plain == fp32.per_layer_saved
+    assert mixed < fp32.per_layer_saved  # type: ignore[operator]
 
 
 def _items(inputs: PlanInputs, zero: ZeroSettings) -> dict[str, int]:
