@@ -73,10 +73,6 @@ HEAD_COPY_SOURCE = (
     "accelerate accelerator.py prepare_model (model.forward under torch.autocast for bf16/fp16 without DeepSpeed); "
     "autocast casts the fp32 lm_head weight for F.linear and mm keeps the 16-bit copy for the input gradient"
 )
-ENGINE_SOURCE = (
-    "deepspeed runtime/engine.py _configure_distributed_model -> _cast_module_mixed_precision (every float parameter "
-    "to the bf16/fp16 dtype)"
-)
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,10 @@ def kbit_preparation(
         # The fp32 embedding output is layer 0's input; the head is fp32 and copied by autocast.
         head_numel = head.numel if head is not None else p.vocab_size * p.hidden_size
         return KbitPreparation(mode, why, unquantised, p.num_layers, head_numel)
-    # norms: the embedding stays 16-bit, so layer 0's input is 16-bit; its first norm makes the rest fp32.
+    # norms: the embedding stays 16-bit, so layer 0's input is 16-bit; its first norm makes the rest fp32. Every
+    # unquantised weight but the embedding and the head stays fp32 after TRL 0.8-0.24's recast; TRL 0.25 and
+    # LLaMA-Factory's upcast_layernorm cast only the norms, so fused MoE experts (unquantised in transformers 5) are
+    # over-counted for them.
     return KbitPreparation(mode, why, max(unquantised - embed_head, 0), max(p.num_layers - 1, 0), 0)
 
 
