@@ -154,6 +154,10 @@ class ActivationEstimate:
     attention_used: str = ""
     # part of `peak` due to Baichuan2's normalised head copy (`remote_norm_head`), held at the loss
     norm_head_peak: int = 0
+    # the two moments `peak` is the larger of: at the loss (saved tensors + the loss's transient) and inside the
+    # first layer backward (saved layers + the recomputed layer and its gradients)
+    at_loss: int = 0
+    in_backward: int = 0
 
 
 @dataclass(frozen=True)
@@ -567,6 +571,8 @@ def activation_bytes(
         shifted_copy_peak=max(peak - without_shift, 0),
         attention_used="dense ALiBi (the model's own attention)" if alibi_masks else "",
         norm_head_peak=peak - without_norm_head,
+        at_loss=at_loss,
+        in_backward=in_backward,
     )
 
 

@@ -129,6 +129,10 @@ class Training:
     eval_keeps_logits: bool = False
     """The evaluation keeps each batch's logits for metrics (transformers `prediction_step` without
     `prediction_loss_only`; `Trainer.evaluate` keeps only the loss when no `compute_metrics` is passed)."""
+    kbit_preparation: str | None = None
+    """QLoRA: which k-bit preparation the script applies before `get_peft_model` ("peft" = PEFT's
+    `prepare_model_for_kbit_training`, "norms" = TRL with bf16, "none"); None = the framework's
+    (`zerodoctor.plan.kbit_prep`). It matters only without DeepSpeed or FSDP."""
 
     @property
     def param_bytes(self) -> int:
@@ -387,6 +391,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         pure_bf16=bool(run.pure_bf16.value) if run.pure_bf16 is not None else False,
         eval_micro_batch=run.eval_micro_batch.value if run.eval_micro_batch is not None else None,
         eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
+        kbit_preparation=_kbit_preparation(run),
     )
     notes = list(run.notes)
     quant = model.quantization
@@ -447,6 +452,14 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         expandable_segments=run.expandable_segments.value,
         run=run,
     )
+
+
+def _kbit_preparation(run: RunDescription) -> str | None:
+    """The k-bit preparation a run's own arguments choose, where they do: LLaMA-Factory's `upcast_layernorm: true`
+    puts the norm weights in fp32 ("norms"); None = the framework's (`zerodoctor.plan.kbit_prep.FRAMEWORK_MODE`)."""
+    if run.framework.name == "llamafactory" and run.upcast_layernorm is not None and run.upcast_layernorm.value:
+        return "norms"
+    return None
 
 
 def zero_settings(z: ZeroDescription) -> ZeroSettings:

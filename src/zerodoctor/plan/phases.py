@@ -26,6 +26,7 @@ from typing import Any
 
 from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_transformers_layout
 from zerodoctor.plan import host_load as hl
+from zerodoctor.plan import kbit_prep as kbit
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
     NORM_HEAD_SOURCE,
@@ -37,6 +38,7 @@ from zerodoctor.plan.activations import (
     vision_activation_bytes,
 )
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
+from zerodoctor.plan.kbit_prep import KbitPreparation, kbit_preparation
 from zerodoctor.versions import in_range, parse_version
 
 PHASES = ("load", "first_step", "steady", "eval", "save")
@@ -378,12 +380,18 @@ def plain_trainable_groups(inputs: PlanInputs, t: Training) -> tuple[tuple[int, 
     """(elements, bytes per element) of the trainable weights of a run without DeepSpeed or FSDP, one group per
     dtype. PEFT upcasts only its adapter layers (`cast_adapter_dtype` walks `BaseTunerLayer` modules): the
     trainable copies of `modules_to_save` (`ModulesToSaveWrapper`, a deep copy of the original) keep the model's
-    dtype. LLaMA-Factory upcasts every trainable parameter, copies included (`trainable_weight_bytes`)."""
+    dtype. LLaMA-Factory upcasts every trainable parameter, copies included (`trainable_weight_bytes`); so does
+    PEFT's k-bit preparation, which makes the originals fp32 before `get_peft_model` copies them (`kbit_prep`)."""
     trainable, _ = trainable_frozen(inputs, t)
     wb, _ = trainable_weight_bytes(inputs, t)
     saved = _module_numel(inputs, t.trainable_modules) if t.is_peft else 0
     load_b, _ = loaded_weight_bytes(inputs, t)
-    upcast_all = inputs.framework == "llamafactory" and not t.pure_bf16
+    prep = (
+        kbit_preparation(inputs, t, plain=True, unquantised=qlora_unquantised_params(inputs, t))
+        if saved and t.method == "qlora"
+        else None
+    )
+    upcast_all = (inputs.framework == "llamafactory" and not t.pure_bf16) or (prep is not None and prep.mode == "peft")
     if not saved or wb == load_b or upcast_all:
         return ((trainable, wb),)
     return ((trainable - saved, wb), (saved, load_b))
@@ -471,11 +479,8 @@ def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, flo
     64 + fp32 per 64x256); embeddings, norms, fused MoE experts (not `nn.Linear` in transformers 5) and the
     output layer stay in the compute dtype."""
     spec = inputs.model
-    quantized = sum(
-        lin.in_features * lin.out_features * lin.count
-        for lin in spec.linear_modules()
-        if not is_output_layer(lin.path)
-    )
+    rest = qlora_unquantised_params(inputs, training)
+    quantized = spec.params.total - rest
     if training.quant_method in ("gptq", "awq"):
         # Pre-quantised checkpoints (auto-gptq / autoawq QuantLinear): qweight int32 packs eight 4-bit weights,
         # per group of `group_size` input rows one fp16 scale and one 4-bit zero per output column; g_idx
@@ -486,9 +491,20 @@ def qlora_frozen_bytes(inputs: PlanInputs, training: Training) -> tuple[int, flo
         const = 1 / BNB_BLOCKSIZE + 4 / (BNB_BLOCKSIZE * BNB_NESTED_BLOCKSIZE)
     else:
         const = 4 / BNB_BLOCKSIZE
-    rest = spec.params.total - quantized
     nbytes = math.ceil(quantized * (0.5 + const) + rest * training.param_bytes)
     return nbytes, nbytes / spec.params.total
+
+
+def qlora_unquantised_params(inputs: PlanInputs, training: Training) -> int:
+    """Parameters a 4-bit base leaves unquantised (`qlora_frozen_bytes`): embeddings, norms, biases, fused MoE
+    experts and the output layer -- every weight but the decoder's `nn.Linear` matrices."""
+    spec = inputs.model
+    quantized = sum(
+        lin.in_features * lin.out_features * lin.count
+        for lin in spec.linear_modules()
+        if not is_output_layer(lin.path)
+    )
+    return spec.params.total - quantized
 
 
 def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
@@ -609,9 +625,14 @@ def plan_strategy(
             trainable_groups=groups,
         )
     act = activations_for(inputs, t, zero)
+    prep = (
+        kbit_preparation(inputs, t, plain=plain, unquantised=qlora_unquantised_params(inputs, t))
+        if t.method == "qlora"
+        else None
+    )
 
     def gpu_states(*, lazy: bool, transient: bool) -> list[Item]:
-        items = []
+        items = [kbit_params_item(prep, pb)] if prep is not None else []
         for comp in components:
             if comp.device != ms.GPU or (comp.lazy and not lazy) or (comp.transient and not transient):
                 continue
@@ -789,6 +810,8 @@ def plan_strategy(
     elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
         fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
+    if prep is not None:
+        act_items.append(kbit_stream_item(inputs, t, zero, act, prep))
     if t.reference_model:
         held = next((i.bytes for i in fwd_extra if i.name == "ZeRO-3 fetched parameters (working set)"), 0)
         act_items.append(reference_forward_item(inputs, t, zero, act, held))
@@ -1306,6 +1329,51 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
     )
 
 
+KBIT_PARAMS_ITEM = "k-bit preparation: unquantised weights upcast to fp32"
+KBIT_STREAM_ITEM = "k-bit preparation: fp32 residual stream"
+
+
+def kbit_params_item(prep: KbitPreparation, pb: int) -> Item:
+    """What the k-bit preparation's fp32 casts add to the frozen base (`qlora_frozen_bytes` counts them 16-bit)."""
+    what = (
+        "embeddings, norms, biases and the output layer"
+        if prep.mode == "peft"
+        else "norms and the biases bitsandbytes casts to their fp32 input (embedding and head back in bf16)"
+    )
+    return Item(
+        KBIT_PARAMS_ITEM,
+        prep.upcast_params * (ms.FP32_BYTES - pb),
+        f"{prep.mode} ({prep.why}): {prep.upcast_params:,} parameters ({what}) in fp32, "
+        f"{ms.FP32_BYTES - pb} B more each; no DeepSpeed or FSDP casts them back",
+        kbit.PEFT_SOURCE if prep.mode == "peft" else kbit.NORMS_SOURCE,
+    )
+
+
+def kbit_stream_item(
+    inputs: PlanInputs, t: Training, zero: ZeroSettings, act: ActivationEstimate, prep: KbitPreparation
+) -> Item:
+    """The rise of the activation peak from the fp32 residual stream the k-bit preparation causes
+    (`kbit_prep.stream_cost`), beside the 16-bit estimate of `activations_for`."""
+    act32 = activations_for(inputs, replace(t, precision="fp32"), zero)
+    cost = kbit.stream_cost(act, act32, prep, checkpointing=t.gradient_checkpointing, dtype_bytes=t.param_bytes)
+    kept, bwd = (
+        ("their checkpointed inputs", "the layer recomputed in backward and its gradients")
+        if t.gradient_checkpointing
+        else ("their saved tensors (as fp32 layers: at most)", "a layer's gradients in backward")
+    )
+    detail = (
+        f"{prep.fp32_layers} of {inputs.model.params.num_layers} decoder layers keep {kept} in fp32 "
+        f"(+{cost.saved / GIB:.2f} GiB); {bwd} in fp32, at most +{cost.recompute / GIB:.2f} GiB"
+    )
+    if cost.head_copy:
+        detail += (
+            f"; autocast's {t.param_bytes}-byte copy of the fp32 output layer kept until its backward "
+            f"(+{cost.head_copy / GIB:.2f} GiB)"
+        )
+    source = f"{kbit.STREAM_SOURCE}; {kbit.HEAD_COPY_SOURCE}" if cost.head_copy else kbit.STREAM_SOURCE
+    return Item(KBIT_STREAM_ITEM, cost.rise, detail + f": the activation peak rises {cost.rise / GIB:.2f} GiB", source)
+
+
 NORM_HEAD_ITEM = "Baichuan2 NormHead: normalised copy of the head weight"
 """Only in training: `NormHead.forward` normalises the weight into a copy only `if self.training` (an evaluation's
 first forward normalises the weight in place instead)."""
@@ -1320,6 +1388,7 @@ TRAINING_ONLY_ITEMS = frozenset(
         "loss: shifted fp32 copy of the logits (transformers < 4.49)",
         NORM_HEAD_ITEM,
         "vision tower + resampler activations (images)",
+        KBIT_STREAM_ITEM,
     }
 )
 """Steady-step GPU items of the backward pass (saved activations, gradients on their way to the reduce): an

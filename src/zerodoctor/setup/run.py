@@ -249,6 +249,9 @@ class RunDescription:
     None when not stated. The planner keeps it as the trained weights of a run without DeepSpeed or FSDP."""
     pure_bf16: Known[bool] | None = None
     """LLaMA-Factory `pure_bf16` (trainable parameters stay 16-bit instead of being upcast to fp32)."""
+    upcast_layernorm: Known[bool] | None = None
+    """LLaMA-Factory `upcast_layernorm` (model_utils/checkpointing.py prepare_model_for_training: the 1-D norm
+    weights in fp32; default off). In a QLoRA run it makes the residual stream fp32 (`zerodoctor.plan.kbit_prep`)."""
     lora_dropout: Known[float] | None = None
     """PEFT / LLaMA-Factory `lora_dropout` from the arguments (None: not stated, PEFT's default 0)."""
     eval_micro_batch: Known[int] | None = None
@@ -815,6 +818,7 @@ def describe_run(
         fsdp=fsdp,
         weights_dtype=_weights_dtype(rd),
         pure_bf16=rd.arg("pure_bf16"),
+        upcast_layernorm=rd.arg("upcast_layernorm"),
         lora_dropout=_lora_dropout(rd),
         eval_micro_batch=_eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
