@@ -2,7 +2,8 @@
 sequence against a real forward/backward recorded on the CPU.
 
 Table (default): for each case of `benchmarks/gpu/plan_gpu_h100.json` (recorded by `benchmarks/plan_gpu.py`:
-one rank, peaks reset and the cache emptied at each phase boundary), the allocation sequence of that run is
+one rank, peaks reset and the cache emptied at each phase boundary, or kept where the file was recorded with
+`--keep-cache`; `--results` names another file), the allocation sequence of that run is
 derived from the planner's own quantities (`allocator.step_shape` + `allocator.training_events`: the same
 model, ZeRO stage, offload, micro-batch and sequence length, DeepSpeed's FusedAdam as the run used, 3 steps,
 the same phase marks) and replayed through the simulated allocator. Nothing is fitted to the readings. Printed
@@ -104,7 +105,8 @@ def table(path: Path) -> int:
         # the run used DeepSpeed's own optimizer (the config's AdamW -> FusedAdam), not torch.optim.AdamW
         shape = step_shape(inputs, inputs.zero, inputs.training, torch_adamw=False)
         t0 = time.perf_counter()
-        events = training_events(shape, steps=case.steps)
+        # a run recorded with `plan_gpu.py --keep-cache` kept the cache between phases: so does its replay
+        events = training_events(shape, steps=case.steps, keep_cache=bool(r.get("keep_cache")))
         sim = replay(events)
         took = time.perf_counter() - t0
         exp = replay(events, AllocatorConfig(expandable_segments=True))

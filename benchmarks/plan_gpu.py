@@ -4,7 +4,9 @@ Each case builds a catalog model (0.5B-3B) from its config with random weights, 
 stage and offload with synthetic full-length sequences on the real engine (nccl, one rank), and records per phase:
 
 * `torch.cuda.max_memory_allocated` and `max_memory_reserved` (peaks reset and the allocator's cache emptied at
-  each phase boundary, so a phase's reserved peak is its own),
+  each phase boundary, so a phase's reserved peak is its own; with `--keep-cache` the cache is kept, as a real
+  training run keeps it (`allocator.RUN_KEEPS_CACHE`), so a phase's reserved peak is the run's so far: what
+  ms-swift's `memory(GiB)` log and an OOM message read),
 * the memory outside PyTorch's allocator at the phase's end (device total - free - reserved: CUDA context,
   cuBLAS workspaces, NCCL),
 * the device-level used memory (NVML total - free, sampled every 2 ms by a thread: what nvidia-smi and an OOM
@@ -20,6 +22,7 @@ the planner's prediction computed from the case's own description on any machine
 planner change is re-scored without a GPU:
 
     python benchmarks/plan_gpu.py --measure results.json          # on the GPU machine (minutes)
+    python benchmarks/plan_gpu.py --measure kept.json --keep-cache   # the same, the cache kept between phases
     python benchmarks/plan_gpu.py --table benchmarks/plan_gpu_h100.json   # here: markdown rows
 """
 
@@ -140,7 +143,7 @@ class Sampler:
         self._thread.join()
 
 
-def measure_one(case: Case, work: Path) -> dict[str, Any]:
+def measure_one(case: Case, work: Path, keep_cache: bool = False) -> dict[str, Any]:
     import deepspeed
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -163,8 +166,10 @@ def measure_one(case: Case, work: Path) -> dict[str, Any]:
             "host_rss": rss,
         }
         # the cache kept from this phase would count as the next phase's reserved peak: give it back, so
-        # each phase's reserved peak is what that phase itself took from the device (its own fragmentation)
-        torch.cuda.empty_cache()
+        # each phase's reserved peak is what that phase itself took from the device (its own fragmentation);
+        # keep_cache: as a training run does, so the reserved peak is the run's so far
+        if not keep_cache:
+            torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
     deepspeed.init_distributed(dist_backend="nccl")
@@ -214,6 +219,7 @@ def measure_one(case: Case, work: Path) -> dict[str, Any]:
     del keep
     return {
         "case": asdict(case),
+        "keep_cache": keep_cache,
         "gpu_name": torch.cuda.get_device_name(0),
         "gpu_total": int(total),
         "host_total": int(__import__("psutil").virtual_memory().total),
@@ -227,7 +233,7 @@ def measure_one(case: Case, work: Path) -> dict[str, Any]:
     }
 
 
-def measure(out: Path, only: list[str]) -> int:
+def measure(out: Path, only: list[str], keep_cache: bool = False) -> int:
     results = []
     by_name = {c.name: c for c in CASES}
     for case in [by_name[n] for n in only] if only else CASES:  # --only also sets the order
@@ -237,7 +243,8 @@ def measure(out: Path, only: list[str]) -> int:
             res_file = Path(tmp) / "r.json"
             t = time.time()
             proc = subprocess.run(
-                [sys.executable, str(HERE), "--worker", case.name, "--worker-out", str(res_file)],
+                [sys.executable, str(HERE), "--worker", case.name, "--worker-out", str(res_file)]
+                + (["--keep-cache"] if keep_cache else []),
                 env=env, capture_output=True, text=True, timeout=900,
             )  # fmt: skip
             if proc.returncode != 0 or not res_file.exists():
@@ -325,16 +332,19 @@ def main() -> int:
     ap.add_argument("--measure", type=Path, help="run every case on this machine's GPU, write results here")
     ap.add_argument("--only", nargs="*", default=[], help="case names to run")
     ap.add_argument("--table", type=Path, help="compare recorded measurements with the planner")
+    ap.add_argument(
+        "--keep-cache", action="store_true", help="do not empty the cache between phases (a real run's reading)"
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         case = next(c for c in CASES if c.name == args.worker)
         with tempfile.TemporaryDirectory() as tmp:
-            args.worker_out.write_text(json.dumps(measure_one(case, Path(tmp))))
+            args.worker_out.write_text(json.dumps(measure_one(case, Path(tmp), args.keep_cache)))
         return 0
     if args.measure:
-        return measure(args.measure, args.only)
+        return measure(args.measure, args.only, args.keep_cache)
     if args.table:
         return table(args.table)
     ap.print_help()

@@ -42,12 +42,10 @@ def main() -> int:
     return 0
 
 
-def _one(stage: int) -> dict[str, Any]:
+def build_engine(stage: int) -> Any:
+    """`deepspeed.initialize` of the tiny Llama in bf16 under ZeRO `stage`, torch AdamW (also cache_carry_job.py)."""
     import deepspeed
     import torch
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -60,6 +58,16 @@ def _one(stage: int) -> dict[str, Any]:
         "zero_optimization": {"stage": stage},
     }
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    return engine
+
+
+def _one(stage: int) -> dict[str, Any]:
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    engine = build_engine(stage)
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 16))
     engine.backward(engine(input_ids=ids, labels=ids).loss)
 

@@ -415,3 +415,55 @@ def test_planner_phase_gaps_for_the_planner() -> None:
         inputs, ZeroSettings(stage=3), inputs.training, AllocatorConfig(expandable_segments=True)
     )
     assert exp["steady"].floor_gap <= gaps["steady"].floor_gap
+
+
+# ---- a run keeps its cache between phases (allocator.RUN_KEEPS_CACHE) ----------------------------------------
+
+
+def test_kept_cache_counts_an_earlier_phase_block_that_was_split() -> None:
+    """A block cached by the first forward/backward (a 100 MiB activation) is split by the first step's lazily
+    created state (60 MiB, kept); the next forward's 100 MiB activation no longer fits in what is left and takes
+    a new segment. With the cache emptied at each phase's end the steady phase never sees the first one's block."""
+    events = [
+        Mark("load"),
+        Alloc("act", 100 * MIB),
+        Free("act"),
+        Mark("first_forward_backward"),
+        Alloc("adam", 60 * MIB),
+        Mark("first_step"),
+        Alloc("act2", 100 * MIB),
+        Free("act2"),
+        Mark("steady"),
+    ]
+    kept = replay(events)
+    emptied = replay([Mark(e.name, empty_cache=True) if isinstance(e, Mark) else e for e in events])
+    assert emptied.phase("steady").reserved_peak == 160 * MIB  # adam's 60 MiB segment + a new 100 MiB one
+    assert kept.phase("first_step").reserved_peak == 100 * MIB  # adam took 60 MiB of the cached 100 MiB block
+    assert kept.phase("steady").reserved_peak == 200 * MIB  # that segment stays, the 40 MiB rest does not fit
+    assert kept.phase("steady").allocated_peak == emptied.phase("steady").allocated_peak == 160 * MIB
+
+
+def test_training_events_keep_cache_differs_only_in_where_the_cache_is_emptied() -> None:
+    inputs = _inputs(8)
+    shape = step_shape(inputs, ZeroSettings(stage=3), inputs.training)
+    emptied = training_events(shape, steps=2, simulated_layers=2)
+    kept = training_events(shape, steps=2, simulated_layers=2, keep_cache=True)
+    marks = [e for e in emptied if isinstance(e, Mark)]
+    assert [m.name for m in marks] == ["load", "first_forward_backward", "first_step", "steady", "save"]
+    assert any(m.empty_cache for m in marks)
+    assert not any(e.empty_cache for e in kept if isinstance(e, Mark))
+    # DeepSpeed's initialize empties the cache once, right before the flat 16-bit buffer (test_cache_carry.py)
+    flat = next(i for i, e in enumerate(kept) if isinstance(e, EmptyCache))
+    assert sum(isinstance(e, EmptyCache) for e in kept) == 1
+    assert isinstance(kept[flat + 1], Alloc) and flat < kept.index(Mark("load"))
+    tensors = [e for e in kept if not isinstance(e, (Mark, EmptyCache))]
+    assert tensors == [e for e in emptied if not isinstance(e, Mark)]
+    a, b = replay(emptied), replay(kept)
+    for phase in ("first_step", "steady"):
+        # the same tensors (a block found in the cache is charged whole when its rest is too small to split off,
+        # so the allocated bytes differ by that rounding only), and at least as much reserved
+        assert b.phase(phase).allocated_peak == pytest.approx(a.phase(phase).allocated_peak, rel=0.01)
+        assert b.phase(phase).reserved_peak >= a.phase(phase).reserved_peak
+    # nothing is ever given back: the run's reserved bytes only grow from phase to phase
+    reserved = [b.phase(n).reserved_peak for n in ("load", "first_forward_backward", "first_step", "steady")]
+    assert reserved == sorted(reserved)

@@ -1099,15 +1099,37 @@ def _optimizer_step(b: _Builder, s: StepShape, *, first: bool) -> None:
         b.f(f"g32_{g}")
 
 
-def training_events(s: StepShape, *, steps: int = 3, simulated_layers: int | None = None) -> list[Event]:
+RUN_KEEPS_CACHE = (
+    "transformers trainer.py Trainer._inner_training_loop (accelerator.free_memory() once, before the engine is "
+    "built; clear_device_cache only every torch_empty_cache_steps, default None); DeepSpeed 0.19.8 only in "
+    "initialize (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ before flattening each parameter group, "
+    "runtime/zero/utils.py defragment for ZeRO-3's flat 16-bit partitions) and offload_states / "
+    "empty_partition_cache, never in forward, backward or step; ms-swift's sft/rlhf trainers never (only GRPO)"
+)
+"""Where a training run empties PyTorch's cache (tests/plan/test_cache_carry.py checks it on the engine): not
+between its phases. A run's `max_memory_reserved` (ms-swift's `memory(GiB)`, an OOM message, nvidia-smi less
+the context) includes what the earlier phases left cached; `benchmarks/plan_gpu.py` empties the cache at each
+phase's end to read each phase's own fragmentation unless run with `--keep-cache`."""
+
+
+def training_events(
+    s: StepShape, *, steps: int = 3, simulated_layers: int | None = None, keep_cache: bool = False
+) -> list[Event]:
     """The allocation sequence of `deepspeed.initialize` + `steps` training steps + a save, with phase marks
     as `benchmarks/plan_gpu.py` measures them: `load`, `first_forward_backward`, `first_step`, `steady`
-    (steps 2..N), `save`; the cache is emptied and the peaks reset at each mark."""
+    (steps 2..N), `save`; the peaks are reset at each mark, and the cache emptied there unless `keep_cache`
+    (a real run, `RUN_KEEPS_CACHE`; `plan_gpu.py --keep-cache`): then a phase's reserved peak includes what
+    the earlier phases left cached, and the cache is emptied where DeepSpeed's initialize does it, before the
+    flat 16-bit buffer. Only the cache-emptying differs between the two sequences."""
     b = _Builder()
     for name, nbytes in s.load:
         if nbytes < 0:
             b.f(name)
         else:
+            if keep_cache and name == "flat16":
+                # the one place DeepSpeed empties the cache: as it builds the flat 16-bit buffer
+                # (stage_1_and_2.py before flattening a group; ZeRO-3 runtime/zero/utils.py defragment)
+                b.events.append(EmptyCache())
             b.a(name, nbytes)
     b.mark("load", empty_cache=True)
     for step in range(steps):
@@ -1119,6 +1141,8 @@ def training_events(s: StepShape, *, steps: int = 3, simulated_layers: int | Non
             b.mark("first_step", empty_cache=True)
     b.mark("steady", empty_cache=True)
     b.mark("save", empty_cache=False)
+    if keep_cache:
+        return [Mark(ev.name) if isinstance(ev, Mark) else ev for ev in b.events]
     return b.events
 
 
