@@ -34,7 +34,7 @@ CONFIGS = {"llama": {"model_type": "llama", **BASE}, "qwen2": {"model_type": "qw
 BATCH, SEQ, RANK = 2, 16, 4
 
 
-def _inputs(config: dict[str, object], *, framework: str = "hf", **training: object) -> PlanInputs:
+def _inputs(config: dict[str, object], *, framework: str | None = "hf", **training: object) -> PlanInputs:
     spec = model_from_config(config, name=f"tiny-{config['model_type']}", source=Path("<test>"))
     t = Training(
         method="qlora", lora_rank=RANK, micro_batch=BATCH, seq_len=SEQ, gradient_checkpointing=True, **training
@@ -197,6 +197,8 @@ def test_items_only_where_the_upcasts_survive() -> None:
     # PEFT skips the cast for GPTQ models; XTuner calls PEFT's
     assert KBIT_PARAMS_ITEM not in _items(_inputs(config, quant_method="gptq"), plain)
     assert KBIT_PARAMS_ITEM in _items(_inputs(config, framework="xtuner"), plain)
+    # no framework named (litgpt, torchtune, a plain `plan --method qlora`): the preparation is not assumed
+    assert KBIT_PARAMS_ITEM not in _items(_inputs(config, framework=None), plain)
 
 
 def test_modules_to_save_copies_of_upcast_originals_are_fp32() -> None:

@@ -96,8 +96,11 @@ def _mode(inputs: PlanInputs, t: Training) -> tuple[str, str]:
                 hint="peft (prepare_model_for_kbit_training), norms (TRL with bf16) or none",
             )
         return t.kbit_preparation, "as the run states"
-    fw = inputs.framework or "hf"
-    return FRAMEWORK_MODE.get(fw, "none"), f"{fw}'s default"
+    if inputs.framework is None:
+        # No framework named: the preparation is the framework's choice, not the model's (litgpt, torchtune, unsloth,
+        # ms-swift and LLaMA-Factory never call PEFT's), so none is assumed rather than the heaviest one.
+        return "none", "no framework named"
+    return FRAMEWORK_MODE.get(inputs.framework, "none"), f"{inputs.framework}'s default"
 
 
 def kbit_preparation(
