@@ -308,8 +308,11 @@ _MESSAGE_PHASE = {
     # DeepSpeedEngine.no_sync() (runtime/engine.py, DeepSpeed >= 0.16.0) refuses ZeRO-2/3, and older engines have no
     # no_sync at all: the training loop enters it for gradient accumulation (accelerate's accumulate, HF Trainer)
     "train": "training_step",
-    # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device
+    # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device;
+    # transformers' from_pretrained refusing a device_map under ZeRO-3
     "load": "load",
+    # HF datasets' map losing a worker process: Dataset.map(num_proc=N) is the dataset's tokenization/preprocessing
+    "tokenize": "tokenization",
 }
 # The detail of a failure read from a traceback whose exception line was cut from the paste.
 CUT_TRACEBACK = "last frame (the exception line is not in the log): "
@@ -461,13 +464,22 @@ _EVAL_FUNCS = frozenset(
 # `validation_step` (Lightning's LightningModule hook), `eval_epoch`, `_run_validation`, `run_evaluation`. Not a
 # bare `eval`: torch.nn.Module.eval() only switches a module's mode, and training loops call it (an RL rollout); and
 # not any `test_*`: pytest's test functions are named so.
+# A class's private method (`self.__val()`) prints its name as written, with both underscores; and `val` is the
+# validation of mmcv's EpochBasedRunner (mmcv/runner/epoch_based_runner.py `def val(self, data_loader, **kwargs)`,
+# run by workflow [('train', 1), ('val', 1)]) and of the training scripts built like it (`self.__val()`), not a
+# `val_dataloader` (Lightning's hook building the loader) nor any `val_*` helper.
 _EVAL_NAME = re.compile(
-    r"^_?(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_?eval_\w+$"
+    r"^_{0,2}(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_{0,2}eval_\w+$|^_{0,2}val(?:id|_epoch)?$"
     r"|^_?run_(?:eval|evaluation|validation)\w*$|^_?(?:test|test_step|test_epoch|test_loop)$"
 )
 # A script's own save function by its name (`save`, `save_model`, `savemodel`, `save_checkpoint`, `save_ckpt`,
 # `save_weights`, `save_state`): what it does is in its name, as for evaluation above
 _SAVE_NAME = re.compile(r"^_?save_?(?:model|checkpoint|ckpt|weights|state|pretrained|adapter|lora)?s?$")
+# safetensors writing a file (safetensors/torch.py: save_file(tensors, filename, metadata) -> serialize_file(_flatten(
+# tensors), ...), save_model -> save_file; `_flatten` raises `Some tensors share memory, this will lead to duplicate
+# memory on disk`, serialize_file `SafetensorError: Error while serializing: IoError(...)`): a checkpoint being saved
+_SAFETENSORS_SAVE_FUNCS = frozenset({"save_file", "save_model", "_flatten"})
+_SAFETENSORS_TORCH = "safetensors/torch.py"
 # loguru's default format (loguru/_defaults.py LOGURU_FORMAT): `... | LEVEL | module:function:line - message`
 _LOGURU_WHERE = re.compile(r"\| ([\w.<>]{1,120}):([A-Za-z_<][\w<>]{0,120}):(\d{1,7}) - ")
 _OPT_FUNCS = frozenset({"_optimizer_step", "_init_group", "unscale_and_clip_grads", "_take_model_step"})
@@ -567,8 +579,13 @@ _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_
 # optimizer wrappers engine._configure_*_optimizer builds - DeepSpeedZeroOptimizer in zero/stage_1_and_2.py,
 # DeepSpeedZeroOptimizer_Stage3 in zero/stage3.py, BF16_Optimizer, FP16_Optimizer, FP16_UnfusedOptimizer - and
 # DeepSpeedCPUAdam): an `__init__` frame in them is the engine being set up
+# torch's DistributedDataParallel.__init__ (torch/nn/parallel/distributed.py) checks the model across ranks with a
+# collective before training - dist._verify_model_across_ranks (torch 1.8-1.9), _verify_params_across_processes
+# (1.10-1.11), _verify_param_shape_across_processes (>= 1.12) - and broadcasts the module states: wrapping the model,
+# the engine set-up of a run without DeepSpeed (as accelerate's prepare_model, _ENGINE_FUNCS)
 _ENGINE_CTOR_FILES = (
     "deepspeed/runtime/engine.py",
+    "torch/nn/parallel/distributed.py",
     "deepspeed/runtime/zero/stage_1_and_2.py",
     "deepspeed/runtime/zero/stage3.py",
     "deepspeed/runtime/bf16_optimizer.py",
@@ -615,6 +632,16 @@ _TRAIN_FUNCS = frozenset(
         "generate_sequences",
         "compute_log_prob",
         "compute_ref_log_prob",
+        # ZeRO-1/2's gradient reduction (deepspeed/runtime/zero/stage_1_and_2.py, 0.3 to 0.19.8): the gradient hooks
+        # reduce_ready_partitions_and_remove_grads / reduce_independent_p_g_buckets_and_remove_grads fill the IPG
+        # bucket and reduce_ipg_grads reduces it (asserting `The parameter N has already been reduced`), and
+        # engine.backward ends with overlapping_partition_gradients_reduce_epilogue: all inside a backward pass
+        "reduce_ready_partitions_and_remove_grads",
+        "reduce_independent_p_g_buckets_and_remove_grads",
+        "reduce_ipg_grads",
+        "overlapping_partition_gradients_reduce_epilogue",
+        "independent_gradient_partition_epilogue",
+        "reduce_partition_and_remove_grads",  # ZeRO-3's gradient hook (stage3.py, create_reduce_and_remove_grad_hooks)
         # ZeRO-3's module hooks and parameter gathering run inside forward/backward
         "fetch_sub_module",
         "_fetch_sub_module_impl",
@@ -2018,6 +2045,10 @@ class Extractor:
                 funcs & _SAVE_FUNCS
                 or any("PyTorchStreamWriter" in f for f in funcs)
                 or any(_SAVE_NAME.match(f) for f in funcs)
+                or any(
+                    f.func in _SAFETENSORS_SAVE_FUNCS and _SAFETENSORS_TORCH in f.file.replace("\\", "/")
+                    for f in tb.frames
+                )
             ):
                 # (PyTorchStreamWriter: the zip writer under torch.save, caffe2/serialize/inline_container.cc, as a
                 # native stack prints it after a crash inside torch.save)
