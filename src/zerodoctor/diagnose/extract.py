@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
@@ -395,6 +396,9 @@ HANG_DUMP = "a stack dump of a process that had not failed: "
 WAIT_FILES = ("torch/distributed/", "deepspeed/comm/")
 _NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
+# how far after a failure's last line a bar tqdm redrew on closing is read (the message's own trailing lines: CUDA's
+# `CUDA kernel errors might be asynchronously reported ...` and its two hints)
+_BAR_AFTER_LINES = 4
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
 # the HF Trainer's staging folder of a checkpoint being saved (trainer.py _save_checkpoint, 4.36-4.37: the model and
 # states are written to `tmp-checkpoint-N`, then os.rename'd to `checkpoint-N`): an error naming it is in the save
@@ -1012,6 +1016,8 @@ class Extractor:
         self._pid_rank: dict[int, int] = {}
         self._last_source = ""
         self._last_seq = 0
+        # the training progress updates the scan found, per log (in order): a bar printed after a failure is read too
+        self._bars: dict[str, list[Progress]] = {}
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
@@ -1076,6 +1082,7 @@ class Extractor:
             self.facts.ranks_in_log.add(line.rank)
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
+            self._bar(line.source, hit.progress)
         keys = hit.keys
         warning_sigs = _warning_signatures()
         # sorted: a line that two entries' signatures match (the trace-cache warning) must give the same
@@ -1674,7 +1681,27 @@ class Extractor:
 
     # ---- finishing ----------------------------------------------------------------------------------
 
-    def finish(self) -> Facts:
+    def _bar(self, source: str, p: Progress) -> None:
+        bars = self._bars.setdefault(source, [])
+        if (not bars or bars[-1].lineno < p.lineno) and len(bars) < MAX_EVENTS:
+            bars.append(p)
+
+    def _bar_after(self, ev: Event, tb: Traceback | None) -> Progress | None:
+        """A training bar printed right after a failure, none before it: tqdm redraws its bar once more when it is
+        closed (tqdm std.py: __del__ -> close() -> display(pos=0) with leave=True), and a bar iterated by the loop an
+        exception left is closed after the interpreter printed the traceback - its last state is where the run was."""
+        end = self._tb_last(tb) if tb is not None else ev.line.lineno
+        for b in self._bars.get(ev.line.source, []):
+            if end < b.lineno <= end + _BAR_AFTER_LINES:
+                return b
+        return None
+
+    def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
+        """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
+        past its last hit line (scan.ScanStats.end_progress)."""
+        for source, p in (end_progress or {}).items():
+            if p is not None:
+                self._bar(source, p)
         for tb, exc_type, hit in self._ipy:
             if (
                 tb.exc_type is None
@@ -1777,6 +1804,11 @@ class Extractor:
         if self._dist_init is not None and not self.facts.events and not self._outlived(*self._dist_init):
             self.facts.ends_after_init = self._dist_init[0]
         last = self.facts.last_progress
+        ends = [p for p in (end_progress or {}).values() if p is not None]
+        if len(end_progress or {}) == 1 and ends and (last is None or ends[0].lineno >= last.lineno):
+            # a single log's progress past its last hit line (a bar redrawn after a failure report with no traceback,
+            # a Ray OOM report forwarded before the actor's bar): the run got that far
+            last = ends[0]
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, self._last_seq + 1, last)
@@ -1891,6 +1923,14 @@ class Extractor:
         if guarded is not None:
             return guarded
         phase = self._phase_from_frames(tb, ev) if tb is not None else "unknown"
+        if tb is not None and phase == "training_step" and self._forward_only(tb):
+            # only a model's own `forward` frames (no loss, backward or loop frame): a forward pass runs in training
+            # and in evaluation. The traceback printed right after it (its callers, chained or the rest of the same
+            # stack another rank printed) or evaluation's markers say which.
+            phase = "forward"
+            nxt = self._chained_after(ev)
+            if nxt is not None and self._phase_from_frames(nxt, ev) == "evaluation":
+                phase = "evaluation"
         if tb is None and ev.kind in ("exception", "cuda-oom"):
             # a failure logged, not raised: loguru's default format names the function that logged it (the handler
             # around the failing call), read like a one-frame traceback
@@ -1939,6 +1979,9 @@ class Extractor:
             phase = at if at == "evaluation" else "training_step"
         if phase == "unknown":
             phase = self.phase_at(ev.line, ev.seq, ev.progress)
+            bar = self._bar_after(ev, tb) if phase == "unknown" and ev.progress is None else None
+            if bar is not None:
+                phase = self.phase_at(ev.line, ev.seq, replace(bar, lineno=ev.line.lineno))
             if phase == "checkpoint_save" and tb is not None and _fetching_data(tb):
                 # the failing frames iterate a DataLoader (its worker or pin-memory loop): the save before it was over
                 # and the next batches were being fetched; mmengine/mmcv save at an epoch's end (CheckpointHook
@@ -1996,6 +2039,11 @@ class Extractor:
     @staticmethod
     def _tb_last(tb: Traceback) -> int:
         return tb.end.lineno if tb.end else (tb.frames[-1].line.lineno if tb.frames else tb.start.lineno)
+
+    @staticmethod
+    def _forward_only(tb: Traceback) -> bool:
+        """Whether a traceback's only training frames are modules' `forward` (torch.nn.Module.__call__ -> forward)."""
+        return {f.func for f in tb.frames} & _TRAIN_FUNCS == {"forward"}
 
     @staticmethod
     def _loop_only(tb: Traceback, phase: str) -> bool:
