@@ -184,7 +184,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # of type llava` - backticked from 5.x, configuration_utils.py - while from_pretrained reads the config)
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
     r"|While copying the parameter named |Loading weights: +\d+%"
-    r"|You are using a model of type `?\w+`? to instantiate a model of type",
+    r"|You are using a model of type `?\w+`? to instantiate a model of type"
+    # a Ray worker running a task that loads pretrained weights: Ray titles a worker `ray::{task_name}` while a task
+    # runs and `ray::{ClassName}` once it is done (python/ray/_raylet.pyx execute_task: title / next_title), and its
+    # memory monitor's kill report lists the top memory users' command lines, the titles (`5313  202.20
+    # ray::CriticModelRayActor.init_model_from_pretrained`, OpenRLHF's actors' init_model_from_pretrained)
+    r"|ray::\w{1,120}\.\w{0,80}from_pretrained\b",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
     # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
     # (CUDA's device-side assert prints `FILE:LINE: KERNEL: block: [x,y,z], thread: [x,y,z] Assertion `COND` failed.`;
