@@ -70,7 +70,9 @@ def _frame(path: str, line: int, func: str, code: str) -> str:
 def test_a_failure_while_ddp_wraps_the_model_is_in_engine_init(tmp_path, run_cli, verify):
     text = (
         "Traceback (most recent call last):\n"
-        + _frame("train.py", 217, "main", "model = nn.parallel.DistributedDataParallel(model, device_ids=[0])")
+        + _frame(
+            "train.py", 217, "main", "model = nn.parallel.DistributedDataParallel(model, device_ids=[0])"
+        )
         + _frame(f"{SITE}/torch/nn/parallel/distributed.py", 641, "__init__", verify)
         + NCCL_ERROR
     )
@@ -82,7 +84,12 @@ def test_a_failure_in_ddps_forward_is_not_the_engine_set_up(tmp_path, run_cli):
         " 37%|███▋      | 111/300 [01:02<01:46,  1.78it/s]\n"
         "Traceback (most recent call last):\n"
         + _frame("train.py", 80, "train", "loss = model(batch).loss")
-        + _frame(f"{SITE}/torch/nn/parallel/distributed.py", 1040, "forward", "output = self._run_ddp_forward(*inputs)")
+        + _frame(
+            f"{SITE}/torch/nn/parallel/distributed.py",
+            1040,
+            "forward",
+            "output = self._run_ddp_forward(*inputs)",
+        )
         + OOM
     )
     assert _phase(tmp_path, run_cli, text) == "training_step"
@@ -99,7 +106,7 @@ def test_a_failure_in_ddps_forward_is_not_the_engine_set_up(tmp_path, run_cli):
         ),
         (
             "D:\\venv\\Lib\\site-packages",  # a Windows venv: backslashes
-            'safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 1224, kind: Uncategorized, '
+            "safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 1224, kind: Uncategorized, "
             'message: "..." })\n',
         ),
     ],
@@ -109,8 +116,15 @@ def test_safetensors_save_file_failing_is_a_checkpoint_save(tmp_path, run_cli, s
     st = sep.join([site, "safetensors", "torch.py"])
     text = (
         "Traceback (most recent call last):\n"
-        + _frame("sdxl_train.py", 600, "train", "sdxl_model_util.save_stable_diffusion_checkpoint(ckpt, unet)")
-        + _frame("sdxl_model_util.py", 312, "save_stable_diffusion_checkpoint", "save_file(state_dict, output_file)")
+        + _frame(
+            "sdxl_train.py", 600, "train", "sdxl_model_util.save_stable_diffusion_checkpoint(ckpt, unet)"
+        )
+        + _frame(
+            "sdxl_model_util.py",
+            312,
+            "save_stable_diffusion_checkpoint",
+            "save_file(state_dict, output_file)",
+        )
         + _frame(st, 232, "save_file", "serialize_file(_flatten(tensors), filename, metadata=metadata)")
         + _frame(st, 394, "_flatten", "raise RuntimeError(")
         + exc
@@ -137,17 +151,41 @@ ZERO12 = f"{SITE}/deepspeed/runtime/zero/stage_1_and_2.py"
     "frames",
     [
         # DeepSpeed 0.9-0.19: the assert inside reduce_ipg_grads, reached from the gradient hook
-        _frame(ZERO12, 882, "reduce_partition_and_remove_grads", "self.reduce_ready_partitions_and_remove_grads(p, i)")
-        + _frame(ZERO12, 1419, "reduce_ready_partitions_and_remove_grads", "self.reduce_independent_p_g_buckets_and_remove_grads(p, i)")
+        _frame(
+            ZERO12,
+            882,
+            "reduce_partition_and_remove_grads",
+            "self.reduce_ready_partitions_and_remove_grads(p, i)",
+        )
+        + _frame(
+            ZERO12,
+            1419,
+            "reduce_ready_partitions_and_remove_grads",
+            "self.reduce_independent_p_g_buckets_and_remove_grads(p, i)",
+        )
         + _frame(ZERO12, 936, "reduce_independent_p_g_buckets_and_remove_grads", "self.reduce_ipg_grads()")
-        + _frame(ZERO12, 1394, "reduce_ipg_grads", "assert self.params_already_reduced[param_id] == False, \\"),
+        + _frame(
+            ZERO12, 1394, "reduce_ipg_grads", "assert self.params_already_reduced[param_id] == False, \\"
+        ),
         # the paste keeps only the last frame
         _frame(ZERO12, 1394, "reduce_ipg_grads", "assert self.params_already_reduced[param_id] == False, \\"),
         # engine.backward's epilogue (engine.py allreduce_gradients)
-        _frame(f"{SITE}/deepspeed/runtime/engine.py", 1880, "allreduce_gradients", "self.optimizer.overlapping_partition_gradients_reduce_epilogue()")
-        + _frame(ZERO12, 1212, "overlapping_partition_gradients_reduce_epilogue", "self.independent_gradient_partition_epilogue()")
+        _frame(
+            f"{SITE}/deepspeed/runtime/engine.py",
+            1880,
+            "allreduce_gradients",
+            "self.optimizer.overlapping_partition_gradients_reduce_epilogue()",
+        )
+        + _frame(
+            ZERO12,
+            1212,
+            "overlapping_partition_gradients_reduce_epilogue",
+            "self.independent_gradient_partition_epilogue()",
+        )
         + _frame(ZERO12, 1018, "independent_gradient_partition_epilogue", "self.reduce_ipg_grads()")
-        + _frame(ZERO12, 1394, "reduce_ipg_grads", "assert self.params_already_reduced[param_id] == False, \\"),
+        + _frame(
+            ZERO12, 1394, "reduce_ipg_grads", "assert self.params_already_reduced[param_id] == False, \\"
+        ),
     ],
 )
 def test_zero12_gradient_reduction_is_a_training_step(tmp_path, run_cli, frames):
@@ -163,7 +201,12 @@ def test_zero12_gradient_reduction_is_a_training_step(tmp_path, run_cli, frames)
 def test_an_assertion_in_the_zero12_optimizers_constructor_stays_engine_init(tmp_path, run_cli):
     text = (
         "Traceback (most recent call last):\n"
-        + _frame(f"{SITE}/deepspeed/runtime/engine.py", 1600, "_configure_zero_optimizer", "optimizer = DeepSpeedZeroOptimizer(")
+        + _frame(
+            f"{SITE}/deepspeed/runtime/engine.py",
+            1600,
+            "_configure_zero_optimizer",
+            "optimizer = DeepSpeedZeroOptimizer(",
+        )
         + _frame(ZERO12, 120, "__init__", "assert self.reduce_scatter")
         + "AssertionError\n"
     )
@@ -171,9 +214,7 @@ def test_an_assertion_in_the_zero12_optimizers_constructor_stays_engine_init(tmp
 
 
 # ---- HF datasets' map worker death; transformers refusing a device_map under ZeRO-3 --------------------------------
-DATASETS_MAP_DIED = (
-    "One of the subprocesses has abruptly died during map operation.To debug the error, disable multiprocessing."
-)
+DATASETS_MAP_DIED = "One of the subprocesses has abruptly died during map operation.To debug the error, disable multiprocessing."
 
 
 @pytest.mark.parametrize(
@@ -197,7 +238,9 @@ def test_a_dataloader_worker_death_in_training_is_not_tokenization(tmp_path, run
     assert _phase(tmp_path, run_cli, text) != "tokenization"
 
 
-@pytest.mark.parametrize("quote", ["`", '"', ""])  # transformers' backticks, and as pastes change or drop them
+@pytest.mark.parametrize(
+    "quote", ["`", '"', ""]
+)  # transformers' backticks, and as pastes change or drop them
 def test_from_pretrained_refusing_a_device_map_under_zero3_is_a_load(tmp_path, run_cli, quote):
     text = (
         f"ValueError: DeepSpeed Zero-3 is not compatible with {quote}low_cpu_mem_usage=True{quote} or with passing "
@@ -246,7 +289,9 @@ def test_training_progress_after_an_evaluation_bar_closes_it(tmp_path, run_cli):
 
 FORWARD_TAIL = (
     _frame(f"{SITE}/torch/nn/modules/module.py", 541, "__call__", "result = self.forward(*input, **kwargs)")
-    + _frame("lib/models/modules/base_oc_block.py", 89, "forward", "sim_map = (self.key_channels**-.5) * sim_map")
+    + _frame(
+        "lib/models/modules/base_oc_block.py", 89, "forward", "sim_map = (self.key_channels**-.5) * sim_map"
+    )
     + OOM
 )
 
@@ -254,8 +299,15 @@ FORWARD_TAIL = (
 @pytest.mark.parametrize(
     "val",
     [
-        _frame(f"{SITE}/mmcv/runner/epoch_based_runner.py", 127, "run", "epoch_runner(data_loaders[i], **kwargs)")
-        + _frame(f"{SITE}/mmcv/runner/epoch_based_runner.py", 68, "val", "self.run_iter(data_batch, train_mode=False)"),
+        _frame(
+            f"{SITE}/mmcv/runner/epoch_based_runner.py", 127, "run", "epoch_runner(data_loaders[i], **kwargs)"
+        )
+        + _frame(
+            f"{SITE}/mmcv/runner/epoch_based_runner.py",
+            68,
+            "val",
+            "self.run_iter(data_batch, train_mode=False)",
+        ),
         _frame("segmentor/trainer.py", 240, "__train", "self.__val()")
         + _frame("segmentor/trainer.py", 308, "__val", "outputs = self.seg_net(*inputs)"),
     ],
@@ -283,7 +335,9 @@ def test_a_forward_only_traceback_is_placed_by_the_callers_printed_after_it(tmp_
         + "Traceback (most recent call last):\n"
         + _frame("main.py", 227, "<module>", "model.train()")
         + _frame("segmentor/trainer.py", 308, caller, "outputs = self.seg_net(*inputs)")
-        + _frame(f"{SITE}/torch/nn/modules/module.py", 541, "__call__", "result = self.forward(*input, **kwargs)")
+        + _frame(
+            f"{SITE}/torch/nn/modules/module.py", 541, "__call__", "result = self.forward(*input, **kwargs)"
+        )
     )
     assert _phase(tmp_path, run_cli, text) == phase
 
@@ -352,5 +406,7 @@ def test_a_ray_worker_loading_pretrained_weights_places_the_kill_in_load(tmp_pat
 
 
 def test_idle_ray_actors_do_not_say_load(tmp_path, run_cli):
-    text = RAY_KILL + "5312\t211.81\tray::ActorModelRayActor\n5313\t202.20\tray::CriticModelRayActor\n" + RAY_DOC
+    text = (
+        RAY_KILL + "5312\t211.81\tray::ActorModelRayActor\n5313\t202.20\tray::CriticModelRayActor\n" + RAY_DOC
+    )
     assert _phase(tmp_path, run_cli, text) != "load"
