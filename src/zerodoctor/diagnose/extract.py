@@ -399,6 +399,7 @@ _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,
 # how far after a failure's last line a bar tqdm redrew on closing is read (the message's own trailing lines: CUDA's
 # `CUDA kernel errors might be asynchronously reported ...` and its two hints)
 _BAR_AFTER_LINES = 4
+_BAR_EVENTS = 8  # the failures before a bar that it can follow (one incident's events: exception, launcher, exit)
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
 # the HF Trainer's staging folder of a checkpoint being saved (trainer.py _save_checkpoint, 4.36-4.37: the model and
 # states are written to `tmp-checkpoint-N`, then os.rename'd to `checkpoint-N`): an error naming it is in the save
@@ -1016,8 +1017,10 @@ class Extractor:
         self._pid_rank: dict[int, int] = {}
         self._last_source = ""
         self._last_seq = 0
-        # the training progress updates the scan found, per log (in order): a bar printed after a failure is read too
-        self._bars: dict[str, list[Progress]] = {}
+        # the last training progress line seen per log, and the bar printed right after a failure that had none before
+        # it (matched as the bars come: nothing is kept per progress update, a hit-dense log has many)
+        self._last_bar: dict[str, int] = {}
+        self._bar_after_event: dict[int, Progress] = {}
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
@@ -1682,26 +1685,23 @@ class Extractor:
     # ---- finishing ----------------------------------------------------------------------------------
 
     def _bar(self, source: str, p: Progress) -> None:
-        bars = self._bars.setdefault(source, [])
-        if (not bars or bars[-1].lineno < p.lineno) and len(bars) < MAX_EVENTS:
-            bars.append(p)
-
-    def _bar_after(self, ev: Event, tb: Traceback | None) -> Progress | None:
-        """A training bar printed right after a failure, none before it: tqdm redraws its bar once more when it is
-        closed (tqdm std.py: __del__ -> close() -> display(pos=0) with leave=True), and a bar iterated by the loop an
-        exception left is closed after the interpreter printed the traceback - its last state is where the run was."""
-        end = self._tb_last(tb) if tb is not None else ev.line.lineno
-        for b in self._bars.get(ev.line.source, []):
-            if end < b.lineno <= end + _BAR_AFTER_LINES:
-                return b
-        return None
+        """A progress line the scan found: the bar right after the last failures that had none before them.
+        tqdm redraws its bar once more when it is closed (tqdm std.py: __del__ -> close() -> display(pos=0) with
+        leave=True), and a bar iterated by the loop an exception left is closed after the interpreter printed the
+        traceback: its last state is where the run was."""
+        if p.lineno <= self._last_bar.get(source, 0):
+            return
+        self._last_bar[source] = p.lineno
+        for ev in self.facts.events[-_BAR_EVENTS:]:
+            if ev.line.source != source or ev.progress is not None or id(ev) in self._bar_after_event:
+                continue
+            end = self._tb_last(ev.traceback) if ev.traceback is not None else ev.line.lineno
+            if end < p.lineno <= end + _BAR_AFTER_LINES:
+                self._bar_after_event[id(ev)] = p
 
     def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
         """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
         past its last hit line (scan.ScanStats.end_progress)."""
-        for source, p in (end_progress or {}).items():
-            if p is not None:
-                self._bar(source, p)
         for tb, exc_type, hit in self._ipy:
             if (
                 tb.exc_type is None
@@ -1794,6 +1794,9 @@ class Extractor:
         # (read once: phase_of looks at them for every event)
         self._guard_lines = [m_line for kind, m_line, _seq in self.facts.markers if kind == "guard"]
         self._gradient_sources = self._gradient_collectives()
+        for source, end_bar in (end_progress or {}).items():
+            if end_bar is not None:  # the bar after a log's last failure, past its last hit line
+                self._bar(source, end_bar)
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
             if ev.phase == "unknown" and ev.kind == "exit":
@@ -1979,7 +1982,7 @@ class Extractor:
             phase = at if at == "evaluation" else "training_step"
         if phase == "unknown":
             phase = self.phase_at(ev.line, ev.seq, ev.progress)
-            bar = self._bar_after(ev, tb) if phase == "unknown" and ev.progress is None else None
+            bar = self._bar_after_event.get(id(ev)) if phase == "unknown" and ev.progress is None else None
             if bar is not None:
                 phase = self.phase_at(ev.line, ev.seq, replace(bar, lineno=ev.line.lineno))
             if phase == "checkpoint_save" and tb is not None and _fetching_data(tb):
