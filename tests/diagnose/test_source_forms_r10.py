@@ -266,25 +266,27 @@ WATCHDOG = (
 )
 
 
+TRAIN_BAR = " 37%|███▋      | 111/300 [01:02<01:46,  1.78it/s]\n"
+
+
 @pytest.mark.parametrize(
-    "bar",
+    "before,phase",
     [
-        "Generation Evaluation: 100%|█████████▉| 497/499 [18:29:58<05:20, 160.10s/it]",  # LMOps MiniLLM, glued
-        "Evaluation:   7%|▋         | 11/147 [00:08<01:44,  1.30it/s]\n",
-        "Validation:  50%|█████     | 5/10 [00:01<00:01,  4.10it/s]\n",
+        # LMOps MiniLLM's bar, the watchdog glued onto it
+        (
+            TRAIN_BAR + "Generation Evaluation: 100%|█████████▉| 497/499 [18:29:58<05:20, 160.10s/it]",
+            "evaluation",
+        ),
+        (TRAIN_BAR + "Evaluation:   7%|▋         | 11/147 [00:08<01:44,  1.30it/s]\n", "evaluation"),
+        (TRAIN_BAR + "Validation:  50%|█████     | 5/10 [00:01<00:01,  4.10it/s]\n", "evaluation"),
+        # training progress after the evaluation bar: evaluation was over
+        ("Evaluation: 100%|██████████| 147/147 [01:52<00:00,  1.30it/s]\n" + TRAIN_BAR, "training_step"),
     ],
 )
-def test_an_evaluation_bar_places_the_failure_in_evaluation(tmp_path, run_cli, bar):
-    text = " 37%|███▋      | 111/300 [01:02<01:46,  1.78it/s]\n" + bar + WATCHDOG
-    assert _phase(tmp_path, run_cli, text) == "evaluation"
-
-
-def test_training_progress_after_an_evaluation_bar_closes_it(tmp_path, run_cli):
-    text = (
-        "Evaluation: 100%|██████████| 147/147 [01:52<00:00,  1.30it/s]\n"
-        " 38%|███▊      | 112/300 [03:02<01:46,  1.78it/s]\n" + WATCHDOG
-    )
-    assert _phase(tmp_path, run_cli, text) != "evaluation"
+def test_an_evaluation_bar_places_the_failure_in_evaluation_until_training_goes_on(
+    tmp_path, run_cli, before, phase
+):
+    assert _phase(tmp_path, run_cli, before + WATCHDOG) == phase
 
 
 FORWARD_TAIL = (
