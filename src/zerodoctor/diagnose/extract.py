@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
@@ -308,8 +309,11 @@ _MESSAGE_PHASE = {
     # DeepSpeedEngine.no_sync() (runtime/engine.py, DeepSpeed >= 0.16.0) refuses ZeRO-2/3, and older engines have no
     # no_sync at all: the training loop enters it for gradient accumulation (accelerate's accumulate, HF Trainer)
     "train": "training_step",
-    # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device
+    # `Cannot copy out of meta tensor`: Module.to()/_apply on parameters a low-memory load left on the meta device;
+    # transformers' from_pretrained refusing a device_map under ZeRO-3
     "load": "load",
+    # HF datasets' map losing a worker process: Dataset.map(num_proc=N) is the dataset's tokenization/preprocessing
+    "tokenize": "tokenization",
 }
 # The detail of a failure read from a traceback whose exception line was cut from the paste.
 CUT_TRACEBACK = "last frame (the exception line is not in the log): "
@@ -392,6 +396,10 @@ HANG_DUMP = "a stack dump of a process that had not failed: "
 WAIT_FILES = ("torch/distributed/", "deepspeed/comm/")
 _NINJA_FAILED = re.compile(r"FAILED: (?:\[code=-?\d{1,5}\] )?(\S{1,200}\.(?:o|so|obj|pyd))\b")
 _WATCHDOG_EXC = re.compile(r"[Ww]atchdog thread terminated with exception: (.{1,300})")
+# how far after a failure's last line a bar tqdm redrew on closing is read (the message's own trailing lines: CUDA's
+# `CUDA kernel errors might be asynchronously reported ...` and its two hints)
+_BAR_AFTER_LINES = 4
+_BAR_EVENTS = 8  # the failures before a bar that it can follow (one incident's events: exception, launcher, exit)
 _TIMEOUT_WORDS = re.compile(r"(?i)timed? ?out|timeout")
 # the HF Trainer's staging folder of a checkpoint being saved (trainer.py _save_checkpoint, 4.36-4.37: the model and
 # states are written to `tmp-checkpoint-N`, then os.rename'd to `checkpoint-N`): an error naming it is in the save
@@ -461,13 +469,22 @@ _EVAL_FUNCS = frozenset(
 # `validation_step` (Lightning's LightningModule hook), `eval_epoch`, `_run_validation`, `run_evaluation`. Not a
 # bare `eval`: torch.nn.Module.eval() only switches a module's mode, and training loops call it (an RL rollout); and
 # not any `test_*`: pytest's test functions are named so.
+# A class's private method (`self.__val()`) prints its name as written, with both underscores; and `val` is the
+# validation of mmcv's EpochBasedRunner (mmcv/runner/epoch_based_runner.py `def val(self, data_loader, **kwargs)`,
+# run by workflow [('train', 1), ('val', 1)]) and of the training scripts built like it (`self.__val()`), not a
+# `val_dataloader` (Lightning's hook building the loader) nor any `val_*` helper.
 _EVAL_NAME = re.compile(
-    r"^_?(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_?eval_\w+$"
+    r"^_{0,2}(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_{0,2}eval_\w+$|^_{0,2}val(?:id|_epoch)?$"
     r"|^_?run_(?:eval|evaluation|validation)\w*$|^_?(?:test|test_step|test_epoch|test_loop)$"
 )
 # A script's own save function by its name (`save`, `save_model`, `savemodel`, `save_checkpoint`, `save_ckpt`,
 # `save_weights`, `save_state`): what it does is in its name, as for evaluation above
 _SAVE_NAME = re.compile(r"^_?save_?(?:model|checkpoint|ckpt|weights|state|pretrained|adapter|lora)?s?$")
+# safetensors writing a file (safetensors/torch.py: save_file(tensors, filename, metadata) -> serialize_file(_flatten(
+# tensors), ...), save_model -> save_file; `_flatten` raises `Some tensors share memory, this will lead to duplicate
+# memory on disk`, serialize_file `SafetensorError: Error while serializing: IoError(...)`): a checkpoint being saved
+_SAFETENSORS_SAVE_FUNCS = frozenset({"save_file", "save_model", "_flatten"})
+_SAFETENSORS_TORCH = "safetensors/torch.py"
 # loguru's default format (loguru/_defaults.py LOGURU_FORMAT): `... | LEVEL | module:function:line - message`
 _LOGURU_WHERE = re.compile(r"\| ([\w.<>]{1,120}):([A-Za-z_<][\w<>]{0,120}):(\d{1,7}) - ")
 _OPT_FUNCS = frozenset({"_optimizer_step", "_init_group", "unscale_and_clip_grads", "_take_model_step"})
@@ -567,8 +584,13 @@ _ENGINE_FILES = ("deepspeed/runtime/config.py", "deepspeed/ops/op_builder", "op_
 # optimizer wrappers engine._configure_*_optimizer builds - DeepSpeedZeroOptimizer in zero/stage_1_and_2.py,
 # DeepSpeedZeroOptimizer_Stage3 in zero/stage3.py, BF16_Optimizer, FP16_Optimizer, FP16_UnfusedOptimizer - and
 # DeepSpeedCPUAdam): an `__init__` frame in them is the engine being set up
+# torch's DistributedDataParallel.__init__ (torch/nn/parallel/distributed.py) checks the model across ranks with a
+# collective before training - dist._verify_model_across_ranks (torch 1.8-1.9), _verify_params_across_processes
+# (1.10-1.11), _verify_param_shape_across_processes (>= 1.12) - and broadcasts the module states: wrapping the model,
+# the engine set-up of a run without DeepSpeed (as accelerate's prepare_model, _ENGINE_FUNCS)
 _ENGINE_CTOR_FILES = (
     "deepspeed/runtime/engine.py",
+    "torch/nn/parallel/distributed.py",
     "deepspeed/runtime/zero/stage_1_and_2.py",
     "deepspeed/runtime/zero/stage3.py",
     "deepspeed/runtime/bf16_optimizer.py",
@@ -615,6 +637,16 @@ _TRAIN_FUNCS = frozenset(
         "generate_sequences",
         "compute_log_prob",
         "compute_ref_log_prob",
+        # ZeRO-1/2's gradient reduction (deepspeed/runtime/zero/stage_1_and_2.py, 0.3 to 0.19.8): the gradient hooks
+        # reduce_ready_partitions_and_remove_grads / reduce_independent_p_g_buckets_and_remove_grads fill the IPG
+        # bucket and reduce_ipg_grads reduces it (asserting `The parameter N has already been reduced`), and
+        # engine.backward ends with overlapping_partition_gradients_reduce_epilogue: all inside a backward pass
+        "reduce_ready_partitions_and_remove_grads",
+        "reduce_independent_p_g_buckets_and_remove_grads",
+        "reduce_ipg_grads",
+        "overlapping_partition_gradients_reduce_epilogue",
+        "independent_gradient_partition_epilogue",
+        "reduce_partition_and_remove_grads",  # ZeRO-3's gradient hook (stage3.py, create_reduce_and_remove_grad_hooks)
         # ZeRO-3's module hooks and parameter gathering run inside forward/backward
         "fetch_sub_module",
         "_fetch_sub_module_impl",
@@ -985,6 +1017,10 @@ class Extractor:
         self._pid_rank: dict[int, int] = {}
         self._last_source = ""
         self._last_seq = 0
+        # the last training progress line seen per log, and the bar printed right after a failure that had none before
+        # it (matched as the bars come: nothing is kept per progress update, a hit-dense log has many)
+        self._last_bar: dict[str, int] = {}
+        self._bar_after_event: dict[int, Progress] = {}
         # IPython tracebacks (type named in the header): emitted at the end if no exception line closed them
         self._ipy: list[tuple[Traceback, str, Hit]] = []
         self._asserts: list[tuple[LogLine, Hit]] = []  # `assert ...` / `raise ...(` source lines
@@ -1049,6 +1085,7 @@ class Extractor:
             self.facts.ranks_in_log.add(line.rank)
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
+            self._bar(line.source, hit.progress)
         keys = hit.keys
         warning_sigs = _warning_signatures()
         # sorted: a line that two entries' signatures match (the trace-cache warning) must give the same
@@ -1647,7 +1684,24 @@ class Extractor:
 
     # ---- finishing ----------------------------------------------------------------------------------
 
-    def finish(self) -> Facts:
+    def _bar(self, source: str, p: Progress) -> None:
+        """A progress line the scan found: the bar right after the last failures that had none before them.
+        tqdm redraws its bar once more when it is closed (tqdm std.py: __del__ -> close() -> display(pos=0) with
+        leave=True), and a bar iterated by the loop an exception left is closed after the interpreter printed the
+        traceback: its last state is where the run was."""
+        if p.lineno <= self._last_bar.get(source, 0):
+            return
+        self._last_bar[source] = p.lineno
+        for ev in self.facts.events[-_BAR_EVENTS:]:
+            if ev.line.source != source or ev.progress is not None or id(ev) in self._bar_after_event:
+                continue
+            end = self._tb_last(ev.traceback) if ev.traceback is not None else ev.line.lineno
+            if end < p.lineno <= end + _BAR_AFTER_LINES:
+                self._bar_after_event[id(ev)] = p
+
+    def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
+        """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
+        past its last hit line (scan.ScanStats.end_progress)."""
         for tb, exc_type, hit in self._ipy:
             if (
                 tb.exc_type is None
@@ -1740,6 +1794,9 @@ class Extractor:
         # (read once: phase_of looks at them for every event)
         self._guard_lines = [m_line for kind, m_line, _seq in self.facts.markers if kind == "guard"]
         self._gradient_sources = self._gradient_collectives()
+        for source, end_bar in (end_progress or {}).items():
+            if end_bar is not None:  # the bar after a log's last failure, past its last hit line
+                self._bar(source, end_bar)
         for ev in self.facts.events:
             ev.phase = self.phase_of(ev)
             if ev.phase == "unknown" and ev.kind == "exit":
@@ -1750,6 +1807,11 @@ class Extractor:
         if self._dist_init is not None and not self.facts.events and not self._outlived(*self._dist_init):
             self.facts.ends_after_init = self._dist_init[0]
         last = self.facts.last_progress
+        ends = [p for p in (end_progress or {}).values() if p is not None]
+        if len(end_progress or {}) == 1 and ends and (last is None or ends[0].lineno >= last.lineno):
+            # a single log's progress past its last hit line (a bar redrawn after a failure report with no traceback,
+            # a Ray OOM report forwarded before the actor's bar): the run got that far
+            last = ends[0]
         if last is not None:  # where the log ends, for failures without a failure line (NaN losses, hangs)
             end = LogLine(self._last_source, last.lineno + 1, "", None, None, None)
             self.facts.end_phase = self._phase_from_markers_at(end, self._last_seq + 1, last)
@@ -1864,6 +1926,14 @@ class Extractor:
         if guarded is not None:
             return guarded
         phase = self._phase_from_frames(tb, ev) if tb is not None else "unknown"
+        if tb is not None and phase == "training_step" and self._forward_only(tb):
+            # only a model's own `forward` frames (no loss, backward or loop frame): a forward pass runs in training
+            # and in evaluation. The traceback printed right after it (its callers, chained or the rest of the same
+            # stack another rank printed) or evaluation's markers say which.
+            phase = "forward"
+            nxt = self._chained_after(ev)
+            if nxt is not None and self._phase_from_frames(nxt, ev) == "evaluation":
+                phase = "evaluation"
         if tb is None and ev.kind in ("exception", "cuda-oom"):
             # a failure logged, not raised: loguru's default format names the function that logged it (the handler
             # around the failing call), read like a one-frame traceback
@@ -1912,6 +1982,9 @@ class Extractor:
             phase = at if at == "evaluation" else "training_step"
         if phase == "unknown":
             phase = self.phase_at(ev.line, ev.seq, ev.progress)
+            bar = self._bar_after_event.get(id(ev)) if phase == "unknown" and ev.progress is None else None
+            if bar is not None:
+                phase = self.phase_at(ev.line, ev.seq, replace(bar, lineno=ev.line.lineno))
             if phase == "checkpoint_save" and tb is not None and _fetching_data(tb):
                 # the failing frames iterate a DataLoader (its worker or pin-memory loop): the save before it was over
                 # and the next batches were being fetched; mmengine/mmcv save at an epoch's end (CheckpointHook
@@ -1971,6 +2044,11 @@ class Extractor:
         return tb.end.lineno if tb.end else (tb.frames[-1].line.lineno if tb.frames else tb.start.lineno)
 
     @staticmethod
+    def _forward_only(tb: Traceback) -> bool:
+        """Whether a traceback's only training frames are modules' `forward` (torch.nn.Module.__call__ -> forward)."""
+        return {f.func for f in tb.frames} & _TRAIN_FUNCS == {"forward"}
+
+    @staticmethod
     def _loop_only(tb: Traceback, phase: str) -> bool:
         """A training_step read only from the training loop's own frames (engine start, evaluation and saving
         run inside it too): the frames' source lines say better."""
@@ -2018,6 +2096,10 @@ class Extractor:
                 funcs & _SAVE_FUNCS
                 or any("PyTorchStreamWriter" in f for f in funcs)
                 or any(_SAVE_NAME.match(f) for f in funcs)
+                or any(
+                    f.func in _SAFETENSORS_SAVE_FUNCS and _SAFETENSORS_TORCH in f.file.replace("\\", "/")
+                    for f in tb.frames
+                )
             ):
                 # (PyTorchStreamWriter: the zip writer under torch.save, caffe2/serialize/inline_container.cc, as a
                 # native stack prints it after a crash inside torch.save)

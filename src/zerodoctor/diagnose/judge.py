@@ -770,6 +770,6 @@ def diagnose(
     stats = ScanStats()
     for hit in iter_hits(paths, stats, chunk_bytes=chunk_bytes):
         extractor.feed(hit)
-    result = judge(extractor.finish(), stats, versions=versions, config_facts=config_facts)
+    result = judge(extractor.finish(stats.end_progress), stats, versions=versions, config_facts=config_facts)
     result.findings = rundir.with_hang_findings(result.findings, list(paths))  # the guard's stack dumps
     return result

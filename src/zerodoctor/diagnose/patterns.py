@@ -184,7 +184,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # of type llava` - backticked from 5.x, configuration_utils.py - while from_pretrained reads the config)
     "phase-load": r"Loading checkpoint shards|loading weights file|Loading model from|Instantiating \w+ model under"
     r"|While copying the parameter named |Loading weights: +\d+%"
-    r"|You are using a model of type `?\w+`? to instantiate a model of type",
+    r"|You are using a model of type `?\w+`? to instantiate a model of type"
+    # a Ray worker running a task that loads pretrained weights: Ray titles a worker `ray::{task_name}` while a task
+    # runs and `ray::{ClassName}` once it is done (python/ray/_raylet.pyx execute_task: title / next_title), and its
+    # memory monitor's kill report lists the top memory users' command lines, the titles (`5313  202.20
+    # ray::CriticModelRayActor.init_model_from_pretrained`, OpenRLHF's actors' init_model_from_pretrained)
+    r"|ray::\w{1,120}\.\w{0,80}from_pretrained\b",
     # torch's load_state_dict error for one parameter (the RuntimeError that collects them may not be pasted)
     # a CUDA kernel assertion (ATen/.cu file), printed per thread before `CUDA error: device-side assert triggered`
     # (CUDA's device-side assert prints `FILE:LINE: KERNEL: block: [x,y,z], thread: [x,y,z] Assertion `COND` failed.`;
@@ -233,7 +238,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # tests/diagnose/test_phase_evidence.py pins it: no framework printing it was found, see the round-8 report)
     "phase-eval-open": r"Validation DataLoader \d+: |Sanity Checking DataLoader \d+: |\*{5} Evaluating "
     r"|Running (?:loglikelihood|loglikelihood_rolling|generate_until|greedy_until) requests"
-    r"|(?:^|[\]:|] ?)Evaluating\b",
+    r"|(?:^|[\]:|] ?)Evaluating\b"
+    # a tqdm bar whose description ends in Evaluation / Validation (tqdm std.py format_meter: `{desc}: {percentage:3.0f}%|`,
+    # e.g. LMOps MiniLLM's `Generation Evaluation:  99%|`, `Validation: 100%|`): an evaluation loop's own bar
+    r"|(?:Evaluation|Validation): {1,3}\d{1,3}%\|",
     "phase-save": r"Saving model checkpoint to|Checkpoint global_step\d+ is (ready now|about to be saved)"
     r"|\[Rank \d+\] Saving model checkpoint|Saving checkpoint at \d+ (?:iterations|epochs)"
     r"|\[Torch\] Saving \S+global_step|Saving model weights to |Saving current state to "
@@ -363,7 +371,15 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # state_dict for X:` with its `size mismatch for NAME: copying a param with shape` lines; a resume's frames, when
     # printed, are read first)
     "msg-load": r"Cannot copy out of meta tensor|Error\(s\) in loading state_dict for "
-    r"|size mismatch for [A-Za-z0-9_.]+: copying a param with shape ",
+    r"|size mismatch for [A-Za-z0-9_.]+: copying a param with shape "
+    # transformers' PreTrainedModel.from_pretrained refusing a device_map / low_cpu_mem_usage under ZeRO-3
+    # (modeling_utils.py, 4.2x-4.4x: `DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with
+    # passing a `device_map`.`; pastes drop or change the backticks)
+    r"|DeepSpeed Zero-3 is not compatible with \W?low_cpu_mem_usage=True",
+    # HF datasets' Dataset.map with num_proc when a worker process died (utils/py_utils.py iflatmap_unordered, under
+    # arrow_dataset.py Dataset.map: RuntimeError("One of the subprocesses has abruptly died during map operation.To debug the
+    # error, disable multiprocessing.")): the frameworks' dataset tokenization / preprocessing
+    "msg-tokenize": r"One of the subprocesses has abruptly died during map operation",
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     # the Trainer's save / eval interval (extract.INTERVAL reads the number)
     "interval": r"(save|eval)_steps\"?( ?= ?|[ =]+|: ?)\d",
