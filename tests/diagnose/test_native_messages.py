@@ -150,6 +150,20 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         ["heap corruption", "malloc(): corrupted top size"],
     ),
     (
+        "c10::Error terminate, another thread's abort between it and its what()",
+        "[rank0]: terminate called after throwing an instance of 'c10::Error'\n"
+        "[rank0]: terminate called recursively\n"
+        "[rank0]:   what():  CUDA error: misaligned address\n",
+        "class:crash",
+        ["GPU kernel fault", "misaligned address", "(716)"],
+    ),
+    (
+        "std::terminate with no exception, then the shell's abort",
+        _BAR + "terminate called without an active exception\nAborted (core dumped)\n",
+        "class:crash",
+        ["std::terminate", "without an active exception"],
+    ),
+    (
         "c10::Error terminate + what()",
         "terminate called after throwing an instance of 'c10::Error'\n"
         "  what():  CUDA error: an illegal memory access was encountered\n"

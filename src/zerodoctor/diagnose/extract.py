@@ -1100,7 +1100,8 @@ class Extractor:
             w = _WHAT.search(line.text)
             c = self._cpp_type.get(line.source)
             # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
-            if w and c is not None and 0 <= line.lineno - c[1] <= 1:
+            # (other threads aborting at the same time print `terminate called recursively` in between: a few lines)
+            if w and c is not None and 0 <= line.lineno - c[1] <= 3:
                 what = w.group(1).strip()
                 kind = "cuda-oom" if DEVICE_OOM.search(what) else "exception"
                 self._event(kind, line, hit, f"{c[0]}: {what}"[:300])

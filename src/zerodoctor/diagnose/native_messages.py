@@ -20,6 +20,7 @@ Families and the failure class each reads as (classes.py names the classes):
   ib               an InfiniBand/RoCE work request that completed with an error (NCCL's NET/IB, mlx5) -> nccl-error
   peer-failed      gloo's monitored barrier on a rank whose rank 0 failed -> collective-timeout
   heap             glibc's malloc aborting on a corrupted heap -> crash
+  cpp-abort        libstdc++'s std::terminate with no exception in flight -> crash
 
 Every value in a message is read from the log line (GPU node, PCI address, Xid code, error code, status).
 """
@@ -213,6 +214,13 @@ _HEAP = re.compile(
     rf"(?:^|\])\s*(?P<msg>{_HEAP_WORDS})\s*$|\*\*\* Error in `(?P<prog>[^`']{{1,200}})': (?P<msg2>{_HEAP_WORDS}): 0x"
 )
 
+# ---- libstdc++: std::terminate ------------------------------------------------------------------------------
+# libstdc++-v3/libsupc++/vterminate.cc __verbose_terminate_handler: `terminate called after throwing an instance of
+# '%s'` then `  what():  %s` (extract reads that pair: patterns `cpp-terminate` / `cpp-what`), `terminate called
+# recursively` (another thread aborting meanwhile), and `terminate called without an active exception` (std::terminate
+# with nothing thrown: a joinable std::thread destroyed, a noexcept function that threw through), then abort().
+_NO_EXCEPTION = "terminate called without an active exception"
+
 # The scan's pattern (patterns.EXTRACTOR_PATTERNS["native"]): each alternative starts at a literal; a line it hits is
 # decoded and read by `read_line`, which decides.
 SCAN_PATTERN = (
@@ -221,6 +229,7 @@ SCAN_PATTERN = (
     r"|double free or corruption \(|free\(\): (invalid|double free|unaligned)|corrupted size vs\. prev_size"
     r"|corrupted double-linked list|malloc\(\): (corrupted|memory corruption|unaligned|invalid|smallbin|unsorted"
     r"|mismatching)|malloc_consolidate\(\): |munmap_chunk\(\): invalid pointer|realloc\(\): invalid"
+    r"|terminate called without an active exception"
 )
 
 
@@ -270,6 +279,8 @@ def read_line(text: str, host: str | None = None) -> NativeLine | None:
     if "monitoredBarrier" in text and (m := _GLOO_PEER_FAILED.search(text)):
         vals = {"rank": int(m.group("rank")), "peer": int(m.group("peer"))}
         return NativeLine("gloo-monitored-barrier-peer", "peer-failed", "nccl", clip(m.group(0), 300), vals)
+    if _NO_EXCEPTION in text:
+        return NativeLine("libstdcxx-terminate", "cpp-abort", "exception", f"std::terminate: {_NO_EXCEPTION}")
     m = _HEAP.search(text.strip())
     if m is not None:
         msg = m.group("msg") or m.group("msg2")
@@ -369,6 +380,8 @@ def classify(ev: Event, facts: Facts) -> NativeClass | None:
             return _peer_failed(ev, native, data)
         if native.family == "heap":
             return _heap(ev, native, data)
+        if native.family == "cpp-abort":
+            return _cpp_abort(ev, data)
         return _gpu(ev, native.family, native.detail, data, facts)
     ib = _IB_COMPLETION.search(ev.detail)
     if ib is not None:
@@ -562,5 +575,21 @@ def _heap(ev: Event, native: NativeLine, data: dict[str, Any]) -> NativeClass:
         "get the native stack: run under gdb or with `catchsegv` / `PYTHONFAULTHANDLER=1`, or with "
         "MALLOC_CHECK_=3; check that compiled extensions (flash-attn, apex, bitsandbytes, DeepSpeed ops) were built "
         "against the installed torch; DataLoader workers: try num_workers=0.",
+        data,
+    )
+
+
+def _cpp_abort(ev: Event, data: dict[str, Any]) -> NativeClass:
+    data["family"] = "cpp-abort"
+    return NativeClass(
+        "crash",
+        "C++ runtime abort: std::terminate with no exception",
+        f"{_who(ev)}: the C++ runtime called std::terminate with no exception in flight (`{_NO_EXCEPTION}`) "
+        "and aborted the process (SIGABRT): native code destroyed a std::thread that was still running, or an "
+        "exception left a noexcept function or a destructor.",
+        "which library did it: libstdc++ prints no stack; often a thread pool (a DataLoader's, a C++ extension's) "
+        "torn down while the interpreter exits after another error.",
+        "look above this line for a first error (a Python exception, a killed worker) that made the process exit; "
+        "otherwise get the native stack with gdb (`gdb -ex r -ex bt --args python train.py ...`).",
         data,
     )
