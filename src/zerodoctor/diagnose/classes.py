@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from zerodoctor.diagnose import native_messages
 from zerodoctor.diagnose.extract import (
     ARGPARSE_TYPE,
     CUT_TRACEBACK,
@@ -1549,6 +1550,12 @@ def classify(
         return _gpu_oom(first, oom)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
+    # a message printed below Python (a CUDA/HIP runtime error, a driver Xid, ROCr, InfiniBand, gloo, glibc's malloc):
+    # the class its source names (native_messages.py holds the table and builds the message from the log's values)
+    if first.kind in ("exception", "nccl") and (native := native_messages.classify(first, facts)) is not None:
+        return FailureClass(
+            native.name, native.title, native.proves, native.does_not_prove, native.next_step, native.data
+        )
     if first.kind == "exception" and (host_alloc := _host_alloc_failed(first)) is not None:
         return host_alloc
     if first.kind == "exception" and (diverged := _diverged(first)) is not None:

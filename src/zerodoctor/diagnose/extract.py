@@ -13,6 +13,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from zerodoctor.diagnose import native_messages
 from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
@@ -1136,10 +1137,16 @@ class Extractor:
             w = _WHAT.search(line.text)
             c = self._cpp_type.get(line.source)
             # `what():` right after (or on the same line as) a `terminate called ...`: the process aborted on it
-            if w and c is not None and 0 <= line.lineno - c[1] <= 1:
+            # (other threads aborting at the same time print `terminate called recursively` in between: a few lines)
+            if w and c is not None and 0 <= line.lineno - c[1] <= 3:
                 what = w.group(1).strip()
                 kind = "cuda-oom" if DEVICE_OOM.search(what) else "exception"
                 self._event(kind, line, hit, f"{c[0]}: {what}"[:300])
+        # a message printed below Python (native_messages.py: the table, its sources)
+        if "x:native" in keys and not _EXC.match(line.text):
+            native = native_messages.read_line(line.text, line.host)
+            if native is not None:
+                self._event(native.kind, line, hit, native.detail, rank=native.values.get("rank"))
         if "x:bare-oserror" in keys and not _EXC.match(line.text):
             b = _BARE_OSERROR.match(line.text)
             if b:  # the whole line is the error (a bare `[Errno N] ...`), not a word inside a message

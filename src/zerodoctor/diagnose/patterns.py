@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from zerodoctor.diagnose import native_messages
 from zerodoctor.diagnose.reader import log_float, log_int
 
 # name -> pattern. The name's prefix says which extractor reads the line.
@@ -343,6 +344,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # with exception: " + e.what())
     "nccl-watchdog-exc": r"[Ww]atchdog thread terminated with exception: ",
     "cpp-what": r"what\(\):\s+\S",
+    # messages printed below Python (CUDA/HIP runtimes, NVIDIA's driver, ROCr, the mlx5 verbs provider, gloo, glibc's
+    # malloc): native_messages.py holds their table, their sources and the reader of the lines this pattern hits
+    "native": native_messages.SCAN_PATTERN,
     "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
     # a frame reading training state back - an optimizer's or LR scheduler's state dict (torch/optim/optimizer.py
     # Optimizer.load_state_dict, torch/optim/lr_scheduler.py LRScheduler.load_state_dict: a fresh run creates that
