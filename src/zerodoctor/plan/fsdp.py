@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.inputs import GIB, FsdpSettings, PlanInputs, Training, ZeroSettings
+from zerodoctor.versions import parse_version
 
 if TYPE_CHECKING:
     from zerodoctor.plan.phases import StrategyPlan
@@ -98,6 +99,27 @@ class FsdpStates:
     upcast_frozen: bool
     pinned_blocks: tuple[tuple[int, int], ...]  # (bytes of one unit's parameter shard, how many units)
     grad_blocks: tuple[tuple[int, int], ...]
+
+
+HF_TRAINER_FRAMEWORKS = frozenset({"hf", "llamafactory"})
+PEFT_WRAP_BY_TRAINER_FROM = (4, 39)
+SRC_PEFT_WRAP = (
+    "transformers trainer.py Trainer._fsdp_qlora_plugin_updates (4.39-4.x, #29587; #36720 widened it to every "
+    "PeftConfig) / distributed/fsdp.py update_fsdp_plugin_peft (5.x): "
+    "`fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)` (peft utils/other.py: a leaf whose weight requires "
+    "grad is a unit of its own)"
+)
+
+
+def trainer_wraps_adapters(inputs: PlanInputs, t: Training) -> bool:
+    """The HF Trainer (and LLaMA-Factory's trainers, its subclasses) replaces the FSDP auto-wrap policy of a PEFT
+    model with PEFT's own (`SRC_PEFT_WRAP`): every adapter is a unit of its own, so the decoder layers' FlatParameters
+    hold only frozen weights, require no gradient and are not upcast, whatever `use_orig_params` says. An unknown
+    transformers version is planned as a current one."""
+    if not t.is_peft or inputs.framework not in HF_TRAINER_FRAMEWORKS:
+        return False
+    v = parse_version(inputs.transformers_version)
+    return v is None or v.release >= PEFT_WRAP_BY_TRAINER_FROM
 
 
 def pure_16bit(t: Training) -> bool:
@@ -162,7 +184,15 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         ]
     # PEFT's own wrap policy (peft utils/other.py fsdp_auto_wrap_policy, what the PEFT docs use with
     # use_orig_params=False) wraps the trainable leaves in units of their own: then nothing frozen is upcast.
-    upcast_frozen = f.version == 1 and t.is_peft and f.use_orig_params and t.method != "qlora" and not pure_16bit(t)
+    # The HF Trainer sets PEFT's policy itself (`trainer_wraps_adapters`).
+    upcast_frozen = (
+        f.version == 1
+        and t.is_peft
+        and f.use_orig_params
+        and t.method != "qlora"
+        and not pure_16bit(t)
+        and not trainer_wraps_adapters(inputs, t)
+    )
     mb = master_bytes(t)
     params = grads = 0
     pinned: list[tuple[int, int]] = []
@@ -308,11 +338,16 @@ def plan_fsdp(
                         ", frozen weights in fp32 too (FSDP1 upcasts whole LoRA units)"
                         if upcast_frozen
                         else f", frozen weights at {frozen_bpp:.2f} B"
+                        + (
+                            " (the HF Trainer wraps each adapter in a unit of its own, PEFT's policy)"
+                            if trainer_wraps_adapters(inputs, t) and f.version == 1
+                            else ""
+                        )
                     )
                     if frozen
                     else ""
                 ),
-                components[0].source,
+                components[0].source + ("; " + SRC_PEFT_WRAP if trainer_wraps_adapters(inputs, t) else ""),
             )
         ]
         if grads:
