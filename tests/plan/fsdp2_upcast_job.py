@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from zero3_peft_save_job import CONFIG, _peak, _reset_peak, _rss
+from zero2_save_job import _peak, _reset_peak, _rss
+from zero3_peft_save_job import CONFIG
 
 
 def main() -> int:

@@ -88,20 +88,11 @@ def measured() -> dict[int, dict]:
     pytest.importorskip("deepspeed")
     pytest.importorskip("peft")
     pytest.importorskip("psutil")
-    import os
-
     from test_fsdp_engine import torchrun_job
 
-    old = os.environ.get("DS_ACCELERATOR")
-    os.environ["DS_ACCELERATOR"] = "cpu"
-    try:
-        rows = torchrun_job(HERE / "zero3_peft_save_job.py")
-    finally:
-        if old is None:
-            del os.environ["DS_ACCELERATOR"]
-        else:
-            os.environ["DS_ACCELERATOR"] = old
-    return {r["rank"]: r for r in rows}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DS_ACCELERATOR", "cpu")  # the ranks inherit it: DeepSpeed's CPU accelerator even on a GPU machine
+        return {r["rank"]: r for r in torchrun_job(HERE / "zero3_peft_save_job.py")}
 
 
 def _tiny_plan(version: str):  # type: ignore[no-untyped-def]

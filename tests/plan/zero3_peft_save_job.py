@@ -18,39 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-CONFIG = {
-    "hidden_size": 512,
-    "intermediate_size": 1376,
-    "num_hidden_layers": 6,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "vocab_size": 8000,
-    "max_position_embeddings": 64,
-    "tie_word_embeddings": False,
-}
+from zero2_save_job import CONFIG, _peak, _reset_peak, _rss  # the same Llama as the ZeRO-2 save job
+
 LORA_RANK = 8
 LORA_TARGETS = ("q_proj", "v_proj")
-
-
-def _rss() -> int:
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def _gather(engine, exclude: bool) -> dict[str, int]:  # type: ignore[no-untyped-def]
