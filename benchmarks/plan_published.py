@@ -188,6 +188,7 @@ def build(case: dict[str, Any]) -> tuple[PlanInputs, ZeroSettings]:
         # otherwise the planner takes current releases.
         deepspeed_version=case.get("deepspeed_version"),
         transformers_version=case.get("transformers_version"),
+        accelerate_version=case.get("accelerate_version"),
     )
     return inputs, _zero(case, spec)
 

@@ -43,12 +43,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from zerodoctor.plan import host_load as hl
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.inputs import GIB, FsdpSettings, PlanInputs, Training, ZeroSettings
 from zerodoctor.versions import parse_version
 
 if TYPE_CHECKING:
-    from zerodoctor.plan.phases import StrategyPlan
+    from zerodoctor.plan.phases import Item, StrategyPlan
 
 SRC_FLAT = "torch/distributed/fsdp/_flat_param.py"
 SRC_RUNTIME = "torch/distributed/fsdp/_runtime_utils.py"
@@ -249,6 +250,23 @@ def gathered_numel(inputs: PlanInputs, f: FsdpSettings) -> tuple[int, str]:
         f"{'two layer units (current + prefetched)' if prefetch else 'one layer unit'} of {layer:,}"
     )
     return head + layer * min(2 if prefetch else 1, n_layers), how
+
+
+def _host_upcast(
+    inputs: PlanInputs, f: FsdpSettings, t: Training, trainable: int, frozen: int, loaders: int
+) -> Item | None:
+    """FSDP2 under mixed precision: the loaded model on each loading rank's host once accelerate has upcast its
+    trainable parameters to fp32, before `fully_shard` (plan/host_load.py `fsdp2_upcasts_on_host`); None where
+    nothing is upcast there (FSDP1, pure 16-bit, QLoRA's Params4bit, a model loaded in fp32, accelerate < 1.14)."""
+    from zerodoctor.plan import phases as ph
+
+    load_b = ph.loaded_weight_bytes(inputs, t)[0]
+    if f.version != 2 or pure_16bit(t) or t.method == "qlora" or not trainable or load_b >= ms.FP32_BYTES:
+        return None
+    if t.param_bytes >= ms.FP32_BYTES or not hl.fsdp2_upcasts_on_host(inputs.accelerate_version):
+        return None
+    a = hl.fsdp2_host_upcast(trainable, frozen, load_b, loaders, inputs.accelerate_version)
+    return ph.Item(a.name, a.bytes, a.detail, a.source)
 
 
 def plan_fsdp(
@@ -579,7 +597,17 @@ def plan_fsdp(
             load_host += loading
             load_note = f"host peak while the model is loaded; FSDP's lazy init: {lazy_bytes / GIB:.1f} GiB"
     else:
-        load_host += loading
+        upcast = _host_upcast(inputs, f, t, trainable, frozen, loaders)
+        if upcast is not None and upcast.bytes >= sum(i.bytes for i in loading):
+            # accelerate's prepare upcasts the loaded model on the host after from_pretrained has returned (its
+            # shard freed): a later, larger moment of the load phase.
+            load_host.append(upcast)
+            load_note = (
+                f"host peak in accelerate's prepare (fp32 upcast before fully_shard); loading the model held "
+                f"{sum(i.bytes for i in loading) / GIB:.1f} GiB"
+            )
+        else:
+            load_host += loading
     load = ph.Phase("load", tuple(load_gpu), tuple(load_host), load_note)
 
     # ---- first optimizer step ---------------------------------------------------------------------------

@@ -117,3 +117,39 @@ def mapped_load(spec: ModelSpec, transformers_version: str | None, n_local: int)
             )
         )
     return out
+
+
+ACCELERATE_FSDP2_HOST_UPCAST_FROM = (1, 14)
+"""accelerate utils/fsdp_utils.py `fsdp2_prepare_model`: under mixed precision every trainable parameter that is not
+fp32 is upcast in place (`param.data = param.data.to(torch.float32)`) BEFORE `fully_shard`, i.e. where the loaded
+model lives -- on the host -- and `original_sd = model.state_dict()` is captured after it ("Capture after upcast"),
+keeping those fp32 host tensors alive until `fsdp2_prepare_model` returns, after `fully_shard` has moved the
+parameters to the device. From huggingface/accelerate#3985 (92cc533e, "Cast model to uniform dtype before
+fully_shard"), first released in 1.14.0; read in 1.14.0 and 1.15.0. Before: 1.6.0-1.12.x upcast after `fully_shard`
+(`model.to(torch.float32)` on the device shards, #3394), and 1.13.x rebound a local name (`param = param.to(...)`,
+#3905) and upcast nothing."""
+
+
+def fsdp2_upcasts_on_host(accelerate_version: str | None) -> bool:
+    """Whether accelerate upcasts FSDP2's trainable parameters to fp32 on the host before sharding them. True from
+    1.14 and for an unknown version (the larger case); False for 1.6-1.13 (upcast on the device shards, or not)."""
+    release = _release(accelerate_version)
+    return release is None or release >= ACCELERATE_FSDP2_HOST_UPCAST_FROM
+
+
+def fsdp2_host_upcast(
+    trainable: int, frozen: int, load_bytes: int, loaders: int, accelerate_version: str | None
+) -> LoadAmount:
+    """The loaded model on each loading rank's host once accelerate has upcast its trainable parameters to fp32
+    (`fsdp2_upcasts_on_host`): 4 B per trainable element, the load dtype for the frozen ones."""
+    per_rank = trainable * 4 + frozen * load_bytes
+    return LoadAmount(
+        "trainable parameters upcast to fp32 on the host before fully_shard",
+        per_rank * loaders,
+        f"{loaders} x {per_rank / GIB:.1f} GiB: {trainable:,} trainable elements x 4 B (accelerate "
+        f"{accelerate_version or 'version unknown'}: the mixed-precision upcast runs on the loaded model, before "
+        f"FSDP2 shards it) + {frozen:,} frozen x {load_bytes} B; the 16-bit copies are freed as each parameter is "
+        "replaced, the fp32 ones stay referenced by the captured state dict until prepare returns",
+        "accelerate utils/fsdp_utils.py fsdp2_prepare_model (param.data = param.data.to(torch.float32) before "
+        "fully_shard; original_sd = model.state_dict() after it), 1.14.0-1.15.0 (huggingface/accelerate#3985)",
+    )

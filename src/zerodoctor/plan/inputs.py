@@ -270,6 +270,7 @@ class PlanInputs:
     torch_version: str | None = None
     transformers_version: str | None = None
     safetensors_version: str | None = None
+    accelerate_version: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     zero3_init: bool = True
@@ -446,6 +447,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         torch_version=(env.version_of("torch") or None) if env is not None else None,
         transformers_version=(env.version_of("transformers") or None) if env is not None else None,
         safetensors_version=(env.version_of("safetensors") or None) if env is not None else None,
+        accelerate_version=(env.version_of("accelerate") or None) if env is not None else None,
         sources=run.sources(),
         notes=tuple(notes),
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,

@@ -26,6 +26,7 @@ from typing import Any
 
 from zerodoctor.models.spec import LINEAR, ModuleShape, is_output_layer, with_transformers_layout
 from zerodoctor.plan import host_load as hl
+from zerodoctor.plan import host_save as hs
 from zerodoctor.plan import kbit_prep as kbit
 from zerodoctor.plan import model_states as ms
 from zerodoctor.plan.activations import (
@@ -1786,9 +1787,10 @@ def _save(
     n_local = inputs.cluster.gpus_per_node
     world = inputs.cluster.world_size
     hf_like = inputs.framework in ("hf", "llamafactory")
-    hf_peft = (
-        hf_like and t.is_peft
-    )  # Trainer.save_model gathers only adapters (lint/rules/_common.is_hf_trainer_peft)
+    hf_peft = hf_like and t.is_peft  # Trainer.save_model with a PEFT model: only the adapters are written
+    # Under ZeRO-3, transformers >= 5.18 gathers only the adapters to rank 0's host; 4.x (and an unknown version)
+    # consolidates the whole 16-bit model there first (plan/host_save.py).
+    z3_adapters_only = hf_peft and zero.stage == 3 and hs.peft_z3_save_gathers_adapters_only(inputs.transformers_version)
     plain = without_engine(inputs, zero)
     state_b = trainable_weight_bytes(inputs, t)[0] if plain else ms.FP32_BYTES
     # Without DeepSpeed the optimizer has no master copy: its state alone, in the parameters' dtype.
@@ -1816,7 +1818,7 @@ def _save(
                 "tensor.to('cpu') for every tensor of the shard)",
             )
         )
-    elif zero.stage == 3 and zero.gather_16bit_on_save and not hf_peft:
+    elif zero.stage == 3 and zero.gather_16bit_on_save and not z3_adapters_only:
         gpu.append(
             Item(
                 "16-bit gather of the largest module",
@@ -1826,31 +1828,46 @@ def _save(
                 "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict",
             )
         )
-        host.append(
-            Item(
-                "rank 0: consolidated 16-bit state dict",
-                whole_model_bytes,
-                f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model copied to rank 0's host",
-                "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict (param.detach().cpu() on rank 0)",
+        if hf_peft:
+            version = inputs.transformers_version or "version unknown"
+            host.append(
+                Item(
+                    "rank 0: consolidated 16-bit state dict, frozen base included (PEFT)",
+                    whole_model_bytes,
+                    f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model, frozen base included, "
+                    f"copied to rank 0's host before PEFT keeps the adapters (transformers {version}: adapter-only "
+                    f"gather from {'.'.join(map(str, hs.TRANSFORMERS_PEFT_Z3_ADAPTERS_ONLY_FROM))})",
+                    hs.SOURCE_FULL_GATHER,
+                )
             )
-        )
-        host.extend(_shard_item(inputs, whole_model_bytes))
-        weights, kind = whole_model_bytes, "consolidated 16-bit weights (rank 0)"
-    elif zero.stage == 3 and hf_peft:
+            host.extend(_shard_item(inputs, trainable * pb))
+            weights, kind = trainable * pb, "adapter weights only (the whole 16-bit model consolidated on rank 0 first)"
+        else:
+            host.append(
+                Item(
+                    "rank 0: consolidated 16-bit state dict",
+                    whole_model_bytes,
+                    f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model copied to rank 0's host",
+                    "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict (param.detach().cpu() on rank 0)",
+                )
+            )
+            host.extend(_shard_item(inputs, whole_model_bytes))
+            weights, kind = whole_model_bytes, "consolidated 16-bit weights (rank 0)"
+    elif z3_adapters_only:
         gpu.append(
             Item(
                 "16-bit gather of the adapters",
                 math.ceil(trainable * pb / max(p.num_layers, 1)),
                 "Trainer gathers only trainable weights (exclude_frozen_parameters=True), layer by layer",
-                "transformers 5.23 trainer.py save_model (lint/rules/_common.py is_hf_trainer_peft)",
+                hs.SOURCE_ADAPTERS_ONLY,
             )
         )
         host.append(
             Item(
                 "rank 0: adapter state dict",
                 trainable * pb,
-                "node 0 only",
-                "transformers trainer.py save_model (adapters only for PEFT)",
+                f"node 0 only (transformers {inputs.transformers_version}: the frozen base is not gathered)",
+                hs.SOURCE_ADAPTERS_ONLY,
             )
         )
         weights, kind = trainable * pb, "adapter weights only"
@@ -1877,7 +1894,7 @@ def _save(
         kind = "adapter weights only" if hf_peft else "16-bit weights"
 
     # What save_only_model skips (docs/memory-model.md, docs/known-failures.md).
-    gather_false_z3 = zero.stage == 3 and not zero.gather_16bit_on_save and not hf_peft
+    gather_false_z3 = zero.stage == 3 and not zero.gather_16bit_on_save and not z3_adapters_only
     skips = not gather_false_z3
     if gather_false_z3:
         why = (
