@@ -20,12 +20,21 @@ HERE = Path(__file__).resolve().parent
 UPCAST = "trainable parameters upcast to fp32 on the host before fully_shard"
 
 
-def _plan(accelerate: str | None, *, spec=None, version: int = 2, method: str = "full", efficient: bool = False, gpus: int = 16):  # type: ignore[no-untyped-def]
+def _plan(
+    accelerate: str | None,
+    *,
+    spec=None,
+    version: int = 2,
+    method: str = "full",
+    efficient: bool = False,
+    gpus: int = 16,
+    framework: str | None = "hf",
+):  # type: ignore[no-untyped-def]
     inputs = PlanInputs(
         model=spec or resolve_model("Qwen/Qwen3.5-35B-A3B"),
         cluster=Cluster(1, gpus, 64 * GIB, 2000 * GIB),
         training=Training(method=method, precision="bf16", weights_dtype="bf16", lora_rank=8),
-        framework="hf",
+        framework=framework,
         accelerate_version=accelerate,
     )
     zero = fsdp_as_zero(FsdpSettings(version=version, cpu_ram_efficient_loading=efficient))
@@ -38,7 +47,14 @@ def _load(plan) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("version", "on_host"),
-    [("1.6.0", False), ("1.12.0", False), ("1.13.1", False), ("1.14.0", True), ("1.15.0", True), (None, True)],
+    [
+        ("1.6.0", False),
+        ("1.12.0", False),
+        ("1.13.1", False),
+        ("1.14.0", True),
+        ("1.15.0", True),
+        (None, True),
+    ],
 )
 def test_host_upcast_from_accelerate_1_14(version, on_host):
     assert hl.fsdp2_upcasts_on_host(version) is on_host
@@ -47,9 +63,17 @@ def test_host_upcast_from_accelerate_1_14(version, on_host):
 def test_full_fine_tune_holds_the_fp32_model_per_rank():
     plan = _plan("1.15.0")
     load = _load(plan)
-    assert load[UPCAST] == 16 * 4 * plan.trainable_params  # every parameter trainable: the fp32 model per rank
+    assert (
+        load[UPCAST] == 16 * 4 * plan.trainable_params
+    )  # every parameter trainable: the fp32 model per rank
     assert "whole model loaded per rank" not in load  # the earlier, smaller moment of the load phase
     assert plan.phase("load").host_bytes > 2000 * GIB  # 16 x ~131 GiB: the PR's "16 workers x ~136G anon RSS"
+
+
+def test_only_runs_prepared_by_accelerate_are_upcast_on_the_host():
+    """torchtune, litgpt and other FSDP2 users (no framework named) shard without accelerate's fsdp2_prepare_model."""
+    assert UPCAST in _load(_plan("1.15.0", framework="accelerate"))
+    assert UPCAST not in _load(_plan("1.15.0", framework=None))
 
 
 def test_before_1_14_the_upcast_is_on_the_device():
@@ -87,7 +111,9 @@ def test_engine_prepare_moment_is_the_planned_fp32_model(measured):
     sys.path.insert(0, str(HERE))
     from zero3_peft_save_job import CONFIG
 
-    spec = model_from_config({"model_type": "llama", **CONFIG}, name="tiny-llama", source=Path("<fsdp2_upcast_job>"))
+    spec = model_from_config(
+        {"model_type": "llama", **CONFIG}, name="tiny-llama", source=Path("<fsdp2_upcast_job>")
+    )
     plan = _plan("1.15.0", spec=spec, gpus=2)
     per_rank = _load(plan)[UPCAST] // 2
     for r in measured.values():

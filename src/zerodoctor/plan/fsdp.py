@@ -103,6 +103,8 @@ class FsdpStates:
 
 
 HF_TRAINER_FRAMEWORKS = frozenset({"hf", "llamafactory"})
+# Runs whose FSDP setup is accelerate's prepare.
+ACCELERATE_FRAMEWORKS = HF_TRAINER_FRAMEWORKS | {"accelerate"}
 PEFT_WRAP_BY_TRAINER_FROM = (4, 39)
 SRC_PEFT_WRAP = (
     "transformers trainer.py Trainer._fsdp_qlora_plugin_updates (4.39-4.x, #29587; #36720 widened it to every "
@@ -257,7 +259,8 @@ def _host_upcast(
 ) -> Item | None:
     """FSDP2 under mixed precision: the loaded model on each loading rank's host once accelerate has upcast its
     trainable parameters to fp32, before `fully_shard` (plan/host_load.py `fsdp2_upcasts_on_host`); None where
-    nothing is upcast there (FSDP1, pure 16-bit, QLoRA's Params4bit, a model loaded in fp32, accelerate < 1.14)."""
+    nothing is upcast there (FSDP1, pure 16-bit, QLoRA's Params4bit, a model loaded in fp32, accelerate < 1.14, a
+    run that names no accelerate-based framework)."""
     from zerodoctor.plan import phases as ph
 
     load_b = ph.loaded_weight_bytes(inputs, t)[0]
@@ -265,6 +268,8 @@ def _host_upcast(
         return None
     if t.param_bytes >= ms.FP32_BYTES or not hl.fsdp2_upcasts_on_host(inputs.accelerate_version):
         return None
+    if inputs.framework not in ACCELERATE_FRAMEWORKS:
+        return None  # torchtune, litgpt and other FSDP2 users shard without accelerate's prepare
     a = hl.fsdp2_host_upcast(trainable, frozen, load_b, loaders, inputs.accelerate_version)
     return ph.Item(a.name, a.bytes, a.detail, a.source)
 
