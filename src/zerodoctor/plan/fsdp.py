@@ -210,7 +210,10 @@ def accumulates_unsharded(inputs: PlanInputs, f: FsdpSettings, t: Training) -> b
     """True when the micro-batches before the last one of an accumulation run under `no_sync` (NO_SYNC_FRAMEWORKS)
     and units are sharded: every trainable unit's whole gradient then stays unsharded, in the compute dtype, from
     the first micro-batch's backward to the last one's reduce-scatter (SRC_NO_SYNC). With one shard (no_shard, or
-    FSDP1 on one GPU, which switches to NO_SHARD) the gradient is unsharded anyway."""
+    FSDP1 on one GPU, which switches to NO_SHARD) the gradient is unsharded anyway. FSDP2 accumulates in its
+    `reduce_dtype` (`_fsdp_param.py` to_accumulated_grad_if_needed), which accelerate sets to the compute dtype
+    (utils/dataclasses.py set_mixed_precision: param_dtype = reduce_dtype); only FSDP1 is engine-checked
+    (tests/plan/test_fsdp_engine.py)."""
     return t.grad_accum > 1 and shard_count(inputs, f) > 1 and (inputs.framework or "hf") in NO_SYNC_FRAMEWORKS
 
 
