@@ -242,6 +242,9 @@ def test_gradient_accumulation_under_no_sync_holds_the_whole_unsharded_gradient(
     assert "FSDP sharded gradients" not in acc and "FSDP sharded gradients" in one and name not in one
     # the root's output-layer gradient is inside the accumulated whole, not charged twice
     assert "root unit: output-layer gradient held through backward" not in acc
+    # CPU offload: no_sync keeps them on the GPU (FullyShardedDataParallel.no_sync), though the shards live on the host
+    off = _names(plan_strategy(_inputs(grad_accum=4), fsdp_as_zero(FsdpSettings(offload_params=True))).phase("steady"))
+    assert off[name] == p.total * 2
     single = _inputs(grad_accum=4, gpus=1)  # FSDP1 on one GPU switches to NO_SHARD: the gradient is whole anyway
     assert name not in _names(plan_strategy(single, fsdp_as_zero(FsdpSettings())).phase("steady"))
     torchtune = replace(_inputs(grad_accum=4), framework="torchtune")

@@ -596,11 +596,12 @@ def plan_fsdp(
     )
     no_sync: list[ph.Item] = []
     fwd_step = fwd
-    if trainable and not offload and accumulates_unsharded(inputs, f, t):
+    if trainable and accumulates_unsharded(inputs, f, t):
         # zero_grad(set_to_none=True) (the torch >= 2.0 default HF Trainer, accelerate and Fabric call) freed the
         # sharded gradients after the last step; the unsharded ones of the micro-batches so far are all alive when
         # the last micro-batch starts its backward, and its reduce-scatter frees them unit by unit as the (smaller)
-        # shards come back. CPU offload is not charged here: the offloaded run's device items are not modelled.
+        # shards come back. With CPU offload too: no_sync keeps them on the GPU ("the gradients will not be
+        # offloaded to CPU when inside the context manager", FullyShardedDataParallel.no_sync).
         no_sync.append(
             ph.Item(
                 "FSDP no_sync: unsharded gradients of the accumulation",
