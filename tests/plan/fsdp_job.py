@@ -141,11 +141,20 @@ def run_one(version: int, offload: bool, prefetch: bool, pure: bool = False) -> 
         for key in ("exp_avg", "exp_avg_sq"):
             t = state[key]
             opt_bytes += _nbytes(t.to_local() if hasattr(t, "to_local") else t)
+    no_sync_grad_bytes = 0
+    if version == 1 and not offload:
+        # A gradient-accumulation micro-batch as HF Trainer / accelerate run it: zero_grad (set_to_none), then a
+        # backward under no_sync: what each FlatParameter's .grad holds until the micro-batch that syncs.
+        opt.zero_grad(set_to_none=True)
+        with model.no_sync():
+            model(input_ids=ids, labels=ids).loss.backward()
+        no_sync_grad_bytes = sum(_nbytes(h.flat_param.grad) for h in handles)
     return {
         "param_bytes": param_bytes,
         "grad_bytes": grad_bytes,
         "optimizer_bytes": opt_bytes,
         "max_unsharded_numel": live[0],
+        "no_sync_grad_bytes": no_sync_grad_bytes,
     }
 
 

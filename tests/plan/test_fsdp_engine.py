@@ -110,3 +110,19 @@ def test_pure_bf16_halves_the_shards_and_the_adamw_states(measured):
         mixed, pure = rows["1:0:1"], rows["1:0:1:1"]
         for key in ("param_bytes", "grad_bytes", "optimizer_bytes"):
             assert 2 * pure[key] == mixed[key], key
+
+
+def test_no_sync_keeps_every_unit_gradient_unsharded_in_the_compute_dtype(measured):
+    """A backward under FSDP1's no_sync (gradient accumulation in HF Trainer / accelerate): every FlatParameter's
+    .grad is its whole unsharded gradient in bf16 (the compute dtype, mixed precision and pure bf16 alike), what the
+    planner's "FSDP no_sync" item charges (`FsdpStates.grad_numel` x 2 B): the whole model's, where the sharded
+    gradients are 1/N of it (here N = 2)."""
+    inputs = _inputs()
+    for rank in measured:
+        for row in rank:
+            version, offload, prefetch, *pure = (int(x) for x in str(row["config"]).split(":"))
+            if version != 1 or offload:
+                continue
+            f = FsdpSettings(version=version, backward_prefetch="backward_pre" if prefetch else "none")
+            st = fsdp_states(inputs, f, dataclasses.replace(inputs.training, pure_bf16=bool(pure and pure[0])))
+            assert row["no_sync_grad_bytes"] == st.grad_numel * 2, row

@@ -227,3 +227,30 @@ def test_pure_16bit_fsdp_keeps_no_fp32_master() -> None:
     # an fp32 run is never "pure 16-bit"
     fp32 = Training(method="full", precision="fp32", pure_bf16=True)
     assert fsdp_states(inputs, f, fp32).params == mixed.params
+
+
+def test_gradient_accumulation_under_no_sync_holds_the_whole_unsharded_gradient() -> None:
+    """accelerate / HF Trainer run every micro-batch but the last under FSDP's no_sync: at the last one's backward
+    each rank holds the whole model's gradient in bf16 (tests/plan/test_fsdp_engine.py measures it) instead of its
+    fp32 shards (zero_grad set them to None). Not with one micro-batch a step, one shard, or a framework that syncs
+    every micro-batch."""
+    name = "FSDP no_sync: unsharded gradients of the accumulation"
+    p = _inputs().model.params
+    acc = _names(plan_strategy(_inputs(grad_accum=4), fsdp_as_zero(FsdpSettings())).phase("steady"))
+    one = _names(plan_strategy(_inputs(grad_accum=1), fsdp_as_zero(FsdpSettings())).phase("steady"))
+    assert acc[name] == p.total * 2
+    assert "FSDP sharded gradients" not in acc and "FSDP sharded gradients" in one and name not in one
+    # the root's output-layer gradient is inside the accumulated whole, not charged twice
+    assert "root unit: output-layer gradient held through backward" not in acc
+    # CPU offload: no_sync keeps them on the GPU (FullyShardedDataParallel.no_sync), though the shards live on the host
+    off = _names(plan_strategy(_inputs(grad_accum=4), fsdp_as_zero(FsdpSettings(offload_params=True))).phase("steady"))
+    assert off[name] == p.total * 2
+    single = _inputs(grad_accum=4, gpus=1)  # FSDP1 on one GPU switches to NO_SHARD: the gradient is whole anyway
+    assert name not in _names(plan_strategy(single, fsdp_as_zero(FsdpSettings())).phase("steady"))
+    torchtune = replace(_inputs(grad_accum=4), framework="torchtune")
+    assert name not in _names(plan_strategy(torchtune, fsdp_as_zero(FsdpSettings())).phase("steady"))
+    # LoRA with PEFT's wrap policy (use_orig_params=False): only the adapters' gradients stay unsharded
+    lora = _inputs("lora", grad_accum=4)
+    st = fsdp_states(lora, FsdpSettings(use_orig_params=False), lora.training)
+    steady = _names(plan_strategy(lora, fsdp_as_zero(FsdpSettings(use_orig_params=False))).phase("steady"))
+    assert steady[name] == st.grad_numel * 2 < p.total // 100

@@ -100,6 +100,8 @@ class FsdpStates:
     upcast_frozen: bool
     pinned_blocks: tuple[tuple[int, int], ...]  # (bytes of one unit's parameter shard, how many units)
     grad_blocks: tuple[tuple[int, int], ...]
+    grad_numel: int = 0
+    """Unsharded elements of every FlatParameter (FSDP2: parameter) that gets a gradient: what `no_sync` keeps."""
 
 
 HF_TRAINER_FRAMEWORKS = frozenset({"hf", "llamafactory"})
@@ -197,7 +199,7 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         and not trainer_wraps_adapters(inputs, t)
     )
     mb = master_bytes(t)
-    params = grads = 0
+    params = grads = grad_numel = 0
     pinned: list[tuple[int, int]] = []
     gblocks: list[tuple[int, int]] = []
     for numel, count, kind in kinds:
@@ -210,15 +212,42 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         pinned.append((nbytes, count))
         if kind == "train" or (kind == "mixed" and upcast_frozen):
             grads += shard * mb * count
+            grad_numel += numel * count
             gblocks.append((shard * mb, count))
     if t.is_peft:
         extra = _ceil_div(trainable, n)  # adapters (and modules_to_save copies): fp32, own gradients
         if not upcast_frozen:  # otherwise they are inside the upcast units, counted above
             params += extra * mb
             grads += extra * mb
+            grad_numel += trainable
     train_shard = _ceil_div(trainable, n)
     opt = math.ceil(train_shard * optimizer_bytes_per_param(t))
-    return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks))
+    return FsdpStates(params, grads, opt, train_shard, upcast_frozen, tuple(pinned), tuple(gblocks), grad_numel)
+
+
+NO_SYNC_FRAMEWORKS = frozenset({"hf", "llamafactory", "accelerate"})
+"""Frameworks whose gradient accumulation runs the micro-batches before the last one under FSDP's `no_sync`: HF
+Trainer (up to 4.28 `model.no_sync()` when `args._no_sync_in_gradient_accumulation`; from 4.29 through accelerate's
+`accumulate`, sync_each_batch False by default) and accelerate itself (accelerator.py `accumulate` -> `no_sync`: the
+FSDP1 module's `no_sync`, FSDP2 `set_requires_gradient_sync(False)`). None (the framework not given) is HF Trainer,
+the CLI's assumption. llama-recipes and torchtune sync every micro-batch."""
+SRC_NO_SYNC = (
+    "torch/distributed/fsdp/fully_sharded_data_parallel.py no_sync (\"FSDP will accumulate the full model gradients "
+    "(instead of gradient shards) until the eventual sync\"); _runtime_utils.py _post_backward_hook returns before "
+    "_reduce_grad when not _sync_gradients; _flat_param.py prepare_gradient_for_backward keeps a .grad of the "
+    "unpadded unsharded size; accelerate accelerator.py accumulate / no_sync (sync_each_batch)"
+)
+
+
+def accumulates_unsharded(inputs: PlanInputs, f: FsdpSettings, t: Training) -> bool:
+    """True when the micro-batches before the last one of an accumulation run under `no_sync` (NO_SYNC_FRAMEWORKS)
+    and units are sharded: every trainable unit's whole gradient then stays unsharded, in the compute dtype, from
+    the first micro-batch's backward to the last one's reduce-scatter (SRC_NO_SYNC). With one shard (no_shard, or
+    FSDP1 on one GPU, which switches to NO_SHARD) the gradient is unsharded anyway. FSDP2 accumulates in its
+    `reduce_dtype` (`_fsdp_param.py` to_accumulated_grad_if_needed), which accelerate sets to the compute dtype
+    (utils/dataclasses.py set_mixed_precision: param_dtype = reduce_dtype); only FSDP1 is engine-checked
+    (tests/plan/test_fsdp_engine.py)."""
+    return t.grad_accum > 1 and shard_count(inputs, f) > 1 and (inputs.framework or "hf") in NO_SYNC_FRAMEWORKS
 
 
 def gathered_numel(inputs: PlanInputs, f: FsdpSettings) -> tuple[int, str]:
@@ -633,9 +662,29 @@ def plan_fsdp(
         tuple([train_baseline, *host_states(lazy=True, grads=True)]),
         "optimizer state allocated lazily + the step's fp32 transients",
     )
+    no_sync: list[ph.Item] = []
+    fwd_step = fwd
+    if trainable and accumulates_unsharded(inputs, f, t):
+        # zero_grad(set_to_none=True) (the torch >= 2.0 default HF Trainer, accelerate and Fabric call) freed the
+        # sharded gradients after the last step; the unsharded ones of the micro-batches so far are all alive when
+        # the last micro-batch starts its backward, and its reduce-scatter frees them unit by unit as the (smaller)
+        # shards come back. With CPU offload too: no_sync keeps them on the GPU ("the gradients will not be
+        # offloaded to CPU when inside the context manager", FullyShardedDataParallel.no_sync).
+        no_sync.append(
+            ph.Item(
+                "FSDP no_sync: unsharded gradients of the accumulation",
+                st.grad_numel * cb,
+                f"{t.grad_accum} micro-batches a step, all but the last under no_sync: the whole gradient of every "
+                f"trainable unit ({st.grad_numel:,} elements) in {cb} B on every rank, in place of the shards",
+                SRC_NO_SYNC,
+            )
+        )
+        # The root's output-layer gradient is part of the accumulated whole; one unit's fresh gradient is still
+        # written beside its accumulated one before autograd adds them.
+        fwd_step = [i for i in fwd if not i.name.startswith("root unit:")]
     steady = ph.Phase(
         "steady",
-        tuple([*reserve, *gpu_states(lazy=True, grads=True), *fwd, *act_items]),
+        tuple([*reserve, *gpu_states(lazy=True, grads=not no_sync), *no_sync, *fwd_step, *act_items]),
         tuple([train_baseline, *host_states(lazy=True, grads=True)]),
         "forward/backward: gathered units, sharded states resident",
     )
