@@ -50,6 +50,7 @@ from zerodoctor.diagnose.reader import (
     TERMINAL_WIDTHS,
     LogLine,
     parse_line,
+    split_prefixes,
 )
 from zerodoctor.diagnose.rundir import error_file_source
 from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_spans, open_source
@@ -101,6 +102,7 @@ class Progress:
     total: int | None
     epoch: float | None
     lineno: int
+    rank: int | None = None  # the rank whose prefix the progress line carries
 
 
 @dataclass(frozen=True)
@@ -314,10 +316,12 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
         start = chunk.rfind(b"\n", lo, pos) + 1
         end = chunk.find(b"\n", pos, limit)
         end = limit if end < 0 else end
-        parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
+        text = chunk[max(start, lo) : end].decode("utf-8", "replace")
+        parsed = parse_progress(text)
         if parsed is not None:
             kind, step, total, epoch = parsed
-            return Progress(kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi))
+            rank = split_prefixes(text.lstrip("\r").split("\r", 1)[0])[1]
+            return Progress(kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi), rank)
         hi = max(start - 1, lo) if start > lo else lo
     return None
 
@@ -718,7 +722,7 @@ def scan_source(
                 if len(segments) > 1 and (bar := parse_progress(line.text)) is not None:
                     # a bar that a failure line was glued behind (`1/594 [00:21<3:28:13, 21.07s/it][rank4]:
                     # Traceback ...`, reader.parse_line splits them): printed before the segments after it
-                    progress = Progress(*bar, lineno)
+                    progress = Progress(*bar, lineno, line.rank)
                     searched_to = start
                 # (a terminal's row padding removed from the line: `reader.unpad_rows`)
                 if wrapped or pids & ansi_ids or (padded and "        " not in line.raw):
