@@ -116,7 +116,7 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         ["local protection error", "'ib_status': 4", "'vendor_err': 81", "10.0.0.3<4242>", "mlx5_1"],
     ),
     (
-        "NCCL 2.4.6-2.9 IB completion (error N, opcode N)",
+        "NCCL 2.3-2.9 IB completion (error N, opcode N)",
         "node1:2011:2093 [0] NCCL WARN NET/IB : Got completion with error 5, opcode 0, len 0, vendor err 249\n",
         "class:nccl-error",
         ["Work Request Flushed Error", "'ib_status': 5", "'vendor_err': 249"],

@@ -166,8 +166,8 @@ _THC = re.compile(
 # message starts its line, or follows a launcher's `[...]:` prefix or a tqdm bar glued before it - not a sentence)
 _LINE_START = r"(?:^\s*|\]|\]:\s*)"
 _MLX5 = re.compile(_LINE_START + r"(?:mlx5: )?(?P<host>[\w.-]{1,128}): got completion with error")
-# NCCL's WARN, in the tags of NVIDIA/nccl (src/transport/net_ib.cc; net_ib/p2p.cc from 2.29):
-#   2.4.6-2.9.9    `NET/IB : Got completion with error %d, opcode %d, len %d, vendor err %d`
+# NCCL's WARN, in the tags of NVIDIA/nccl (src/transport/net_ib.cu to 2.4.2, net_ib.cc, net_ib/p2p.cc from 2.29):
+#   2.3.5-2.9.9    `NET/IB : Got completion with error %d, opcode %d, len %d, vendor err %d`
 #   2.10.3-2.19.4  `NET/IB : Got completion from peer %s with error %d, opcode %d, len %d, vendor err %d` (then
 #                  ` (%s)%s%s%s%s`, the request type and GIDs, from 2.18.1)
 #   2.20.3-2.28.3  `... from peer %s with status=%d opcode=%d len=%d vendor err %d (%s)%s%s%s%s` (`NET/IB:` and ` hca %s`
@@ -291,9 +291,8 @@ def read_line(text: str, host: str | None = None) -> NativeLine | None:
         and (m := _MLX5.search(text))
     ):
         return NativeLine("mlx5-error-cqe", "ib", "nccl", clip(m.group(0), 300), {"host": m.group("host")})
-    if "monitoredBarrier" in text and (m := _GLOO_PEER_FAILED.search(text)):
-        vals = {"rank": int(m.group("rank")), "peer": int(m.group("peer"))}
-        return NativeLine("gloo-monitored-barrier-peer", "peer-failed", "nccl", clip(m.group(0), 300), vals)
+    if "monitoredBarrier" in text and (g := _gloo_peer_failed(text, "nccl")) is not None:
+        return g
     if _NO_EXCEPTION in text and _NO_EXCEPTION_LINE.search(text.strip()):
         return NativeLine("libstdcxx-terminate", "cpp-abort", "exception", NO_EXCEPTION_DETAIL)
     m = _HEAP.search(text.strip())
@@ -302,6 +301,15 @@ def read_line(text: str, host: str | None = None) -> NativeLine | None:
         vals = {"message": msg, "program": m.group("prog")}
         return NativeLine("glibc-malloc-abort", "heap", "exception", f"glibc abort: {msg}", vals)
     return None
+
+
+def _gloo_peer_failed(text: str, kind: str) -> NativeLine | None:
+    """gloo's monitored barrier failing on a rank (its log line, or the RuntimeError that quotes it), or None."""
+    m = _GLOO_PEER_FAILED.search(text)
+    if m is None:
+        return None
+    vals = {"rank": int(m.group("rank")), "peer": int(m.group("peer"))}
+    return NativeLine("gloo-monitored-barrier-peer", "peer-failed", kind, clip(m.group(0), 300), vals)
 
 
 def _xid_line(text: str) -> NativeLine | None:
@@ -400,11 +408,9 @@ def classify(ev: Event, facts: Facts) -> NativeClass | None:
         return _ib(
             ev, NativeLine("nccl-ib-completion", "ib", "nccl", clip(ib.group(0), 300)), data, facts, ib
         )
-    if ev.kind == "exception" and (g := _GLOO_PEER_FAILED.search(text)) is not None:
-        vals = {"rank": int(g.group("rank")), "peer": int(g.group("peer"))}
-        line = NativeLine("gloo-monitored-barrier-peer", "peer-failed", "exception", g.group(0), vals)
-        data.update(vals)
-        return _peer_failed(ev, line, data)
+    if ev.kind == "exception" and (g := _gloo_peer_failed(text, "exception")) is not None:
+        data.update(g.values)
+        return _peer_failed(ev, g, data)
     err = cuda_error(text)
     if err is None:
         return None
