@@ -419,6 +419,21 @@ def test_only_the_failing_ranks_own_bar_places_its_failure(tmp_path, run_cli, ra
     assert _phase(tmp_path, run_cli, text) == phase
 
 
+def test_a_per_rank_files_own_bar_places_its_failure(tmp_path, run_cli):
+    # (torchrun --log-dir / `rankN.log`: no prefix on the lines, the file names the rank)
+    (tmp_path / "rank0.log").write_text(NCCL_NOT_DESTROYED, encoding="utf-8")
+    (tmp_path / "rank1.log").write_text(
+        NO_KERNEL_IMAGE.replace("[rank1]: ", "") + " 10%|█         | 10/100 [00:10<01:30,  1.00it/s]\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli(
+        "diagnose", str(tmp_path / "rank0.log"), str(tmp_path / "rank1.log"), "--format", "json"
+    )
+    assert code in (0, 1), err
+    top = json.loads(out)["findings"][0]
+    assert top["severity"] == "error" and top["data"]["phase"] == "training_step", top
+
+
 def test_a_bar_long_after_the_failure_does_not_place_it(tmp_path, run_cli):
     later = "".join(f"note {i}: retrying in a new process\n" for i in range(8))
     text = FLASH + later + " 37%|███▋      | 111/300 [01:02<01:46,  1.78it/s]\n" + NCCL_NOT_DESTROYED

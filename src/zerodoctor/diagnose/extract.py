@@ -1714,10 +1714,11 @@ class Extractor:
         if p.lineno <= self._last_bar.get(source, 0):
             return
         self._last_bar[source] = p.lineno
+        rank = p.rank if p.rank is not None else _rank_of_file(source)  # (a per-rank file's bar is its rank's)
         for ev in self.facts.events[-_BAR_EVENTS:]:
             if ev.line.source != source or ev.progress is not None or id(ev) in self._bar_after_event:
                 continue
-            if p.rank != ev.rank and (len(self.facts.ranks_in_log) > 1 or None not in (p.rank, ev.rank)):
+            if rank != ev.rank and (len(self.facts.ranks_in_log) > 1 or None not in (rank, ev.rank)):
                 continue
             end = self._tb_last(ev.traceback) if ev.traceback is not None else ev.line.lineno
             if end < p.lineno <= end + _BAR_AFTER_LINES:
