@@ -300,6 +300,19 @@ def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
 
 
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
+_PREFIX_BYTES = 256  # (a line's prefixes: `[rank3]:`, a launcher's host and timestamp)
+_PREFIX_WINDOW = 4096  # (a progress line's start further back than this: a tqdm stream, its prefix not read)
+
+
+def _line_rank(chunk: bytes, pos: int) -> int | None:
+    """The rank prefix at the start of the line holding chunk[pos] (which may lie before the searched piece), or None;
+    None too for a line that starts more than _PREFIX_WINDOW bytes back, so that the answer does not depend on where
+    a chunk starts."""
+    nl = chunk.rfind(b"\n", max(0, pos - _PREFIX_WINDOW), pos)
+    if nl < 0 and pos > _PREFIX_WINDOW:
+        return None
+    head = chunk[nl + 1 : nl + 1 + _PREFIX_BYTES].decode("utf-8", "replace")
+    return split_prefixes(head.lstrip("\r").split("\r", 1)[0])[1]
 
 
 def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int) -> Progress | None:
@@ -316,12 +329,12 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
         start = chunk.rfind(b"\n", lo, pos) + 1
         end = chunk.find(b"\n", pos, limit)
         end = limit if end < 0 else end
-        text = chunk[max(start, lo) : end].decode("utf-8", "replace")
-        parsed = parse_progress(text)
+        parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
         if parsed is not None:
             kind, step, total, epoch = parsed
-            rank = split_prefixes(text.lstrip("\r").split("\r", 1)[0])[1]
-            return Progress(kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi), rank)
+            return Progress(
+                kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi), _line_rank(chunk, pos)
+            )
         hi = max(start - 1, lo) if start > lo else lo
     return None
 
