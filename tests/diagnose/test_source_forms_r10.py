@@ -4,8 +4,9 @@ as the library prints it (extract.py / patterns.py name each source beside its r
 - torch's DistributedDataParallel.__init__ (torch/nn/parallel/distributed.py) checks the model across ranks with a
   collective - `_verify_model_across_ranks` (torch 1.8-1.9), `_verify_params_across_processes` (1.10-1.11),
   `_verify_param_shape_across_processes` (>= 1.12): wrapping the model is the engine set-up.
-- safetensors' save_file / save_model (safetensors/torch.py; `_flatten` raises `Some tensors share memory`,
-  serialize_file `SafetensorError: Error while serializing`): a checkpoint being written.
+- safetensors' save_file (safetensors/torch.py; `_flatten` raises `Some tensors share memory` in older releases,
+  `_flatten_as_ptr` -> `_evaluate_tensors_for_save` in 0.8.0; serialize_file `SafetensorError: Error while
+  serializing`): a checkpoint being written.
 - ZeRO-1/2's gradient reduction (deepspeed/runtime/zero/stage_1_and_2.py reduce_ipg_grads and its hooks; ZeRO-3's
   reduce_partition_and_remove_grads): a backward pass.
 - HF datasets' map losing a worker (utils/py_utils.py iflatmap_unordered: `One of the subprocesses has abruptly died
@@ -128,6 +129,21 @@ def test_safetensors_save_file_failing_is_a_checkpoint_save(tmp_path, run_cli, s
         + _frame(st, 232, "save_file", "serialize_file(_flatten(tensors), filename, metadata=metadata)")
         + _frame(st, 394, "_flatten", "raise RuntimeError(")
         + exc
+    )
+    assert _phase(tmp_path, run_cli, text) == "checkpoint_save"
+
+
+def test_safetensors_080_shared_tensors_refused_is_a_checkpoint_save(tmp_path, run_cli):
+    st = f"{SITE}/safetensors/torch.py"  # (safetensors 0.8.0: save_file -> _flatten_as_ptr -> the check)
+    text = (
+        "Traceback (most recent call last):\n"
+        + _frame("export.py", 40, "export", "write_weights(state_dict, out)")
+        + _frame("export.py", 12, "write_weights", "save_file(state, path)")
+        + _frame(st, 324, "save_file", "_flatten_as_ptr(tensors, keep_references_alive), filename, metadata=metadata")
+        + _frame(st, 569, "_flatten_as_ptr", "_evaluate_tensors_for_save(tensors)")
+        + _frame(st, 557, "_evaluate_tensors_for_save", "raise RuntimeError(")
+        + "RuntimeError: \n            Some tensors share memory, this will lead to duplicate memory on disk and "
+        "potential differences when loading them again: [{'a', 'b'}].\n"
     )
     assert _phase(tmp_path, run_cli, text) == "checkpoint_save"
 
@@ -328,6 +344,26 @@ def test_val_dataloader_is_not_an_evaluation_frame(tmp_path, run_cli):
     assert _doc(tmp_path, run_cli, text)["findings"][0]["data"]["phase"] != "evaluation"
 
 
+def test_a_valid_helper_in_a_dataloader_fetch_is_not_evaluation(tmp_path, run_cli):
+    # (a data check named `valid`: no framework's evaluation loop is so named; mmcv's is `val`)
+    text = (
+        TRAIN_BAR
+        + "Traceback (most recent call last):\n"
+        + _frame("/home/u/train.py", 80, "main", "for batch in loader:")
+        + _frame(f"{SITE}/torch/utils/data/dataloader.py", 630, "__next__", "data = self._next_data()")
+        + _frame(
+            f"{SITE}/torch/utils/data/_utils/fetch.py",
+            51,
+            "fetch",
+            "data = [self.dataset[idx] for idx in possibly_batched_index]",
+        )
+        + _frame("/home/u/data.py", 40, "__getitem__", 'assert valid(sample), f"bad sample {idx}"')
+        + _frame("/home/u/data.py", 12, "valid", 'return sample["labels"][0] >= -100')
+        + "KeyError: 'labels'\n"
+    )
+    assert _doc(tmp_path, run_cli, text)["findings"][0]["data"]["phase"] != "evaluation"
+
+
 @pytest.mark.parametrize("caller,phase", [("__val", "evaluation"), ("__train", "training_step")])
 def test_a_forward_only_traceback_is_placed_by_the_callers_printed_after_it(tmp_path, run_cli, caller, phase):
     # the bottom of the stack first, then the rest of it (another rank's copy, cut before its exception)
@@ -367,6 +403,35 @@ NCCL_NOT_DESTROYED = (
 )
 def test_a_bar_redrawn_right_after_the_failure_places_it(tmp_path, run_cli, bar, phase):
     assert _phase(tmp_path, run_cli, FLASH + bar + NCCL_NOT_DESTROYED) == phase
+
+
+NO_KERNEL_IMAGE = (
+    "[rank1]: RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    "[rank1]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\n"
+)
+
+
+@pytest.mark.parametrize("rank,phase", [(0, "unknown"), (1, "training_step")])
+def test_only_the_failing_ranks_own_bar_places_its_failure(tmp_path, run_cli, rank, phase):
+    # (tqdm's redraw at close speaks for its own process: another rank's bar says nothing of rank 1's failure)
+    text = NO_KERNEL_IMAGE + f"[rank{rank}]:  10%|█         | 10/100 [00:10<01:30,  1.00it/s]\n"
+    assert _phase(tmp_path, run_cli, text) == phase
+
+
+def test_a_per_rank_files_own_bar_places_its_failure(tmp_path, run_cli):
+    # (torchrun --log-dir / `rankN.log`: no prefix on the lines, the file names the rank)
+    (tmp_path / "rank0.log").write_text(NCCL_NOT_DESTROYED, encoding="utf-8")
+    (tmp_path / "rank1.log").write_text(
+        NO_KERNEL_IMAGE.replace("[rank1]: ", "") + " 10%|█         | 10/100 [00:10<01:30,  1.00it/s]\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli(
+        "diagnose", str(tmp_path / "rank0.log"), str(tmp_path / "rank1.log"), "--format", "json"
+    )
+    assert code in (0, 1), err
+    top = json.loads(out)["findings"][0]
+    assert top["severity"] == "error" and top["data"]["phase"] == "training_step", top
 
 
 def test_a_bar_long_after_the_failure_does_not_place_it(tmp_path, run_cli):

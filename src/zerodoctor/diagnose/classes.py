@@ -400,8 +400,7 @@ def _g(v: float | None) -> str:
 
 
 def _where(ev: Event) -> str:
-    who = f"rank {ev.rank}" if ev.rank is not None else "a rank"
-    return f"{who} ({ev.line.location()})"
+    return f"{ev.who()} ({ev.line.location()})"
 
 
 def _phase(ev: Event) -> str:

@@ -475,16 +475,20 @@ _EVAL_FUNCS = frozenset(
 # run by workflow [('train', 1), ('val', 1)]) and of the training scripts built like it (`self.__val()`), not a
 # `val_dataloader` (Lightning's hook building the loader) nor any `val_*` helper.
 _EVAL_NAME = re.compile(
-    r"^_{0,2}(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_{0,2}eval_\w+$|^_{0,2}val(?:id|_epoch)?$"
+    r"^_{0,2}(?:validate|validation|evaluate|evaluation)(?:_\w+)?$|^_{0,2}eval_\w+$|^_{0,2}val(?:_epoch)?$"
     r"|^_?run_(?:eval|evaluation|validation)\w*$|^_?(?:test|test_step|test_epoch|test_loop)$"
 )
 # A script's own save function by its name (`save`, `save_model`, `savemodel`, `save_checkpoint`, `save_ckpt`,
 # `save_weights`, `save_state`): what it does is in its name, as for evaluation above
 _SAVE_NAME = re.compile(r"^_?save_?(?:model|checkpoint|ckpt|weights|state|pretrained|adapter|lora)?s?$")
-# safetensors writing a file (safetensors/torch.py: save_file(tensors, filename, metadata) -> serialize_file(_flatten(
-# tensors), ...), save_model -> save_file; `_flatten` raises `Some tensors share memory, this will lead to duplicate
-# memory on disk`, serialize_file `SafetensorError: Error while serializing: IoError(...)`): a checkpoint being saved
-_SAFETENSORS_SAVE_FUNCS = frozenset({"save_file", "save_model", "_flatten"})
+# safetensors writing a file (safetensors/torch.py save_file / save; save_model -> save_file, matched by _SAVE_NAME):
+# older releases `serialize_file(_flatten(tensors), ...)`, `_flatten` raising `Some tensors share memory, this will lead
+# to duplicate memory on disk`; 0.8.0 `serialize_file(_flatten_as_ptr(tensors, ...), ...)`, which calls
+# `_evaluate_tensors_for_save` (that raise moved there); serialize_file raises `SafetensorError: Error while
+# serializing: IoError(...)`: a checkpoint being saved
+_SAFETENSORS_SAVE_FUNCS = frozenset(
+    {"save_file", "_flatten", "_flatten_as_ptr", "_evaluate_tensors_for_save"}
+)
 _SAFETENSORS_TORCH = "safetensors/torch.py"
 # loguru's default format (loguru/_defaults.py LOGURU_FORMAT): `... | LEVEL | module:function:line - message`
 _LOGURU_WHERE = re.compile(r"\| ([\w.<>]{1,120}):([A-Za-z_<][\w<>]{0,120}):(\d{1,7}) - ")
@@ -917,9 +921,19 @@ class Event:
             return 0
         return 1
 
+    @property
+    def kernel_log(self) -> bool:
+        """A GPU driver's kernel-log line (native_messages: NVRM Xid / off the bus): no rank printed it, and its place
+        in a paste (dmesg pasted below a training log) says nothing about when it happened."""
+        return self.detail.startswith("NVRM")
+
+    def who(self) -> str:
+        if self.kernel_log:
+            return "the GPU driver, in the kernel log"
+        return f"rank {self.rank}" if self.rank is not None else "a rank"
+
     def describe(self) -> str:
-        who = f"rank {self.rank}" if self.rank is not None else "a rank"
-        return f"{who} at {self.line.location()}: {self.detail}"
+        return f"{self.who()} at {self.line.location()}: {self.detail}"
 
 
 @dataclass
@@ -1695,12 +1709,16 @@ class Extractor:
         """A progress line the scan found: the bar right after the last failures that had none before them.
         tqdm redraws its bar once more when it is closed (tqdm std.py: __del__ -> close() -> display(pos=0) with
         leave=True), and a bar iterated by the loop an exception left is closed after the interpreter printed the
-        traceback: its last state is where the run was."""
+        traceback: its last state is where the run was. A bar speaks for its own process only: one of another rank
+        (or an unranked bar in a log of several ranks) says nothing of this failure's place."""
         if p.lineno <= self._last_bar.get(source, 0):
             return
         self._last_bar[source] = p.lineno
+        rank = p.rank if p.rank is not None else _rank_of_file(source)  # (a per-rank file's bar is its rank's)
         for ev in self.facts.events[-_BAR_EVENTS:]:
             if ev.line.source != source or ev.progress is not None or id(ev) in self._bar_after_event:
+                continue
+            if rank != ev.rank and (len(self.facts.ranks_in_log) > 1 or None not in (rank, ev.rank)):
                 continue
             end = self._tb_last(ev.traceback) if ev.traceback is not None else ev.line.lineno
             if end < p.lineno <= end + _BAR_AFTER_LINES:
@@ -1832,7 +1850,8 @@ class Extractor:
         """A device OOM printed as text, not raised (no `...Error:` line and no traceback), in a log whose run then
         reached its end (the trainer's `train_runtime` summary, `Training completed`, `Training finished`) is no
         failure: advice quoting the message, a library that catches the OOM and retries with a smaller batch
-        (accelerate's find_executable_batch_size, DeepSpeed's autotuner trying configurations)."""
+        (accelerate's find_executable_batch_size, DeepSpeed's autotuner trying configurations). Nor is libstdc++'s
+        `terminate called without an active exception` printed after that end (a thread torn down at exit)."""
         ends: dict[str, int] = {}
         for kind, m_line, m_seq in self.facts.markers:
             if kind == "finished":
@@ -1848,6 +1867,7 @@ class Extractor:
                 and not _EXC.match(e.line.text)
                 and ends.get(e.line.source, -1) > e.seq
             )
+            and not (e.detail == native_messages.NO_EXCEPTION_DETAIL and ends.get(e.line.source, -1) < e.seq)
         ]
 
     def _oom_messages(self) -> None:
@@ -1928,6 +1948,8 @@ class Extractor:
         """The phase from the failure's own frames, else from the frames of the traceback chained after it
         ("The above exception was the direct cause of the following exception": the callers, e.g.
         deepspeed.initialize around a failed op build), else from the markers and progress before it."""
+        if ev.kernel_log:
+            return "unknown"
         tb = self._traceback_of(ev)
         guarded = self._guard_phase(ev, tb)
         if guarded is not None:

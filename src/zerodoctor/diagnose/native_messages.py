@@ -9,7 +9,7 @@ and the file that prints each) and two readers:
 
 Families and the failure class each reads as (classes.py names the classes):
 
-  gpu-hardware     ECC, NVLink, a GPU off the bus, GSP/micro-controller faults (Xid 48/61-64/74/79/92-95/119/120)
+  gpu-hardware     ECC, NVLink, a GPU off the bus, GSP/micro-controller faults (Xid 48/62/64/74/79/94/95/119/120)
                    -> crash, titled "GPU hardware/driver fault"
   gpu-kernel       a kernel that faulted: illegal address, misaligned address, illegal instruction, launch failure,
                    launch timeout, ROCr's `Memory access fault by GPU node-N`, Xid 13/31/43 -> crash
@@ -92,7 +92,7 @@ CUDA_ERRORS: tuple[tuple[str, str, str], ...] = (
 _CUDA_SAID = re.compile(
     r"(?:CUDA|HIP|cuda runtime|CUDA driver|hip) error(?: \((?P<code>\d{1,4})\))?\s?:"
     r"|Cuda failure (?:(?P<code2>\d{1,4}) )?'"
-    r"|error=(?P<code3>\d{1,4}) : |CUDA error [a-z]|hipError\w+|cudaError\w+"
+    r"|error=(?P<code3>\d{1,4}) : |hipError\w+|cudaError\w+"
 )
 
 # ---- NVIDIA's kernel driver: Xid lines -------------------------------------------------------------------------
@@ -100,32 +100,36 @@ _CUDA_SAID = re.compile(
 # name=%s, %s` (with ` GPU-I:%02u GPU-CI:%02u` inside the parenthesis on a MIG GPU; older drivers print no `pid=` /
 # `name=` and `Xid (0000:01:00)`), and `NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>` / `NVRM: GPU 0000:3b:00.0: GPU has
 # fallen off the bus.` beside Xid 79. The names are NVIDIA's Xid catalog's (docs.nvidia.com/deploy/xid-errors); only
-# the codes that mean a GPU fault are read: others (45 preemptive cleanup after a kill, display and video engine
-# codes) are no failure of the job.
+# the codes that mean a GPU fault are read: others are no failure of the job and give no event - 45 (preemptive
+# cleanup after a kill), display and video engine codes, 61 (micro-controller breakpoint/warning), 63 (a page retired
+# or a row marked for remapping: the recording worked, the remap waits for a reset; 64 is its failure) and 92 (a high
+# rate of single-bit errors, each one corrected).
 XID_FAULTS: dict[int, tuple[str, str]] = {
     13: ("Graphics Engine Exception", "gpu-kernel"),
     31: ("GPU memory page fault", "gpu-kernel"),
     43: ("GPU stopped processing", "gpu-kernel"),
     48: ("Double Bit ECC Error", "gpu-hardware"),
-    61: ("Internal micro-controller breakpoint/warning", "gpu-hardware"),
     62: ("Internal micro-controller halt", "gpu-hardware"),
-    63: ("ECC page retirement or row remapping recording event", "gpu-hardware"),
     64: ("ECC page retirement or row remapper recording failure", "gpu-hardware"),
     74: ("NVLINK Error", "gpu-hardware"),
     79: ("GPU has fallen off the bus", "gpu-hardware"),
-    92: ("High single-bit ECC error rate", "gpu-hardware"),
     94: ("Contained ECC error", "gpu-hardware"),
     95: ("Uncontained ECC error", "gpu-hardware"),
     119: ("GSP RPC Timeout", "gpu-hardware"),
     120: ("GSP Error", "gpu-hardware"),
 }
+# the kernel log's own line: NVRM at its start, after dmesg's `[ 5107.6] ` / `[Wed May  1 10:01:00 2024] ` or
+# journalctl/syslog's `... kernel: ` (not a sentence that quotes one)
+_KERNEL_LOG = r"(?:^\s*|\]\s*|kernel:\s*)"
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)[^)]{0,40}\): "
+    _KERNEL_LOG
+    + r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)[^)]{0,40}\): "
     r"(?P<code>\d{1,3}),"
     r"\s*(?:pid=(?P<pid>[^,\s]{1,20}),\s*)?(?:name=(?P<name>[^,]{1,64}),\s*)?(?P<msg>.{0,300})"
 )
 _OFF_BUS = re.compile(
-    r"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? (?:GPU )?"
+    _KERNEL_LOG
+    + r"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? (?:GPU )?"
     r"has fallen off"
     r" the bus"
 )
@@ -158,18 +162,26 @@ _THC = re.compile(
 # ---- InfiniBand / RoCE --------------------------------------------------------------------------------------
 # rdma-core providers/mlx5/cq.c mlx5_parse_cqe: `fprintf(fp, PFX "%s: got completion with error:\n", hostname)` (PFX
 # "mlx5: ") then the error CQE in hex rows (dump_cqe), for every error completion but a flush or a transport retry.
-# (the line reader takes `mlx5: ` at a line's start for a host prefix: the reader is given that host back)
-_MLX5 = re.compile(r"(?:mlx5: )?(?P<host>[\w.-]{1,128}): got completion with error")
-# NCCL src/transport/net_ib.cc: `NET/IB : Got completion with error %d, opcode %d, len %d, vendor err %d` (NCCL
-# 2.4-2.11), `NET/IB : Got completion from peer %s with error %d, opcode %d, len %d, vendor err %d` (2.12-2.18),
-# `NET/IB : Got completion from peer %s with status=%d opcode=%d len=%d vendor err %d (%s)%s%s%s%s` (2.19+, `hca %s`
-# after it from 2.21; `NET/IB/GIN:` for the GPU-initiated path)
+# (the line reader takes `mlx5: ` at a line's start for a host prefix: the reader is given that host back; the
+# message starts its line, or follows a launcher's `[...]:` prefix or a tqdm bar glued before it - not a sentence)
+_LINE_START = r"(?:^\s*|\]|\]:\s*)"
+_MLX5 = re.compile(_LINE_START + r"(?:mlx5: )?(?P<host>[\w.-]{1,128}): got completion with error")
+# NCCL's WARN, in the tags of NVIDIA/nccl (src/transport/net_ib.cu to 2.4.2, net_ib.cc, net_ib/p2p.cc from 2.29):
+#   2.3.5-2.9.9    `NET/IB : Got completion with error %d, opcode %d, len %d, vendor err %d`
+#   2.10.3-2.19.4  `NET/IB : Got completion from peer %s with error %d, opcode %d, len %d, vendor err %d` (then
+#                  ` (%s)%s%s%s%s`, the request type and GIDs, from 2.18.1)
+#   2.20.3-2.28.3  `... from peer %s with status=%d opcode=%d len=%d vendor err %d (%s)%s%s%s%s` (`NET/IB:` and ` hca %s`
+#                  after it from 2.22.3; `NET/IB/GIN:` keeps this form for the GPU-initiated path from 2.28.7)
+#   2.28.7-2.28.9  `NET/IB: ... with status=%s(%d) opcode=%s(%d) reqSize=%d vendor_err=%u req_type=%s%s%s%s%s hca %s`
+#   2.29.2+        `NET/IB: ... with status=%s(%d) opcode=%s(%d) vendor_err=%u %s%s%s%s hca %s` (ibvWcStatusStr's words)
 _IB_COMPLETION = re.compile(
-    r"NET/IB(?:/GIN)? ?: Got completion (?:from peer (?P<peer>\S{1,80}) )?with (?:status=|error )(?P<status>\d{1,3})"
-    r"(?:,? opcode[ =](?P<opcode>\d{1,4}))?(?:,? len[ =](?P<len>\d{1,12}))?,? vendor err (?P<vendor>\d{1,6})"
-    r"(?: \((?P<req>\w{1,20})\))?(?:.*? hca (?P<hca>[\w.-]{1,40}))?"
+    r"NET/IB(?:/GIN)? ?: Got completion (?:from peer (?P<peer>\S{1,80}) )?with (?:status=(?:[^(]{1,60}\()?|error )"
+    r"(?P<status>\d{1,3})\)?(?:,? opcode[ =](?:[^(\s]{1,40}\()?(?P<opcode>\d{1,4})\)?)?"
+    r"(?:,? (?:len|reqSize)[ =](?P<len>-?\d{1,12}))?,? vendor[ _]err[ =](?P<vendor>\d{1,10})"
+    r"(?: (?:\(|req_type=)(?P<req>\w{1,20})\)?)?(?:.*? hca (?P<hca>[\w.-]{1,40}))?"
 )
-# rdma-core libibverbs/verbs.c ibv_wc_status_str
+# rdma-core libibverbs/verbs.c ibv_wc_status_str (a subset: 3, 6, 7 and 14-18 are not listed; a status not here is
+# reported by its number alone)
 IBV_WC_STATUS = {
     1: "local length error",
     2: "local QP operation error",
@@ -211,7 +223,7 @@ _HEAP_WORDS = (
     r"|realloc\(\): invalid (?:next size|pointer|old size)"
 )
 _HEAP = re.compile(
-    rf"(?:^|\])\s*(?P<msg>{_HEAP_WORDS})\s*$|\*\*\* Error in `(?P<prog>[^`']{{1,200}})': (?P<msg2>{_HEAP_WORDS}): 0x"
+    rf"{_LINE_START}(?P<msg>{_HEAP_WORDS})\s*$|\*\*\* Error in `(?P<prog>[^`']{{1,200}})': (?P<msg2>{_HEAP_WORDS}): 0x"
 )
 
 # ---- libstdc++: std::terminate ------------------------------------------------------------------------------
@@ -220,6 +232,9 @@ _HEAP = re.compile(
 # recursively` (another thread aborting meanwhile), and `terminate called without an active exception` (std::terminate
 # with nothing thrown: a joinable std::thread destroyed, a noexcept function that threw through), then abort().
 _NO_EXCEPTION = "terminate called without an active exception"
+_NO_EXCEPTION_LINE = re.compile(_LINE_START + _NO_EXCEPTION + r"\s*$")
+# (the event's detail: extract drops the event after a run's end)
+NO_EXCEPTION_DETAIL = f"std::terminate: {_NO_EXCEPTION}"
 
 # The scan's pattern (patterns.EXTRACTOR_PATTERNS["native"]): each alternative starts at a literal; a line it hits is
 # decoded and read by `read_line`, which decides.
@@ -276,17 +291,25 @@ def read_line(text: str, host: str | None = None) -> NativeLine | None:
         and (m := _MLX5.search(text))
     ):
         return NativeLine("mlx5-error-cqe", "ib", "nccl", clip(m.group(0), 300), {"host": m.group("host")})
-    if "monitoredBarrier" in text and (m := _GLOO_PEER_FAILED.search(text)):
-        vals = {"rank": int(m.group("rank")), "peer": int(m.group("peer"))}
-        return NativeLine("gloo-monitored-barrier-peer", "peer-failed", "nccl", clip(m.group(0), 300), vals)
-    if _NO_EXCEPTION in text:
-        return NativeLine("libstdcxx-terminate", "cpp-abort", "exception", f"std::terminate: {_NO_EXCEPTION}")
+    if "monitoredBarrier" in text and (g := _gloo_peer_failed(text, "nccl")) is not None:
+        return g
+    if _NO_EXCEPTION in text and _NO_EXCEPTION_LINE.search(text.strip()):
+        return NativeLine("libstdcxx-terminate", "cpp-abort", "exception", NO_EXCEPTION_DETAIL)
     m = _HEAP.search(text.strip())
     if m is not None:
         msg = m.group("msg") or m.group("msg2")
         vals = {"message": msg, "program": m.group("prog")}
         return NativeLine("glibc-malloc-abort", "heap", "exception", f"glibc abort: {msg}", vals)
     return None
+
+
+def _gloo_peer_failed(text: str, kind: str) -> NativeLine | None:
+    """gloo's monitored barrier failing on a rank (its log line, or the RuntimeError that quotes it), or None."""
+    m = _GLOO_PEER_FAILED.search(text)
+    if m is None:
+        return None
+    vals = {"rank": int(m.group("rank")), "peer": int(m.group("peer"))}
+    return NativeLine("gloo-monitored-barrier-peer", "peer-failed", kind, clip(m.group(0), 300), vals)
 
 
 def _xid_line(text: str) -> NativeLine | None:
@@ -346,10 +369,7 @@ class NativeClass:
 
 
 def _who(ev: Event, rank: int | None = None) -> str:
-    rank = ev.rank if rank is None else rank
-    who = f"rank {rank}" if rank is not None else "a rank"
-    if ev.detail.startswith("NVRM"):
-        who = "the GPU driver, in the kernel log"
+    who = ev.who() if rank is None else f"rank {rank}"
     phase = ev.phase.replace("_", " ") if ev.phase != "unknown" else "an unknown phase"
     return f"{who} ({ev.line.location()}) during {phase}"
 
@@ -388,11 +408,9 @@ def classify(ev: Event, facts: Facts) -> NativeClass | None:
         return _ib(
             ev, NativeLine("nccl-ib-completion", "ib", "nccl", clip(ib.group(0), 300)), data, facts, ib
         )
-    if ev.kind == "exception" and (g := _GLOO_PEER_FAILED.search(text)) is not None:
-        vals = {"rank": int(g.group("rank")), "peer": int(g.group("peer"))}
-        line = NativeLine("gloo-monitored-barrier-peer", "peer-failed", "exception", g.group(0), vals)
-        data.update(vals)
-        return _peer_failed(ev, line, data)
+    if ev.kind == "exception" and (g := _gloo_peer_failed(text, "exception")) is not None:
+        data.update(g.values)
+        return _peer_failed(ev, g, data)
     err = cuda_error(text)
     if err is None:
         return None
@@ -431,7 +449,7 @@ def _gpu(
     what = f"{err[0]} ({err[1]})" if err else said
     gpu = _gpu_named(data)
     title = _GPU_TITLES[family] + (f": {err[0]}" if err else f" ({gpu})" if gpu else "")
-    verb = "reported" if ev.detail.startswith("NVRM") else "stopped on"
+    verb = "reported" if ev.kernel_log else "stopped on"
     proves = f"{where} {verb} {what}" + (f" [{clip(said, 200)}]" if err else "")
     if data.get("pid"):
         proves += f" (process {data['pid']}" + (f", {data['process']}" if data.get("process") else "") + ")"
@@ -503,9 +521,12 @@ def _ib(
     ev: Event, native: NativeLine, data: dict[str, Any], facts: Facts, m: re.Match[str] | None = None
 ) -> NativeClass:
     data["family"] = "ib"
-    warn = next((e.line.text.strip() for e in facts.events if "NCCL WARN" in e.line.text), None)
-    if warn:
-        data["nccl_warn"] = clip(warn, 300)
+    warns = [e for e in facts.events if "NCCL WARN" in e.line.text]
+    if warns:  # (the nearest to this failure, in its own log first)
+        near = min(
+            warns, key=lambda e: (e.line.source != ev.line.source, abs(e.line.lineno - ev.line.lineno))
+        )
+        data["nccl_warn"] = clip(near.line.text.strip(), 300)
     said = native.detail
     if m is not None:
         status = int(m.group("status"))
@@ -549,7 +570,7 @@ def _ib(
 
 def _peer_failed(ev: Event, native: NativeLine, data: dict[str, Any]) -> NativeClass:
     data["family"] = "peer-failed"
-    peer = native.values.get("peer", data.get("peer", 0))
+    peer = native.values["peer"]
     return NativeClass(
         "collective-timeout",
         f"Rank {peer} failed or hung at monitored_barrier (gloo)",

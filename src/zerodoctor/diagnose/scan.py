@@ -50,6 +50,7 @@ from zerodoctor.diagnose.reader import (
     TERMINAL_WIDTHS,
     LogLine,
     parse_line,
+    split_prefixes,
 )
 from zerodoctor.diagnose.rundir import error_file_source
 from zerodoctor.diagnose.source import CHUNK_BYTES, Source, iter_spans, open_source
@@ -101,6 +102,7 @@ class Progress:
     total: int | None
     epoch: float | None
     lineno: int
+    rank: int | None = None  # the rank whose prefix the progress line carries
 
 
 @dataclass(frozen=True)
@@ -298,6 +300,19 @@ def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
 
 
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
+_PREFIX_BYTES = 256  # (a line's prefixes: `[rank3]:`, a launcher's host and timestamp)
+_PREFIX_WINDOW = 4096  # (a progress line's start further back than this: a tqdm stream, its prefix not read)
+
+
+def _line_rank(chunk: bytes, pos: int) -> int | None:
+    """The rank prefix at the start of the line holding chunk[pos] (which may lie before the searched piece), or None;
+    None too for a line that starts more than _PREFIX_WINDOW bytes back, so that the answer does not depend on where
+    a chunk starts."""
+    nl = chunk.rfind(b"\n", max(0, pos - _PREFIX_WINDOW), pos)
+    if nl < 0 and pos > _PREFIX_WINDOW:
+        return None
+    head = chunk[nl + 1 : nl + 1 + _PREFIX_BYTES].decode("utf-8", "replace")
+    return split_prefixes(head.lstrip("\r").split("\r", 1)[0])[1]
 
 
 def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int) -> Progress | None:
@@ -317,7 +332,9 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
         parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
         if parsed is not None:
             kind, step, total, epoch = parsed
-            return Progress(kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi))
+            return Progress(
+                kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi), _line_rank(chunk, pos)
+            )
         hi = max(start - 1, lo) if start > lo else lo
     return None
 
@@ -718,7 +735,7 @@ def scan_source(
                 if len(segments) > 1 and (bar := parse_progress(line.text)) is not None:
                     # a bar that a failure line was glued behind (`1/594 [00:21<3:28:13, 21.07s/it][rank4]:
                     # Traceback ...`, reader.parse_line splits them): printed before the segments after it
-                    progress = Progress(*bar, lineno)
+                    progress = Progress(*bar, lineno, line.rank)
                     searched_to = start
                 # (a terminal's row padding removed from the line: `reader.unpad_rows`)
                 if wrapped or pids & ansi_ids or (padded and "        " not in line.raw):
