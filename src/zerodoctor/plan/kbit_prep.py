@@ -97,8 +97,9 @@ def _mode(inputs: PlanInputs, t: Training) -> tuple[str, str]:
             )
         return t.kbit_preparation, "as the run states"
     if inputs.framework is None:
-        # No framework named: the preparation is the framework's choice, not the model's (litgpt, torchtune, unsloth,
-        # ms-swift and LLaMA-Factory never call PEFT's), so none is assumed rather than the heaviest one.
+        # No framework (PlanInputs built directly: a library call, a litgpt/torchtune run of the published-runs
+        # benchmark; the CLI's inputs_from_run names "hf" instead): the preparation is the framework's choice, not the
+        # model's (litgpt, torchtune, unsloth, ms-swift and LLaMA-Factory never call PEFT's), so none is assumed.
         return "none", "no framework named"
     return FRAMEWORK_MODE.get(inputs.framework, "none"), f"{inputs.framework}'s default"
 
