@@ -14,8 +14,8 @@ import pytest
 from zerodoctor.models import resolve_model
 from zerodoctor.models.spec import model_from_config
 from zerodoctor.plan import host_save as hs
-from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.candidates import plan
+from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.phases import plan_strategy
 
 HERE = Path(__file__).resolve().parent

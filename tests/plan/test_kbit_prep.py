@@ -265,6 +265,9 @@ def test_cli_takes_an_unnamed_launcher_as_hf(run_cli) -> None:
     assert any(n.startswith("launcher unknown: assuming HF Trainer") for n in inputs.notes)
     items = _items(inputs, ZeroSettings(stage=0))
     assert items[KBIT_PARAMS_ITEM] > 0 and items[KBIT_STREAM_ITEM] > 0
+    (item,) = [i for i in plan_strategy(inputs, ZeroSettings(stage=0)).phase("steady").gpu if i.name == KBIT_PARAMS_ITEM]
+    # what the user reads names the function and the launcher guessed, and how to change the guess
+    assert item.detail.startswith("PEFT's prepare_model_for_kbit_training (what HF Trainer does by default; pass --framework")
     named = load_inputs(replace(opts, framework="llamafactory"))
     assert KBIT_PARAMS_ITEM not in _items(named, ZeroSettings(stage=0))
     code, out, err = run_cli(

@@ -549,7 +549,7 @@ def plan_fsdp(
             ph.Item(
                 "FSDP sharded parameters",
                 param_shard_bytes,
-                "after the fp32 upcast of the trainable shards",
+                "the trainable shards in fp32 (accelerate's mixed-precision upcast)",
                 components[0].source,
             )
         )

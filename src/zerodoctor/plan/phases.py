@@ -1344,7 +1344,7 @@ def kbit_params_item(prep: KbitPreparation, pb: int) -> Item:
     return Item(
         KBIT_PARAMS_ITEM,
         prep.upcast_params * (ms.FP32_BYTES - pb),
-        f"{prep.mode} ({prep.why}): {prep.upcast_params:,} parameters ({what}) in fp32, "
+        f"{kbit.MODE_TITLES.get(prep.mode, prep.mode)} ({prep.why}): {prep.upcast_params:,} parameters ({what}) in fp32, "
         f"{ms.FP32_BYTES - pb} B more each; no DeepSpeed or FSDP casts them back",
         kbit.PEFT_SOURCE if prep.mode == "peft" else kbit.NORMS_SOURCE,
     )
