@@ -56,21 +56,7 @@ def check(run: RunDescription) -> Iterator[Finding]:
     explicit = setup.ds_written_value(KEY) is not None
     where = setup.ds_evidence(KEY) if explicit else setup.ds_evidence("zero_optimization")
     how = "is false" if explicit else "is not set (DeepSpeed's default is false)"
-    if peft_save is not None:
-        yield RULE.finding(
-            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}, a LoRA/QLoRA run saved by HF Trainer "
-            f"on {transformers_shown(run)}: before transformers 5.0, save_model then writes an EMPTY "
-            "adapter_model.safetensors (`_save(state_dict={})`) beside the ZeRO shards, and the adapters come "
-            "back only through zero_to_fp32.py. transformers 5.0 and later save the adapters whatever the flag.",
-            evidence=[where],
-            fixes=[
-                Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
-                Fix("Or upgrade transformers to 5.0 or later (its save gathers only the adapters)"),
-            ],
-            severity=Severity.WARNING,
-        )
-        return
-    cost = save_gather(run)
+    cost = save_gather(run) if peft_save is None else None
     if cost is not None and cost.fits is False and cost.ram:
         # Turning the gather on would not fit node 0 (what DS008 and the planner say): keeping it off is the
         # right choice here, so this is information, and the only fix is the offline conversion.
@@ -84,15 +70,25 @@ def check(run: RunDescription) -> Iterator[Finding]:
             severity=Severity.INFO,
         )
         return
+    if peft_save is not None:
+        message = (
+            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}, a LoRA/QLoRA run saved by HF Trainer "
+            f"on {transformers_shown(run)}: before transformers 5.0, save_model then writes an EMPTY "
+            "adapter_model.safetensors (`_save(state_dict={})`) beside the ZeRO shards, and the adapters come "
+            "back only through zero_to_fp32.py. transformers 5.0 and later save the adapters whatever the flag."
+        )
+        other = "Or upgrade transformers to 5.0 or later (its save gathers only the adapters)"
+    else:
+        message = (
+            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded "
+            "DeepSpeed checkpoint instead of model weights, so the result cannot be loaded with from_pretrained "
+            "until zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter)."
+        )
+        other = "Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>"
     yield RULE.finding(
-        f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded DeepSpeed "
-        "checkpoint instead of model weights, so the result cannot be loaded with from_pretrained until "
-        "zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter).",
+        message,
         evidence=[where],
-        fixes=[
-            Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
-            Fix("Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>"),
-        ],
+        fixes=[Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}), Fix(other)],
         severity=Severity.WARNING,
     )
 
