@@ -70,3 +70,20 @@ def test_the_installed_trainer_sets_peft_policy_and_it_wraps_each_adapter() -> N
     frozen = layer.self_attn.k_proj
     assert policy(module=lora_a, recurse=False, nonwrapped_numel=lora_a.weight.numel())
     assert not policy(module=frozen, recurse=False, nonwrapped_numel=frozen.weight.numel())
+
+
+def test_the_trainer_policy_is_cited_for_fsdp1_plans_only() -> None:
+    """transformers' Trainer runs `update_fsdp_plugin_peft` only when it delays the optimizer's creation, which
+    `is_fsdp2` turns off (4.57.6 and 5.23 trainer.py): an FSDP2 plan does not cite PEFT's policy."""
+    from zerodoctor.plan.fsdp import SRC_PEFT_WRAP
+    from zerodoctor.plan.inputs import fsdp_as_zero
+    from zerodoctor.plan.phases import plan_strategy
+
+    hf = _inputs("hf", "5.23.0")
+
+    def sources(version: int) -> str:
+        plan = plan_strategy(hf, fsdp_as_zero(FsdpSettings(version=version)))
+        return " ".join(i.source for ph in plan.phases for i in (*ph.gpu, *ph.host))
+
+    assert SRC_PEFT_WRAP in sources(1)
+    assert SRC_PEFT_WRAP not in sources(2)

@@ -1,10 +1,11 @@
 """The host side of a PEFT (LoRA) checkpoint save under ZeRO-3 by transformers version (plan/host_save.py): 4.x
 consolidates the whole 16-bit model, frozen base included, on rank 0's host before PEFT keeps the adapters;
-5.18+ gathers only the adapters. Arithmetic on a catalog model, and the real DeepSpeed engine on CPU (2 gloo ranks,
+5.0+ gathers only the adapters (read in 5.17.0, 5.18.0, 5.23.0; 5.0.0 per huggingface/trl#4416). Arithmetic on a catalog model, and the real DeepSpeed engine on CPU (2 gloo ranks,
 tests/plan/zero3_peft_save_job.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from zerodoctor.models import resolve_model
 from zerodoctor.models.spec import model_from_config
 from zerodoctor.plan import host_save as hs
+from zerodoctor.plan.candidates import plan
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.phases import plan_strategy
 
@@ -38,10 +40,10 @@ def _save_host(plan) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("version", "adapters_only"),
-    [("4.41.2", False), ("4.57.6", False), ("5.0.0", False), ("5.17.1", False), ("5.18.0", True), ("5.23.0", True),
-     (None, False), ("not-a-version", False)],
+    [("4.41.2", False), ("4.57.6", False), ("5.0.0.dev0", False), ("5.0.0", True), ("5.17.0", True), ("5.18.0", True),
+     ("5.23.0", True), (None, False), ("not-a-version", False)],
 )  # fmt: skip
-def test_adapter_only_gather_from_5_18(version, adapters_only):
+def test_adapter_only_gather_from_5_0(version, adapters_only):
     assert hs.peft_z3_save_gathers_adapters_only(version) is adapters_only
 
 
@@ -56,7 +58,7 @@ def test_transformers_4_holds_the_whole_model_on_rank_0():
     assert "16-bit gather of the largest module" in {i.name for i in plan.phase("save").gpu}
 
 
-def test_transformers_5_18_gathers_the_adapters_only():
+def test_transformers_5_gathers_the_adapters_only():
     plan = _plan("5.23.0")
     host = _save_host(plan)
     assert FULL not in host
@@ -76,8 +78,73 @@ def test_gather_false_under_4x_falls_back_to_the_zero_checkpoint():
     old = _plan("4.41.2", gather=False)
     assert FULL not in _save_host(old) and ADAPTERS not in _save_host(old)
     assert old.checkpoint.weights_bytes == 0 and "ZeRO shards only" in old.checkpoint.weights_kind
-    new = _plan("5.23.0", gather=False)  # 5.18+ gathers the adapters for PEFT whatever the flag says
+    # ... after `_save(output_dir, state_dict={})`: the adapter file PEFT writes is empty (huggingface/trl#4416)
+    assert old.checkpoint.weights_kind.startswith("EMPTY adapter file")
+    new = _plan("5.23.0", gather=False)  # 5.0+ gathers the adapters for PEFT whatever the flag says
     assert new.checkpoint.weights_bytes == new.trainable_params * 2
+
+
+def _result(version: str | None):  # type: ignore[no-untyped-def]
+    """The whole planner (candidates and verdicts) on the review's case: LoRA of a 70B model under ZeRO-3, gather on,
+    8 x 80 GiB GPUs and 128 GiB of host RAM: rank 0's whole-model gather does not fit the node on transformers 4.x."""
+    inputs = PlanInputs(
+        model=resolve_model("meta-llama/Llama-3.1-70B"),
+        cluster=Cluster(1, 8, 80 * GIB, 128 * GIB),
+        training=Training(method="lora", precision="bf16"),
+        zero=ZeroSettings(stage=3, gather_16bit_on_save=True),
+        framework="hf",
+        transformers_version=version,
+    )
+    return plan(inputs)
+
+
+@pytest.mark.parametrize("version", [None, "4.57.6"])
+def test_gather_off_is_never_offered_for_a_trainer_peft_save_before_5_0(version):
+    """transformers < 5.0 (or unknown) with the gather off writes an empty adapter file: no candidate turns it off,
+    and the save warning says to keep it on."""
+    result = _result(version)
+    assert result.yours is not None and result.yours.status == "save spike"
+    assert not any(c.zero.stage == 3 and not c.zero.gather_16bit_on_save for c in result.candidates)
+    assert result.recommended is None or result.recommended.zero.gather_16bit_on_save
+    (warning,) = [f for f in result.findings if f.id == "PLAN003"]
+    assert "set stage3_gather_16bit_weights_on_model_save to false" not in warning.message
+    assert "keep stage3_gather_16bit_weights_on_model_save true" in warning.message
+    assert "empty adapter_model.safetensors" in warning.message
+    whole = _save_host(result.yours)[FULL]
+    assert f"{whole / GIB:,.1f} GiB, frozen base included" in warning.message  # the user's own model
+
+
+def test_unknown_version_save_warning_says_why_and_what_to_do():
+    (warning,) = [f for f in _result(None).findings if f.id == "PLAN003"]
+    text = warning.message
+    assert "transformers version is unknown" in text and "transformers < 5.0" in text
+    assert "--env" in text and "zerodoctor check" in text
+    known = next(f for f in _result("4.57.6").findings if f.id == "PLAN003").message
+    assert "transformers 4.57.6 is older than 5.0" in known and "--env" not in known
+
+
+def test_transformers_5_has_no_save_spike_to_warn_about():
+    result = _result("5.23.0")
+    assert result.yours is not None and result.yours.status == "fits"
+    assert not [f for f in result.findings if f.id == "PLAN003"]
+
+
+def test_cli_env_decides_the_save_gather(run_cli, tmp_path):
+    """`plan` through main(argv): without --env the warning names the unknown version and asks for --env; with the
+    training nodes' transformers 5.23.0 the adapters-only save fits and nothing is said."""
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}))
+    env = tmp_path / "env.txt"
+    env.write_text("transformers==5.23.0\naccelerate==1.15.0\ndeepspeed==0.19.8\ntorch==2.9.0\n")
+    argv = ("plan", "--model", "meta-llama/Llama-3.1-70B", "--method", "lora", "--deepspeed", str(ds),
+            "--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "128")  # fmt: skip
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    assert "PLAN003" in out and "transformers version is unknown" in out and "Pass --env" in out
+    assert "no 16-bit gather" not in out
+    code, out, err = run_cli(*argv, "--env", str(env))
+    assert code == 0, err
+    assert "your configuration: ZeRO-3 -> fits" in out and "PLAN003" not in out
 
 
 # ---- the real engine -----------------------------------------------------------------------------------------

@@ -197,7 +197,8 @@ def test_items_only_where_the_upcasts_survive() -> None:
     # PEFT skips the cast for GPTQ models; XTuner calls PEFT's
     assert KBIT_PARAMS_ITEM not in _items(_inputs(config, quant_method="gptq"), plain)
     assert KBIT_PARAMS_ITEM in _items(_inputs(config, framework="xtuner"), plain)
-    # no framework named (litgpt, torchtune, a plain `plan --method qlora`): the preparation is not assumed
+    # PlanInputs built with no framework (a library call; the benchmark's litgpt/torchtune runs): not assumed. The
+    # CLI never gets here: it takes an unnamed launcher as hf (test_cli_takes_an_unnamed_launcher_as_hf)
     assert KBIT_PARAMS_ITEM not in _items(_inputs(config, framework=None), plain)
 
 
@@ -247,3 +248,31 @@ def test_llamafactory_upcast_layernorm_reaches_the_plan(tmp_path: Path) -> None:
     assert inputs.training.kbit_preparation == "norms"
     items = _items(inputs, ZeroSettings(stage=0))
     assert items[KBIT_STREAM_ITEM] > 0 and KBIT_PARAMS_ITEM in items
+
+
+def test_cli_takes_an_unnamed_launcher_as_hf(run_cli) -> None:
+    """`plan`/`check` read a run through load_inputs -> inputs_from_run, which names "hf" when nothing names the
+    launcher: a QLoRA run read that way gets PEFT's preparation (HF Trainer's default), not the "none" of PlanInputs
+    built directly; `--framework` changes it."""
+    import json
+
+    from zerodoctor.plan.inputs import PlanOptions, load_inputs
+
+    opts = PlanOptions(model="meta-llama/Llama-3.1-8B", method="qlora", gpus_per_node=1, gpu_memory_gib=80,
+                       host_ram_gib=512)  # fmt: skip
+    inputs = load_inputs(opts)
+    assert inputs.training.method == "qlora" and inputs.framework == "hf"
+    assert any(n.startswith("launcher unknown: assuming HF Trainer") for n in inputs.notes)
+    items = _items(inputs, ZeroSettings(stage=0))
+    assert items[KBIT_PARAMS_ITEM] > 0 and items[KBIT_STREAM_ITEM] > 0
+    (item,) = [i for i in plan_strategy(inputs, ZeroSettings(stage=0)).phase("steady").gpu if i.name == KBIT_PARAMS_ITEM]
+    # what the user reads names the function and the launcher guessed, and how to change the guess
+    assert item.detail.startswith("PEFT's prepare_model_for_kbit_training (what HF Trainer does by default; pass --framework")
+    named = load_inputs(replace(opts, framework="llamafactory"))
+    assert KBIT_PARAMS_ITEM not in _items(named, ZeroSettings(stage=0))
+    code, out, err = run_cli(
+        "plan", "--model", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--gpus-per-node", "1",
+        "--gpu-memory", "80", "--host-ram", "128", "--format", "json",
+    )  # fmt: skip
+    doc = json.loads(out)  # exit code 1 or 0 by the verdict; the JSON is written either way
+    assert doc["framework"] == "hf" and any("assuming HF Trainer where it matters" in n for n in doc["notes"])

@@ -3,12 +3,12 @@ the two state dicts HF Trainer's `save_model` can take from it:
 
 - transformers 4.x: `accelerator.get_state_dict(engine)` -> `engine._zero3_consolidated_16bit_state_dict()`: every
   parameter, the frozen base included, gathered and kept on rank 0's host;
-- transformers >= 5.18: `engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`: the adapters.
+- transformers >= 5.0: `engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`: the adapters.
 
 Writes per rank the bytes of each state dict and the process's RSS growth while it is alive (psutil), and the peak
 of each gather (the kernel's high-water mark, `/proc/self/status` VmHWM, reset through `/proc/self/clear_refs`).
 
-Run by tests/plan/test_zero3_peft_save_engine.py: `torchrun --nproc_per_node 2 zero3_peft_save_job.py OUT`.
+Run by tests/plan/test_host_save_p24.py: `torchrun --nproc_per_node 2 zero3_peft_save_job.py OUT`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> int:
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
     hwm = _reset_peak()
     full = _gather(engine, exclude=False)  # transformers 4.x (accelerate get_state_dict)
-    adapters = _gather(engine, exclude=True)  # transformers >= 5.18 (PEFT under ZeRO-3)
+    adapters = _gather(engine, exclude=True)  # transformers >= 5.0 (PEFT under ZeRO-3)
     res = {"rank": rank, "total": total, "trainable": trainable, "hwm_reset": hwm, "full": full, "adapters": adapters}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(res))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.plan import host_save as hs
 from zerodoctor.plan.inputs import GB, GIB, FsdpSettings, PlanInputs, Training, ZeroSettings, fsdp_as_zero
 from zerodoctor.plan.nothing_fits import Advice, advise, nothing_fits_finding
 from zerodoctor.plan.phases import DEFAULT_SAFETY_MARGIN, PHASE_TITLES, PHASES, StrategyPlan, plan_strategy
@@ -143,6 +144,11 @@ def plan(inputs: PlanInputs, *, margin: float = DEFAULT_SAFETY_MARGIN) -> PlanRe
                 and zero.stage == 3
                 and zero.gather_16bit_on_save
                 and not zero.fsdp
+                # PEFT through the Trainer on transformers < 5.0 (or unknown): gather off writes an empty adapter
+                # file (huggingface/trl#4416), so it is no way out of the spike
+                and not hs.trainer_peft_z3_gathers_whole_model(
+                    inputs.framework, tr.is_peft, zero.stage, inputs.transformers_version
+                )
             ):
                 # The rank-0 16-bit consolidation is what breaks: save ZeRO shards instead (zero_to_fp32 later).
                 evaluated.append(
@@ -436,11 +442,15 @@ def _save_action(inputs: PlanInputs, s: StrategyPlan) -> str:
                 "optimizer state"
             )
         return "Set save_only_model: true to skip the optimizer state, or spread the job over more nodes"
-    if s.training.is_peft and inputs.framework not in ("hf", "llamafactory"):
+    if s.training.is_peft and inputs.framework not in hs.HF_TRAINER_FRAMEWORKS:
         return (
             "Save only the adapters (model.save_pretrained on the PEFT model) instead of gathering the whole "
             "16-bit base model"
         )
+    if hs.trainer_peft_z3_gathers_whole_model(
+        inputs.framework, s.training.is_peft, s.zero.stage, inputs.transformers_version
+    ):
+        return _trainer_peft_z3_save_action(inputs, s)
     if s.zero.stage == 3 and s.zero.gather_16bit_on_save:
         return (
             "Make sure node 0 has the RAM for the 16-bit consolidation, or set "
@@ -452,3 +462,35 @@ def _save_action(inputs: PlanInputs, s: StrategyPlan) -> str:
             "Use ZeRO-3 with stage3_gather_16bit_weights_on_model_save: true (only rank 0 copies the weights)"
         )
     return "Set save_only_model: true and stage3_gather_16bit_weights_on_model_save: true to skip optimizer state"
+
+
+def _trainer_peft_z3_save_action(inputs: PlanInputs, s: StrategyPlan) -> str:
+    """HF Trainer, PEFT, ZeRO-3, transformers < 5.0 or unknown (plan/host_save.py): the way out is transformers
+    >= 5.0 or node 0's RAM, never the gather off (an empty adapter file)."""
+    version = inputs.transformers_version
+    floor = hs.TRANSFORMERS_PEFT_Z3_ADAPTERS_ONLY_FROM
+    empty = (
+        f"keep stage3_gather_16bit_weights_on_model_save true: with false, transformers < {floor} writes an empty "
+        "adapter_model.safetensors (only zero_to_fp32.py on the ZeRO checkpoint recovers the adapters; "
+        "huggingface/trl#4416)"
+    )
+    if not s.zero.gather_16bit_on_save:
+        return f"Set stage3_gather_16bit_weights_on_model_save: true, or upgrade to transformers >= {floor}: {empty}"
+    save = s.phase("save")
+    whole = next((i.bytes for i in save.host if i.name.startswith("rank 0: consolidated 16-bit")), 0)
+    cost = (
+        f"the whole 16-bit model ({_g(whole)}, frozen base included) goes to rank 0's host at every save "
+        f"before PEFT keeps the adapters; transformers >= {floor} gathers only the adapters"
+    )
+    if version is None:
+        lead = (
+            f"The transformers version is unknown, so this plan charges what transformers < {floor} does for a "
+            f"PEFT model under ZeRO-3: {cost}. Pass --env (`zerodoctor env --format json` output or a `pip freeze` "
+            "of the training nodes) or run `zerodoctor check`, which reads the installed packages"
+        )
+    else:
+        lead = f"transformers {version} is older than {floor}: {cost}. Upgrade transformers"
+    return (
+        f"{lead}, or give node 0 the RAM ({_g(save.host_bytes)} at the save); {empty}; save_only_model: true "
+        "drops the optimizer state from each checkpoint"
+    )

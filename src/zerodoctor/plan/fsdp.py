@@ -117,10 +117,12 @@ SRC_PEFT_WRAP = (
 
 
 def trainer_wraps_adapters(inputs: PlanInputs, t: Training) -> bool:
-    """The HF Trainer (and LLaMA-Factory's trainers, its subclasses) replaces the FSDP auto-wrap policy of a PEFT
+    """The HF Trainer (and LLaMA-Factory's trainers, its subclasses) replaces the FSDP1 auto-wrap policy of a PEFT
     model with PEFT's own (`SRC_PEFT_WRAP`): every adapter is a unit of its own, so the decoder layers' FlatParameters
-    hold only frozen weights, require no gradient and are not upcast, whatever `use_orig_params` says. An unknown
-    transformers version is planned as a current one."""
+    hold only frozen weights, require no gradient and are not upcast, whatever `use_orig_params` says. FSDP1 only:
+    under FSDP2 the Trainer creates the optimizer before `accelerator.prepare` (`is_fsdp2` sets
+    `delay_optimizer_creation = False`, transformers 4.57.6 and 5.23 trainer.py `_inner_training_loop`), so the hook
+    never runs; callers ask about FSDP1 plans. An unknown transformers version is planned as a current one."""
     if not t.is_peft or inputs.framework not in HF_TRAINER_FRAMEWORKS:
         return False
     v = parse_version(inputs.transformers_version)
@@ -189,7 +191,7 @@ def fsdp_states(inputs: PlanInputs, f: FsdpSettings, t: Training) -> FsdpStates:
         ]
     # PEFT's own wrap policy (peft utils/other.py fsdp_auto_wrap_policy, what the PEFT docs use with
     # use_orig_params=False) wraps the trainable leaves in units of their own: then nothing frozen is upcast.
-    # The HF Trainer sets PEFT's policy itself (`trainer_wraps_adapters`).
+    # The HF Trainer sets PEFT's policy itself under FSDP1 (`trainer_wraps_adapters`).
     upcast_frozen = (
         f.version == 1
         and t.is_peft
@@ -399,7 +401,8 @@ def plan_fsdp(
                     if frozen
                     else ""
                 ),
-                components[0].source + ("; " + SRC_PEFT_WRAP if trainer_wraps_adapters(inputs, t) else ""),
+                components[0].source
+                + ("; " + SRC_PEFT_WRAP if trainer_wraps_adapters(inputs, t) and f.version == 1 else ""),
             )
         ]
         if grads:
@@ -546,7 +549,7 @@ def plan_fsdp(
             ph.Item(
                 "FSDP sharded parameters",
                 param_shard_bytes,
-                "after the fp32 upcast of the trainable shards",
+                "the trainable shards in fp32 (accelerate's mixed-precision upcast)",
                 components[0].source,
             )
         )

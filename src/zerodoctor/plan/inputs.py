@@ -258,8 +258,14 @@ class ZeroSettings:
 class PlanInputs:
     """Everything the planner needs, resolved. `zero` is the user's ZeRO configuration when they gave one
     (a DeepSpeed file or `--stage`), else None. `framework` is "hf", "llamafactory", "accelerate",
-    "xtuner", "deepspeed" or None (unknown: HF-style "auto" handling is assumed for emitted configs only
-    when it is one of the HF family)."""
+    "xtuner", "deepspeed" or None. None only reaches the planner when PlanInputs is built directly (a library call;
+    benchmarks/plan_published.py for litgpt/torchtune runs): `inputs_from_run` -- what `plan`, `check` and the guard
+    use -- turns a launcher the files and flags do not name into "hf", with a note. With None, HF-style "auto"
+    handling is not assumed for emitted configs and no k-bit preparation is charged (kbit_prep.py).
+
+    A version left None (no --env) is taken per item, each item's docstring saying which: host items as the version
+    that holds more (transformers < 5.0 for a PEFT save under ZeRO-3, host_save.py; accelerate >= 1.14 for the FSDP2
+    host upcast, host_load.py), the HF Trainer's FSDP1 PEFT wrap policy as a current transformers (fsdp.py)."""
 
     model: ModelSpec
     cluster: Cluster
@@ -431,7 +437,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         framework = "hf"
         if not any(n.startswith("launcher unknown") for n in notes):
             notes.append(
-                "launcher unknown: assuming HF Trainer (pass --framework to change what a save gathers)"
+                "launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)"
             )
     zero = zero_settings(run.zero) if run.zero is not None else None
     if zero is None and run.fsdp is not None:

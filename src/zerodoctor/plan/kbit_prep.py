@@ -44,6 +44,13 @@ if TYPE_CHECKING:
 KBIT_PREP_MODES = ("peft", "norms", "none")
 """`Training.kbit_preparation` values (module docstring); None = what the run's framework does (`FRAMEWORK_MODE`)."""
 
+MODE_TITLES = {
+    "peft": "PEFT's prepare_model_for_kbit_training",
+    "norms": "fp32 norms (TRL's bf16 recast, LLaMA-Factory's upcast_layernorm)",
+}
+"""What a user reads for a preparation mode."""
+LAUNCHER_TITLES = {"hf": "HF Trainer", "accelerate": "an accelerate loop", "xtuner": "XTuner"}
+
 FRAMEWORK_MODE = {
     "hf": "peft",
     "accelerate": "peft",
@@ -95,12 +102,16 @@ def _mode(inputs: PlanInputs, t: Training) -> tuple[str, str]:
                 f"k-bit preparation {t.kbit_preparation!r} is not one of {', '.join(KBIT_PREP_MODES)}",
                 hint="peft (prepare_model_for_kbit_training), norms (TRL with bf16) or none",
             )
-        return t.kbit_preparation, "as the run states"
+        return t.kbit_preparation, "as the run's arguments choose"
     if inputs.framework is None:
-        # No framework named: the preparation is the framework's choice, not the model's (litgpt, torchtune, unsloth,
-        # ms-swift and LLaMA-Factory never call PEFT's), so none is assumed rather than the heaviest one.
+        # No framework (PlanInputs built directly: a library call, a litgpt/torchtune run of the published-runs
+        # benchmark; the CLI's inputs_from_run names "hf" instead): the preparation is the framework's choice, not the
+        # model's (litgpt, torchtune, unsloth, ms-swift and LLaMA-Factory never call PEFT's), so none is assumed.
         return "none", "no framework named"
-    return FRAMEWORK_MODE.get(inputs.framework, "none"), f"{inputs.framework}'s default"
+    who = LAUNCHER_TITLES.get(inputs.framework, inputs.framework)
+    return FRAMEWORK_MODE.get(inputs.framework, "none"), (
+        f"what {who} does by default; pass --framework if another launcher prepares the model"
+    )
 
 
 def kbit_preparation(

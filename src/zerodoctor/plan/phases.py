@@ -1344,7 +1344,7 @@ def kbit_params_item(prep: KbitPreparation, pb: int) -> Item:
     return Item(
         KBIT_PARAMS_ITEM,
         prep.upcast_params * (ms.FP32_BYTES - pb),
-        f"{prep.mode} ({prep.why}): {prep.upcast_params:,} parameters ({what}) in fp32, "
+        f"{kbit.MODE_TITLES.get(prep.mode, prep.mode)} ({prep.why}): {prep.upcast_params:,} parameters ({what}) in fp32, "
         f"{ms.FP32_BYTES - pb} B more each; no DeepSpeed or FSDP casts them back",
         kbit.PEFT_SOURCE if prep.mode == "peft" else kbit.NORMS_SOURCE,
     )
@@ -1788,8 +1788,9 @@ def _save(
     world = inputs.cluster.world_size
     hf_like = inputs.framework in ("hf", "llamafactory")
     hf_peft = hf_like and t.is_peft  # Trainer.save_model with a PEFT model: only the adapters are written
-    # Under ZeRO-3, transformers >= 5.18 gathers only the adapters to rank 0's host; 4.x (and an unknown version)
-    # consolidates the whole 16-bit model there first (plan/host_save.py).
+    # Under ZeRO-3, transformers >= 5.0 gathers only the adapters to rank 0's host; 4.x (and an unknown version)
+    # consolidates the whole 16-bit model there first, or with the gather off writes an empty adapter file
+    # (plan/host_save.py).
     z3_adapters_only = hf_peft and zero.stage == 3 and hs.peft_z3_save_gathers_adapters_only(inputs.transformers_version)
     plain = without_engine(inputs, zero)
     state_b = trainable_weight_bytes(inputs, t)[0] if plain else ms.FP32_BYTES
@@ -1829,14 +1830,19 @@ def _save(
             )
         )
         if hf_peft:
-            version = inputs.transformers_version or "version unknown"
+            floor = hs.TRANSFORMERS_PEFT_Z3_ADAPTERS_ONLY_FROM
+            version = (
+                f"transformers {inputs.transformers_version} < {floor}"
+                if inputs.transformers_version
+                else f"transformers version unknown: taken as < {floor}; pass --env from `zerodoctor env`"
+            )
             host.append(
                 Item(
                     "rank 0: consolidated 16-bit state dict, frozen base included (PEFT)",
                     whole_model_bytes,
                     f"node 0 only: {whole_model_bytes / 10**9:,.0f} GB = the whole model, frozen base included, "
-                    f"copied to rank 0's host before PEFT keeps the adapters (transformers {version}: adapter-only "
-                    f"gather from {'.'.join(map(str, hs.TRANSFORMERS_PEFT_Z3_ADAPTERS_ONLY_FROM))})",
+                    f"copied to rank 0's host before PEFT keeps the adapters ({version}; {floor} and later gather "
+                    "only the adapters)",
                     hs.SOURCE_FULL_GATHER,
                 )
             )
@@ -1871,6 +1877,14 @@ def _save(
             )
         )
         weights, kind = trainable * pb, "adapter weights only"
+    elif zero.stage == 3 and hf_peft:
+        # transformers < 5.0: get_state_dict raises ValueError, the Trainer writes `_save(state_dict={})` (an empty
+        # adapter file: remove_dummy_checkpoint removes only the model weight files), then the ZeRO shards
+        weights, kind = 0, (
+            "EMPTY adapter file (gather_16bit_weights_on_model_save false with transformers < "
+            f"{hs.TRANSFORMERS_PEFT_Z3_ADAPTERS_ONLY_FROM} or unknown: ZeRO shards only; zero_to_fp32.py recovers "
+            "the adapters; huggingface/trl#4416)"
+        )
     elif zero.stage == 3:
         weights, kind = 0, "no 16-bit weights (gather_16bit_weights_on_model_save false: ZeRO shards only)"
     elif inputs.framework == "deepspeed":

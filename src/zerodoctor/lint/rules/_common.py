@@ -158,10 +158,31 @@ def save_gather(run: RunDescription) -> SaveGather | None:
 
 
 def is_hf_trainer_peft(setup: TrainingSetup) -> bool:
-    """LoRA/QLoRA through HF Trainer (HF, LLaMA-Factory): under ZeRO-3 Trainer.save_model gathers only the
-    trainable adapter weights (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`,
-    transformers 5.23 trainer.py), whatever stage3_gather_16bit_weights_on_model_save says."""
+    """LoRA/QLoRA through HF Trainer (HF, LLaMA-Factory): what its ZeRO-3 save gathers depends on the transformers
+    version (`trainer_peft_save`)."""
     return setup.framework in ("hf", "llamafactory") and setup.method in ("lora", "qlora")
+
+
+def trainer_peft_save(run: RunDescription) -> str | None:
+    """How HF Trainer saves this LoRA/QLoRA run under ZeRO-3 (plan/host_save.py): "adapters" from transformers 5.0
+    (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`, whatever
+    stage3_gather_16bit_weights_on_model_save says); "whole model" for 4.x or an unknown version (the whole 16-bit
+    model gathered to rank 0's host, or with the gather off an EMPTY adapter file); None when not such a run."""
+    from zerodoctor.plan.host_save import peft_z3_save_gathers_adapters_only
+
+    if not is_hf_trainer_peft(run.files):
+        return None
+    version = run.env.version_of("transformers") if run.env is not None else None
+    return "adapters" if peft_z3_save_gathers_adapters_only(version) else "whole model"
+
+
+def transformers_shown(run: RunDescription) -> str:
+    """The training nodes' transformers as a user reads it: "transformers 4.57.6", or that it is unknown and how to
+    give it."""
+    version = run.env.version_of("transformers") if run.env is not None else None
+    if version:
+        return f"transformers {version}"
+    return "an unknown transformers version (pass --env from the training nodes: `zerodoctor env`)"
 
 
 def gib(nbytes: float) -> str:

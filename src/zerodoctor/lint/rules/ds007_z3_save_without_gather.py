@@ -12,9 +12,12 @@ Example (weights not loadable after training):
 
     {"zero_optimization": {"stage": 3}}
 
-Not reported for LoRA/QLoRA through HF Trainer or LLaMA-Factory: under ZeRO-3, Trainer.save_model gathers the
-trainable adapter weights itself (`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`,
-transformers 5.23), whatever this flag says.
+Not reported for LoRA/QLoRA through HF Trainer or LLaMA-Factory on transformers >= 5.0: under ZeRO-3,
+Trainer.save_model gathers the trainable adapter weights itself
+(`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`, read in 5.17.0-5.23.0), whatever this
+flag says. On 4.x (read in 4.57.6) or an unknown version it is worse than for a full model: the Trainer first writes
+`_save(output_dir, state_dict={})`, an EMPTY adapter_model.safetensors (huggingface/trl#4416,
+huggingface/peft#2892), so the fix is the gather on or transformers >= 5.0.
 
 Use instead: `"stage3_gather_16bit_weights_on_model_save": true` (the fix, safe for correctness; for very large
 models weigh rank-0 host RAM, DS008), or keep it off on purpose and plan the zero_to_fp32 conversion.
@@ -29,7 +32,14 @@ from collections.abc import Iterator
 
 from zerodoctor.findings import Finding, Fix, Severity
 from zerodoctor.lint.rule import Rule
-from zerodoctor.lint.rules._common import HOST_HEADROOM, gib, is_hf_trainer_peft, save_gather, truthy
+from zerodoctor.lint.rules._common import (
+    HOST_HEADROOM,
+    gib,
+    save_gather,
+    trainer_peft_save,
+    transformers_shown,
+    truthy,
+)
 from zerodoctor.setup.run import RunDescription
 
 KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
@@ -37,7 +47,8 @@ KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
 
 def check(run: RunDescription) -> Iterator[Finding]:
     setup = run.files
-    if setup.ds_written is None or setup.zero_stage != 3 or is_hf_trainer_peft(setup):
+    peft_save = trainer_peft_save(run)
+    if setup.ds_written is None or setup.zero_stage != 3 or peft_save == "adapters":
         return
     gather = truthy(setup.ds_flat().get(KEY))
     if gather is not False:
@@ -45,7 +56,7 @@ def check(run: RunDescription) -> Iterator[Finding]:
     explicit = setup.ds_written_value(KEY) is not None
     where = setup.ds_evidence(KEY) if explicit else setup.ds_evidence("zero_optimization")
     how = "is false" if explicit else "is not set (DeepSpeed's default is false)"
-    cost = save_gather(run)
+    cost = save_gather(run) if peft_save is None else None
     if cost is not None and cost.fits is False and cost.ram:
         # Turning the gather on would not fit node 0 (what DS008 and the planner say): keeping it off is the
         # right choice here, so this is information, and the only fix is the offline conversion.
@@ -59,15 +70,25 @@ def check(run: RunDescription) -> Iterator[Finding]:
             severity=Severity.INFO,
         )
         return
+    if peft_save is not None:
+        message = (
+            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}, a LoRA/QLoRA run saved by HF Trainer "
+            f"on {transformers_shown(run)}: before transformers 5.0, save_model then writes an EMPTY "
+            "adapter_model.safetensors (`_save(state_dict={})`) beside the ZeRO shards, and the adapters come "
+            "back only through zero_to_fp32.py. transformers 5.0 and later save the adapters whatever the flag."
+        )
+        other = "Or upgrade transformers to 5.0 or later (its save gathers only the adapters)"
+    else:
+        message = (
+            f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded "
+            "DeepSpeed checkpoint instead of model weights, so the result cannot be loaded with from_pretrained "
+            "until zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter)."
+        )
+        other = "Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>"
     yield RULE.finding(
-        f"ZeRO-3 with stage3_gather_16bit_weights_on_model_save {how}: saving the model writes a sharded DeepSpeed "
-        "checkpoint instead of model weights, so the result cannot be loaded with from_pretrained until "
-        "zero_to_fp32.py converts it (about 4 bytes of host RAM per parameter).",
+        message,
         evidence=[where],
-        fixes=[
-            Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}),
-            Fix("Or keep it and convert afterwards: python zero_to_fp32.py <checkpoint_dir> <output_dir>"),
-        ],
+        fixes=[Fix("Gather the 16-bit weights at save", target="deepspeed", patch={KEY: True}), Fix(other)],
         severity=Severity.WARNING,
     )
 
@@ -82,6 +103,7 @@ RULE = Rule(
         "deepspeedai/DeepSpeed#2413",
         "hiyouga/LlamaFactory#253",
         "huggingface/peft#453",
+        "huggingface/trl#4416",
     ),
     check=check,
     fix_safety="safe",
