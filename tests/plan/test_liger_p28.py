@@ -218,3 +218,24 @@ def test_allocator_replays_the_chunks_not_the_logits() -> None:
     assert d * t * p.vocab_size in sizes[False] and 4 * t * p.vocab_size in sizes[False]
     assert not {d * t * p.vocab_size, 4 * t * p.vocab_size} & sizes[True]
     assert d * rows * p.vocab_size in sizes[True]
+
+
+def test_trl_sft_config_with_packing_plans_the_packed_row(run_cli, tmp_path: Path) -> None:
+    """A TRL `trl sft --config` file: `use_liger_kernel` switches the fused loss on; `packing` / `padding_free` need no
+    key of their own, the packed row is planned at `max_length` (the cap)."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    args = tmp_path / "sft.yaml"
+    args.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\noutput_dir: out\ndeepspeed: ds.json\n"
+        "bf16: true\nper_device_train_batch_size: 2\nmax_length: 4096\npacking: true\npadding_free: true\n"
+        "attn_implementation: flash_attention_2\ngradient_checkpointing: true\nuse_liger_kernel: true\n"
+    )
+    cluster = ("--nodes", "1", "--gpus-per-node", "4", "--gpu-memory", "80", "--host-ram", "512", "--format", "json")
+    code, out, err = run_cli("plan", str(args), *cluster)
+    assert code in (0, 1), err
+    steady = next(p for p in json.loads(out)["yours"]["phases"] if p["name"] == "steady")["gpu"]
+    act = next(i for i in steady if i["name"] == "activations + logits/loss")
+    assert "micro batch 2 x seq 4096" in act["detail"] and "flash" in act["detail"]
+    fused = next(i for i in steady if i["name"] == LIGER_LOSS_ITEM)
+    p = _spec().params
+    assert f"{-(-2 * 4096 // flce_chunk_rows(2 * 4096, p.hidden_size, p.vocab_size))} chunk(s)" in fused["detail"]
