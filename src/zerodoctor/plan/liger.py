@@ -7,8 +7,10 @@ How a run gets the kernels: transformers' Trainer (>= 4.45, `TrainingArguments.u
 take the same argument) calls `integrations/liger.py apply_liger_kernel` -> liger_kernel
 `_apply_liger_kernel_to_instance(model, **liger_kernel_config)`, which patches the model only when its
 `model_type` is a key of `MODEL_TYPE_TO_APPLY_LIGER_FN` (otherwise it logs "no Liger kernels supported" and changes
-nothing). LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py) calls the same per-model
-`apply_liger_kernel_to_<type>` functions. Their defaults for the dense SwiGLU families (llama, mistral, qwen2,
+nothing). LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py `apply_liger_kernel`) calls the
+same per-model `apply_liger_kernel_to_<type>` functions, with `fused_linear_cross_entropy=False` for the stages that
+need logits (model/loader.py: `require_logits=(finetuning_args.stage not in ["pt", "sft"])`); the planner models
+Liger only outside preference training (`phases.liger_for`). Their defaults for the dense SwiGLU families (llama, mistral, qwen2,
 qwen3; v0.5.10 monkey_patch.py) are `rope=True, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True,
 cross_entropy=False`.
 
