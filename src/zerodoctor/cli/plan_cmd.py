@@ -63,6 +63,12 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         help="activation checkpointing (default: from the configs, else on)",
     )
     t.add_argument("--attn", choices=("flash", "sdpa", "eager"))
+    t.add_argument(
+        "--liger-kernel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Liger Kernel patched in (use_liger_kernel / enable_liger_kernel; default: from the configs, else off)",
+    )
     t.add_argument("--sequence-parallel", type=count_arg, help="sequence parallel size (Ulysses / XTuner)")
     t.add_argument("--samples", type=count_arg, help="training samples per epoch (expected optimizer steps)")
     t.add_argument(
@@ -114,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         gradient_checkpointing=args.gradient_checkpointing,
         attn=args.attn,
+        liger_kernel=args.liger_kernel,
         sequence_parallel=args.sequence_parallel,
         samples=args.samples,
         deepspeed=args.deepspeed,

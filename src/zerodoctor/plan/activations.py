@@ -60,10 +60,12 @@ transformers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from zerodoctor.errors import PlanError
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.plan.liger import FusedLinearCE, LigerKernels, fused_linear_ce_bytes
 from zerodoctor.versions import parse_version
 
 ATTN_IMPLS = ("flash", "sdpa", "eager")
@@ -158,6 +160,12 @@ class ActivationEstimate:
     # first layer backward (saved layers + the recomputed layer and its gradients)
     at_loss: int = 0
     in_backward: int = 0
+    # Liger's fused linear cross-entropy in place of the logits and the loss (`plan/liger.py`), and the part of
+    # `peak` due to it (its saved gradients and its chunk at the loss)
+    fused_loss: FusedLinearCE | None = None
+    fused_loss_peak: int = 0
+    # bytes Liger's RMSNorm and SwiGLU save fewer (or more) than the HF modules over the layers, at the peak moment
+    liger_layer_delta: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,8 @@ class _Shape:
     head_dim: int
     vocab: int
     d: int  # bytes of the model dtype
+    liger_norm: bool = False  # LigerRMSNorm (plan/liger.py): saves its input and a fp32 rstd
+    liger_swiglu: bool = False  # LigerSiLUMulFunction: saves the gate and up outputs only
 
 
 def _lora_targets(spec: ModelSpec, lora_rank: int, lora_targets: tuple[str, ...]) -> frozenset[str]:
@@ -196,7 +206,10 @@ def _norm_saved(t: _Shape, trainable_weight: bool) -> int:
     """LlamaRMSNorm: `x.to(fp32)` kept by `pow(2)` and by `x * rsqrt(var)` (4Th; in an fp32 model the
     `.to` is a no-op and this is the input itself), `rsqrt` output (4T fp32, b x s x 1). With a trainable
     weight, `weight * x_norm.to(dtype)` also keeps the normalised tensor (D Th); its output is counted by
-    whoever consumes it (the next Linear's saved input)."""
+    whoever consumes it (the next Linear's saved input). `LigerRMSNorm` keeps its input and the fp32 rstd
+    (D Th + 4T), trainable weight or not (plan/liger.py)."""
+    if t.liger_norm:
+        return t.d * t.tokens * t.hidden + FP32 * t.tokens
     saved = FP32 * t.tokens * t.hidden + FP32 * t.tokens
     if trainable_weight:
         saved += t.d * t.tokens * t.hidden
@@ -267,8 +280,9 @@ def _mlp_saved(
     t: _Shape, full_ft: bool, lora: frozenset[str], rank: int, adapter: int, dropout: bool = False
 ) -> int:
     """SwiGLU `down(silu(gate(x)) * up(x))`: SiLU keeps its input (gate output), `mul` keeps both factors
-    (SiLU output, up output), `down_proj` keeps the product (full FT) -- 4 x D x T x i."""
-    saved = 3 * t.d * t.tokens * t.inter
+    (SiLU output, up output), `down_proj` keeps the product (full FT) -- 4 x D x T x i. Liger's SwiGLU keeps the
+    gate and up outputs and recomputes SiLU in its backward: 2 x D x T x i before the product (plan/liger.py)."""
+    saved = (2 if t.liger_swiglu else 3) * t.d * t.tokens * t.inter
     saved += _linear_inputs(t, t.inter, ("down_proj",), full_ft, lora, rank, adapter, dropout)
     return saved
 
@@ -363,6 +377,7 @@ def activation_bytes(
     frozen_layers_keep_inputs: bool = False,
     loss_shift: str = "none",
     lora_dropout: float = 0.0,
+    liger: LigerKernels | None = None,
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -384,6 +399,9 @@ def activation_bytes(
     output, so the backward has the same three tensors, of b(s-1) rows.
     `lora_dropout` > 0: each adapter keeps its own dropped copy of its input and the dropout's bool mask
     (`_linear_inputs`); PEFT's default and LLaMA-Factory's are 0, PEFT's example scripts use 0.1.
+    `liger` (`plan/liger.py liger_kernels`): the Liger kernels `use_liger_kernel` patches in -- RMSNorm and SwiGLU
+    change what each layer saves (`_norm_saved`, `_mlp_saved`), the fused linear cross-entropy replaces the logits,
+    their fp32 upcast and the log-probabilities with the gradients it computes in the forward and one chunk.
     """
     if loss_shift not in LOSS_SHIFTS:
         raise PlanError(f"unknown loss shift '{loss_shift}'", hint=f"use one of {LOSS_SHIFTS}")
@@ -414,6 +432,8 @@ def activation_bytes(
         head_dim=p.head_dim,
         vocab=p.vocab_size,
         d=dtype_bytes,
+        liger_norm=liger is not None and liger.rms_norm,
+        liger_swiglu=liger is not None and liger.swiglu,
     )
     lora = _lora_targets(spec, lora_rank, lora_targets)
     full_ft = not lora
@@ -462,9 +482,10 @@ def activation_bytes(
         # The last k layers train (MoE layers come after the dense ones in models that mix them).
         k_moe = min(k_train, n_moe)
         all_layers = moe_layer * k_moe + dense * (k_train - k_moe)
-        if k_train:
+        if k_train and not t.liger_norm:
             # The first trainable layer's input does not require grad: its input RMSNorm keeps only the
-            # normalised tensor for its weight gradient, not the fp32 copies.
+            # normalised tensor for its weight gradient, not the fp32 copies. (LigerRMSNorm keeps its input and
+            # rstd for the weight's gradient all the same.)
             all_layers -= _norm_saved(t, trainable_weight=False)
         notes.append(
             f"freeze tuning: {k_train} of {layers} layers train; the frozen prefix keeps no activations"
@@ -556,8 +577,27 @@ def activation_bytes(
     # log-probabilities) and inside the first layer backward (the head's tensors are freed by then).
     at_loss = saved_total - lb * t.tokens * t.vocab + logits_and_loss
     in_backward = layers_kept + extras + backward_transient
+    fused = None
+    if liger is not None and liger.fused_linear_ce and any_grad:
+        # Liger's fused linear cross-entropy (plan/liger.py): no logits, upcast or log-probabilities; the final norm
+        # and the gradients the function computes in its forward stay until the backward, its chunk only inside it.
+        head_trainable = full_ft and not freeze
+        fused = fused_linear_ce_bytes(
+            tokens=t.tokens, hidden=t.hidden, vocab=t.vocab, dtype_bytes=t.d, head_trainable=head_trainable, kernels=liger
+        )
+        saved_total = layers_kept + extras + _norm_saved(t, trainable_weight=head_trainable) + fused.saved
+        logits_and_loss = fused.transient
+        at_loss = saved_total + fused.transient
+        notes.append(
+            f"Liger fused linear cross-entropy: {fused.chunks} chunk(s) of {fused.chunk_rows} tokens, no {t.tokens} x "
+            f"{t.vocab:,} logits"
+        )
     peak = max(at_loss, in_backward)
     without_shift = max(at_loss - logits_and_loss + max(loss_fwd_now, 3 * lb * t.tokens * t.vocab), in_backward)
+    fused_peak = 0
+    if fused is not None:
+        without_shift = peak
+        fused_peak = peak - max(at_loss - fused.saved - fused.transient, in_backward)
     without_norm_head = max(at_loss - norm_head, in_backward)
     return ActivationEstimate(
         per_layer_saved=per_layer,
@@ -573,7 +613,42 @@ def activation_bytes(
         norm_head_peak=peak - without_norm_head,
         at_loss=at_loss,
         in_backward=in_backward,
+        fused_loss=fused,
+        fused_loss_peak=fused_peak,
+        liger_layer_delta=_liger_layer_delta(
+            peak - fused_peak,
+            liger,
+            lambda hf: activation_bytes(
+                spec,
+                micro_batch=micro_batch,
+                seq_len=seq_len,
+                attn_impl=attn_impl,
+                gradient_checkpointing=gradient_checkpointing,
+                dtype_bytes=dtype_bytes,
+                lora_rank=lora_rank,
+                lora_targets=lora_targets,
+                sequence_parallel=sequence_parallel,
+                lora_adapter_bytes=lora_adapter_bytes,
+                loss_dtype_bytes=loss_dtype_bytes,
+                trainable_layers=trainable_layers,
+                frozen_layers_keep_inputs=frozen_layers_keep_inputs,
+                loss_shift=loss_shift,
+                lora_dropout=lora_dropout,
+                liger=hf,
+            ),
+        ),
     )
+
+
+def _liger_layer_delta(
+    peak_without_loss: int, liger: LigerKernels | None, estimate: Callable[[LigerKernels], ActivationEstimate]
+) -> int:
+    """How many bytes Liger's RMSNorm and SwiGLU lower the activation peak (less the fused loss's part) against the
+    HF modules, by estimating the same step with them switched off; 0 without them."""
+    if liger is None or not (liger.rms_norm or liger.swiglu):
+        return 0
+    hf = estimate(replace(liger, rms_norm=False, swiglu=False))
+    return hf.peak - hf.fused_loss_peak - peak_without_loss
 
 
 @dataclass(frozen=True)

@@ -740,6 +740,8 @@ class StepShape:
     optimizer_state_bytes: int
     adamw_temporary: bool
     loss_shift: str = "none"  # activations.LOSS_SHIFTS: how this transformers release shifts the fp32 logits
+    fused_ce_rows: int = 0  # Liger's fused linear cross-entropy: rows per chunk (0: transformers' loss on the logits)
+    fused_ce_weight_copy: bool = False  # liger_kernel >= 0.6.2: a V x h product and its fp32 copy per chunk
 
 
 class _Builder:
@@ -837,14 +839,15 @@ def _gather(b: _Builder, s: StepShape, name: str, numel: int) -> None:
     b.f(f"stage:{name}")
 
 
-def _weight_grad(b: _Builder, s: StepShape, numel: int, st: dict[str, list[int]]) -> None:
+def _weight_grad(b: _Builder, s: StepShape, numel: int, st: dict[str, list[int]], *, given: bool = False) -> None:
     """A parameter's full-size gradient: written by autograd, copied into the IPG bucket's buffer by
     DeepSpeed's hook and freed (stage3.py `reduce_ready_partitions_and_remove_grads` ->
     `__add_grad_to_ipg_bucket`; stage_1_and_2.py likewise). ZeRO-3 reduces the bucket first when this
-    gradient would overflow it."""
+    gradient would overflow it. `given`: the gradient exists already (live as "wgrad")."""
     if not s.full_grads or numel <= 0:
         return
-    b.a("wgrad", numel * s.d)
+    if not given:
+        b.a("wgrad", numel * s.d)
     if s.stage == 3 and sum(st["bucket"]) + numel > s.reduce_bucket:
         _flush(b, s, st)
     b.f("wgrad")
@@ -1007,7 +1010,7 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
     Only `simulated_layers` decoder layers are replayed op by op; what the others keep alive between their
     forward and backward is one block allocated before the first layer (every layer repeats the same
     pattern, so the cache looks the same after a few of them)."""
-    t, d, tv = s.tokens, s.d, s.tokens * s.vocab
+    t, d = s.tokens, s.d
     st: dict[str, list[int]] = {"bucket": []}
     layers = max(min(simulated_layers, s.layers), 1)
     keep = min(s.keep_layers, layers)
@@ -1024,6 +1027,29 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
     b.f(f"h{layers}")
     head = "Wembed" if not s.head_numel else "Whead"
     _gather(b, s, head, s.head_numel or s.embed_numel)
+    if s.fused_ce_rows:
+        _fused_linear_ce(b, s, head, layers, st)
+    else:
+        _logits_loss(b, s, head, layers, st)
+    for i in reversed(range(layers)):
+        if s.checkpointing:  # non-reentrant checkpoint: recompute the layer with grad from its kept input
+            _layer_forward(b, s, i, grad=True)
+        _layer_backward(b, s, i, st)
+        _release_layer(b, i)
+        b.f(f"h{i}")
+    if s.full_grads:  # embedding backward: a dense V x h gradient
+        _gather(b, s, "Wembed", s.embed_numel)
+        _weight_grad(b, s, s.embed_numel, st)
+        b.f("Wembed")
+    # ZeRO-3: the fused loss reads the head weight in the model's own forward, so the weight is an external
+    # parameter of the whole model, gathered again by its pre-backward hook and released by its post-backward one
+    b.f("g0", "ids", "other_layers", *((head,) if s.fused_ce_rows else ()))
+    _flush(b, s, st)
+
+
+def _logits_loss(b: _Builder, s: StepShape, head: str, layers: int, st: dict[str, list[int]]) -> None:
+    """lm_head, transformers' `ForCausalLMLoss` on the logits, their backward and the final norm's backward."""
+    t, d, tv = s.tokens, s.d, s.tokens * s.vocab
     b.a("logits", d * tv)
     if s.loss_fp32:  # ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax + nll_loss
         b.a("logits32", 4 * tv)
@@ -1055,18 +1081,39 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
     b.f("glogits", head)
     _rmsnorm_backward(b, s, "F:n", "gF", f"g{layers}")
     b.f("F:nout")
-    for i in reversed(range(layers)):
-        if s.checkpointing:  # non-reentrant checkpoint: recompute the layer with grad from its kept input
-            _layer_forward(b, s, i, grad=True)
-        _layer_backward(b, s, i, st)
-        _release_layer(b, i)
-        b.f(f"h{i}")
-    if s.full_grads:  # embedding backward: a dense V x h gradient
-        _gather(b, s, "Wembed", s.embed_numel)
-        _weight_grad(b, s, s.embed_numel, st)
-        b.f("Wembed")
-    b.f("g0", "ids", "other_layers")
-    _flush(b, s, st)
+
+
+def _fused_linear_ce(b: _Builder, s: StepShape, head: str, layers: int, st: dict[str, list[int]]) -> None:
+    """Liger's `LigerFusedLinearCrossEntropyFunction` in place of lm_head and the loss (plan/liger.py): in the
+    forward the input and weight gradients, a fp32 per-token loss and a bool mask, then per chunk the c x V logits
+    (their gradient written in place), the c x h input-gradient product, and (>= 0.6.2) the V x h weight-gradient
+    product with its fp32 copy; the final hidden states die with the forward. In the backward the saved gradients
+    are only scaled in place: the input gradient goes to the final norm, the weight gradient to DeepSpeed's hook."""
+    t, d = s.tokens, s.d
+    head_numel = s.head_numel or s.embed_numel
+    b.a("flce:gin", d * t * s.hidden)
+    if s.full_grads:
+        b.a("flce:gw", d * head_numel)
+    b.a("flce:loss", 4 * t)
+    b.a("flce:mask", t)
+    rows = min(s.fused_ce_rows, t)
+    for start in range(0, t, rows):
+        n = min(rows, t - start)
+        b.a("flce:logits", d * n * s.vocab)
+        b.a("flce:gic", d * n * s.hidden)
+        b.f("flce:gic")
+        if s.fused_ce_weight_copy and s.full_grads:
+            b.a("flce:mm", d * head_numel)
+            b.a("flce:mm32", 4 * head_numel)
+            b.f("flce:mm", "flce:mm32")
+        b.f("flce:logits")
+    b.f("flce:mask", "flce:loss", "F:nout")
+    # backward
+    b.live["gF"] = b.live.pop("flce:gin")
+    if s.full_grads:
+        b.live["wgrad"] = b.live.pop("flce:gw")
+        _weight_grad(b, s, head_numel, st, given=True)
+    _rmsnorm_backward(b, s, "F:n", "gF", f"g{layers}")
 
 
 def _optimizer_step(b: _Builder, s: StepShape, *, first: bool) -> None:
@@ -1167,6 +1214,7 @@ def step_shape(
     from zerodoctor.plan import model_states as ms
     from zerodoctor.plan import phases
     from zerodoctor.plan.activations import loss_shift_for
+    from zerodoctor.plan.liger import flce_chunk_rows
 
     spec = inputs.model
     p = spec.params
@@ -1174,6 +1222,7 @@ def step_shape(
     world = inputs.cluster.world_size
     seq = -(-min(t.seq_len, t.longest_sample_tokens or t.seq_len) // max(t.sequence_parallel, 1))
     batch = t.micro_batch * (2 if t.paired_inputs else 1)
+    liger = phases.liger_for(inputs, t, zero)
     d = t.param_bytes
     by_name = {
         lin.name: lin.in_features * lin.out_features + (lin.out_features if lin.bias else 0)
@@ -1299,6 +1348,8 @@ def step_shape(
         adamw_temporary=(not zero.optimizer_from_config if torch_adamw is None else torch_adamw)
         and t.optimizer == "adamw",
         loss_shift=loss_shift_for(inputs.transformers_version),
+        fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if liger is not None else 0,
+        fused_ce_weight_copy=liger is not None and liger.weight_grad_copy,
     )
 
 

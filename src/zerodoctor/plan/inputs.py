@@ -109,7 +109,12 @@ class Training:
     longest_sample_tokens: int | None = None
     """The longest tokenised sample of the dataset, when known. Batches are padded to their longest sample
     (LLaMA-Factory / TRL collators, `padding=True`) and `seq_len` (`cutoff_len`, `max_length`) is only the cap,
-    so the peak is planned at min(seq_len, longest_sample_tokens); None = at the cap (packing fills it)."""
+    so the peak is planned at min(seq_len, longest_sample_tokens); None = at the cap (packing fills it). Packing
+    and padding-free batches need no key of their own: a packed row (LLaMA-Factory `packing` / `neat_packing`, TRL
+    `packing`, ms-swift `--packing`) is filled to the cap, and a padding-free micro-batch (TRL `padding_free`,
+    ms-swift `--padding_free`) concatenates at most micro_batch x min(cap, longest) tokens into one row, which
+    flash-attention's varlen kernel attends per sample: it keeps q, k, v, the output and a fp32 logsumexp per token
+    and head, what `activations._attention_saved` charges the same tokens padded, and no attention matrix."""
 
     images_per_sample: int = 1
     """Images a vision-language sample feeds the vision tower (MiniCPM-V's finetune dataset opens one per sample);
@@ -133,6 +138,10 @@ class Training:
     """QLoRA: which k-bit preparation the script applies before `get_peft_model` ("peft" = PEFT's
     `prepare_model_for_kbit_training`, "norms" = TRL with bf16, "none"); None = the framework's
     (`zerodoctor.plan.kbit_prep`). It matters only without DeepSpeed or FSDP."""
+    liger_kernel: bool = False
+    """Liger Kernel patched in (HF / TRL / ms-swift `use_liger_kernel`, LLaMA-Factory `enable_liger_kernel`): for a
+    model type liger_kernel supports, its fused linear cross-entropy replaces the logits and the loss, and its RMSNorm
+    and SwiGLU change what each layer saves (`zerodoctor.plan.liger`)."""
 
     @property
     def param_bytes(self) -> int:
@@ -277,6 +286,8 @@ class PlanInputs:
     transformers_version: str | None = None
     safetensors_version: str | None = None
     accelerate_version: str | None = None
+    liger_version: str | None = None
+    """liger-kernel's version (None: planned as a current release, `zerodoctor.plan.liger.WEIGHT_GRAD_COPY_FROM`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     zero3_init: bool = True
@@ -399,6 +410,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         eval_micro_batch=run.eval_micro_batch.value if run.eval_micro_batch is not None else None,
         eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
         kbit_preparation=_kbit_preparation(run),
+        liger_kernel=bool(run.liger_kernel.value) if run.liger_kernel is not None else False,
     )
     notes = list(run.notes)
     quant = model.quantization
@@ -454,6 +466,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         transformers_version=(env.version_of("transformers") or None) if env is not None else None,
         safetensors_version=(env.version_of("safetensors") or None) if env is not None else None,
         accelerate_version=(env.version_of("accelerate") or None) if env is not None else None,
+        liger_version=(env.version_of("liger-kernel") or None) if env is not None else None,
         sources=run.sources(),
         notes=tuple(notes),
         zero3_init=run.zero.zero3_init.value if run.zero is not None else True,

@@ -40,6 +40,7 @@ from zerodoctor.plan.activations import (
 )
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.kbit_prep import KbitPreparation, kbit_preparation
+from zerodoctor.plan.liger import LIGER_SOURCE, NORM_SWIGLU_SOURCE, LigerKernels, liger_kernels
 from zerodoctor.versions import in_range, parse_version
 
 PHASES = ("load", "first_step", "steady", "eval", "save")
@@ -1327,7 +1328,26 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         # frozen layers keep their input; LLaMA-Factory's own checkpointing function does not.
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",
         loss_shift=loss_shift_for(inputs.transformers_version),
+        liger=liger_for(inputs, t, zero),
     )
+
+
+def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKernels | None:
+    """The Liger kernels of a run with `liger_kernel` on (`plan/liger.py`): None when it is off, when liger_kernel does
+    not patch the model type, or for preference training (its fused DPO/KTO losses are not modelled). Under ZeRO-2/3
+    the head's gradient that the fused loss makes in the forward is the very tensor the "full-size gradient before
+    reduce-scatter" item charges when the head is the largest trainable tensor: it is charged there only."""
+    if not t.liger_kernel or t.paired_inputs or t.reference_model:
+        return None
+    kernels = liger_kernels(inputs.model.model_type, inputs.liger_version)
+    if kernels is None:
+        return None
+    p = inputs.model.params
+    head = p.embedding if p.tied_embeddings else p.lm_head
+    charged = (
+        zero.stage >= 2 and zero.fsdp is None and t.method == "full" and head >= _largest_trainable_tensor(inputs, t)
+    )
+    return replace(kernels, head_grad_charged=charged)
 
 
 KBIT_PARAMS_ITEM = "k-bit preparation: unquantised weights upcast to fp32"
@@ -1375,6 +1395,8 @@ def kbit_stream_item(
     return Item(KBIT_STREAM_ITEM, cost.rise, detail + f": the activation peak rises {cost.rise / GIB:.2f} GiB", source)
 
 
+LIGER_LOSS_ITEM = "Liger fused linear cross-entropy (no logits)"
+"""`liger_loss_item`: training only (`lce_forward` materialises the logits outside training)."""
 NORM_HEAD_ITEM = "Baichuan2 NormHead: normalised copy of the head weight"
 """Only in training: `NormHead.forward` normalises the weight into a copy only `if self.training` (an evaluation's
 first forward normalises the weight in place instead)."""
@@ -1388,6 +1410,7 @@ TRAINING_ONLY_ITEMS = frozenset(
         "activations + logits/loss",
         "loss: shifted fp32 copy of the logits (transformers < 4.49)",
         NORM_HEAD_ITEM,
+        LIGER_LOSS_ITEM,
         "vision tower + resampler activations (images)",
         KBIT_STREAM_ITEM,
     }
@@ -1556,15 +1579,49 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
 
 
 def activation_item(act: ActivationEstimate, t: Training) -> Item:
+    liger = ""
+    if t.liger_kernel and act.fused_loss is None:
+        liger = "; Liger Kernel not applied (its patches do not cover this model type or loss): planned as HF"
+    elif act.liger_layer_delta:
+        liger = (
+            f"; Liger RMSNorm and SwiGLU save {act.liger_layer_delta / GIB:.2f} GiB less than the HF modules at this "
+            "moment (input + fp32 rstd per norm, gate and up outputs per MLP)"
+        )
     return Item(
         "activations + logits/loss",
-        int(act.peak - act.shifted_copy_peak - act.norm_head_peak),
+        int(act.peak - act.shifted_copy_peak - act.norm_head_peak - act.fused_loss_peak),
         f"micro batch {t.micro_batch} x seq {min(t.seq_len, t.longest_sample_tokens or t.seq_len)}, "
         f"{act.attention_used or t.attn}, "
         "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
-        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB",
-        "plan/activations.py",
+        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger,
+        "plan/activations.py" + ("; " + NORM_SWIGLU_SOURCE if act.liger_layer_delta else ""),
+    )
+
+
+
+def liger_loss_item(act: ActivationEstimate, inputs: PlanInputs) -> Item | None:
+    """What Liger's fused linear cross-entropy adds to the activation peak at the loss (`plan/liger.py`), in place
+    of the logits, their fp32 upcast and the log-probabilities."""
+    f = act.fused_loss
+    if f is None:
+        return None
+    vocab = inputs.model.params.vocab_size
+    if f.grad_weight:
+        weight = f"grad_weight {f.grad_weight / GIB:.2f} GiB"
+    elif f.head_trainable:
+        weight = "the head's V x H gradient (charged as the full-size gradient before reduce-scatter)"
+    else:
+        weight = "no weight gradient (frozen head)"
+    return Item(
+        LIGER_LOSS_ITEM,
+        act.fused_loss_peak,
+        f"{f.chunks} chunk(s) of {f.chunk_rows} tokens (next_power_of_2(tokens / ceil(vocab / hidden))): kept for the "
+        f"backward grad_input {f.grad_input / GIB:.2f} GiB + {weight}; inside its forward the final hidden states "
+        f"{f.hidden_in / GIB:.2f} GiB + one {f.chunk_rows} x {vocab:,} logits chunk {f.chunk_logits / GIB:.2f} GiB + "
+        f"{f.chunk_step / GIB:.2f} GiB per chunk step + per-token loss {f.loss_rows / GIB:.3f} GiB; "
+        "its rise of the activation peak at the loss",
+        LIGER_SOURCE,
     )
 
 
@@ -1573,6 +1630,9 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
     (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49; and Baichuan2's
     normalised head copy (`activations.remote_norm_head`), alive at the loss on top of the (gathered) head."""
     items = [activation_item(act, t)]
+    fused = liger_loss_item(act, inputs)
+    if fused is not None:
+        items.append(fused)
     if act.norm_head_peak > 0:
         p = inputs.model.params
         items.append(

@@ -261,6 +261,9 @@ class RunDescription:
     eval_keeps_logits: Known[bool] | None = None
     """The evaluation keeps each batch's logits for metrics (`prediction_loss_only: false` stated, or LLaMA-Factory
     `compute_accuracy`); otherwise HF Trainer.evaluate keeps only the loss when no compute_metrics is passed."""
+    liger_kernel: Known[bool] | None = None
+    """Liger Kernel on or off as stated: `--liger-kernel`, HF TrainingArguments / TRL / ms-swift `use_liger_kernel`,
+    LLaMA-Factory `enable_liger_kernel` (None: not stated, off as in every one of them)."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -366,6 +369,7 @@ class RunFlags:
     save_only_model: bool | None = None
     framework: str | None = None
     world_size: int | None = None
+    liger_kernel: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -822,6 +826,7 @@ def describe_run(
         lora_dropout=_lora_dropout(rd),
         eval_micro_batch=_eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
+        liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
     )
 
 
@@ -874,6 +879,15 @@ def _eval_keeps_logits(rd: _Reader) -> Known[bool] | None:
     if acc is not None and truthy(acc.value):
         return Known(True, acc.origin)
     return None
+
+
+def _liger_kernel(rd: _Reader) -> Known[bool] | None:
+    """Liger Kernel from the arguments: `use_liger_kernel` (transformers TrainingArguments >= 4.45, which TRL's
+    configs and ms-swift's arguments extend) or `enable_liger_kernel` (LLaMA-Factory ModelArguments); a value that
+    is not a boolean is left unknown."""
+    k = rd.arg("use_liger_kernel", "enable_liger_kernel")
+    on = truthy(k.value) if k is not None else None
+    return Known(on, k.origin) if k is not None and on is not None else None
 
 
 _WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
