@@ -23,6 +23,7 @@ ITEM = "offload_optimizer: a gradient slice in fp64 for its norm"
 
 
 def _act(saved: int, transient: int, peak: int) -> ActivationEstimate:
+    """Activations whose backward moment holds `saved` bytes of layer tensors plus a `transient` recomputed layer."""
     return ActivationEstimate(
         per_layer_saved=0,
         layers=1,
@@ -31,6 +32,7 @@ def _act(saved: int, transient: int, peak: int) -> ActivationEstimate:
         logits_and_loss=0,
         backward_transient=transient,
         peak=peak,
+        in_backward=saved + transient,
     )
 
 
@@ -41,6 +43,49 @@ def test_only_what_the_backward_moment_adds_over_the_activation_peak_is_charged(
     # a loss peak higher than the backward moment: nothing on top
     (item,) = offload_norm_items(_act(4 * GIB, GIB, 9 * GIB), largest_trainable=GIB // 4, partition=10 * GIB)
     assert item.bytes == 0
+
+
+def test_the_heads_saved_tensors_are_not_counted_beside_the_backward_moment():
+    # The head's log-probabilities are saved at the loss (saved_total) but freed by the head's backward, before any
+    # decoder-layer gradient reaches a bucket: beside the slice is the backward moment (in_backward) only.
+    act = ActivationEstimate(
+        per_layer_saved=0,
+        layers=1,
+        checkpointed_input=0,
+        saved_total=3 * GIB,  # 1 GiB of layers + 2 GiB of the head's log-probabilities
+        logits_and_loss=0,
+        backward_transient=GIB,
+        peak=4 * GIB,  # the loss moment
+        at_loss=4 * GIB,
+        in_backward=2 * GIB,  # the layers + the recomputed layer
+    )
+    (item,) = offload_norm_items(act, largest_trainable=GIB // 8, partition=10 * GIB)  # a 1 GiB fp64 slice
+    assert item.bytes == 0  # 2 + 1 GiB during backward stays under the 4 GiB loss peak
+
+
+def test_a_lora_adapters_fp64_slice_adds_at_most_its_own_size():
+    # Qwen-7B LoRA r8 on c_attn/c_proj under ZeRO-2 with the optimizer offloaded (ms-swift's lora_ddp_ds example):
+    # an adapter's slice is rank x (at most the vocabulary's 151,936) elements, under 10 MB in fp64; the head's
+    # 0.6 GiB of 16-bit log-probabilities, freed before the layers' backward, must not be charged beside it.
+    inputs = PlanInputs(
+        model=resolve_model("Qwen/Qwen-7B"),
+        cluster=Cluster(1, 2, 24 * GIB, 256 * GIB),
+        training=Training(
+            method="lora",
+            lora_rank=8,
+            lora_targets=("c_attn", "c_proj"),
+            precision="bf16",
+            micro_batch=1,
+            seq_len=2048,
+            gradient_checkpointing=True,
+            attn="eager",
+        ),
+        framework="hf",
+    )
+    plan = plan_strategy(inputs, ZeroSettings(stage=2, offload_optimizer="cpu"))
+    steady = {i.name: i for i in plan.phase("steady").gpu}
+    assert "1,215,488 elements x 8 B" in steady[ITEM].detail
+    assert steady[ITEM].bytes <= 1_215_488 * NORM_BYTES
 
 
 def test_the_slice_is_at_most_the_rank_partition():

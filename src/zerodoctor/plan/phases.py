@@ -1115,9 +1115,12 @@ NORM_BYTES = 8
 
 
 def _over_activation_peak(act: ActivationEstimate, transient: int) -> tuple[int, str]:
-    """What a tensor held during backward adds over the activation peak: backward holds the saved tensors and the
-    recomputed layer (not the loss's peak), so only the excess is charged. Returns the bytes and the detail's tail."""
-    beside = act.saved_total + act.backward_transient
+    """What a tensor held during backward adds over the activation peak: backward holds the layers' saved tensors and
+    the recomputed layer (`ActivationEstimate.in_backward`), not the loss's peak -- the head's saved tensors (the
+    log-probabilities, the final norm's input, a NormHead copy) were freed when the head's backward ran, before any
+    decoder-layer gradient reaches a bucket -- so only the excess over the peak is charged. Returns the bytes and the
+    detail's tail."""
+    beside = act.in_backward
     extra = max(0, beside + transient - act.peak)
     return extra, f"beside {beside / GIB:.2f} GiB of activations: {extra / GIB:.2f} GiB over the activation peak"
 
