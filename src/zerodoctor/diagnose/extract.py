@@ -414,6 +414,23 @@ def _fetching_data(tb: Traceback) -> bool:
     return any(f.func in _DATA_FUNCS and "torch/utils/data/" in f.file.replace("\\", "/") for f in tb.frames)
 
 
+# a DataLoader worker's death as torch reports it: the main process's `DataLoader worker (pid N) is killed by signal:
+# Killed.` / `... exited unexpectedly with exit code 1.` (torch/csrc/DataLoader.cpp THPModule_errorIfAnyWorkerFails),
+# `DataLoader worker (pid(s) 12, 13) exited unexpectedly` (torch/utils/data/dataloader.py _try_get_data), and the
+# worker's own signal handler lines (DataLoader.cpp SIGNAL_HANDLER: `ERROR: Unexpected bus error encountered in worker.`,
+# `... segmentation fault ...`, `... floating-point exception ...`)
+_WORKER_DIED = re.compile(
+    r"DataLoader worker \(pids?(?:\(s\))? [\d, ]{1,200}\) (?:is killed by signal|exited unexpectedly)"
+    r"|Unexpected (?:bus error|segmentation fault|floating-point exception) encountered in worker"
+)
+
+
+def _fetching_batch(ev: Event, tb: Traceback | None) -> bool:
+    """Whether a failure happened fetching a batch: its frames are the DataLoader's, or its line is a DataLoader
+    worker's death."""
+    return (tb is not None and _fetching_data(tb)) or _WORKER_DIED.search(ev.detail) is not None
+
+
 # The shell's report of a foreground job a signal ended (bash prints strsignal(3) of it, zsh its own word):
 # the exit code a launcher would have printed for it
 _SHELL_SIGNALS = (
@@ -421,6 +438,7 @@ _SHELL_SIGNALS = (
     ("abort", -6),
     ("floating point exception", -8),
     ("floating-point exception", -8),  # a DataLoader worker's own report (torch/csrc/DataLoader.cpp)
+    ("unexpected bus error", -7),  # (the worker's SIGBUS handler, DataLoader.cpp handler_SIGBUS)
     ("illegal", -4),
     ("terminated", -15),
 )
@@ -2022,6 +2040,10 @@ class Extractor:
                 phase = "epoch_end" if save is not None and _EPOCH_SAVE.search(save.text) else "training_step"
         if phase == "unknown" and ev.kind in ("watchdog", "nccl"):
             phase = self._collective_phase(ev)
+        if phase == "first_optimizer_step" and _fetching_batch(ev, tb):
+            # the training loop had started (its marker, or a bar at step 0), but the failure is the DataLoader's: the
+            # batch never reached the model, so no step (and no optimizer) was running - the loop's own phase
+            phase = "training_step"
         return phase
 
     def _guard_phase(self, ev: Event, tb: Traceback | None) -> str | None:

@@ -124,7 +124,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Terminated)( \(core dumped\))?[ \t]*\r?$"
     r"|\[\d+\]\s+\d+\s+(segmentation fault|abort|floating point exception|illegal hardware instruction"
     r"|terminated)\s+\S"
-    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception) encountered in worker"
+    # (its SIGBUS handler's line too, `ERROR: Unexpected bus error encountered in worker. This might be caused by
+    # insufficient shared memory (shm).`: the KB's fw-exitcode-7-sigbus-shm names the cause, the event places it)
+    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception|bus error) encountered in worker"
     # (a non-interactive bash's job report, jobs.c notify_of_job_status -> pretty_print_job(JLIST_NONINTERACTIVE):
     # `train.sh: line 29: 3411753 Segmentation fault      (core dumped) python main.py ...`, the status padded
     # and the command behind it; the words are strsignal(3)'s, bash siglist.c / glibc's sys_siglist)
@@ -229,7 +231,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Creating (?:\S+ )?ZeRO stage \d optimizer|DeepSpeed Basic Optimizer = |Using client Optimizer as basic optimizer"
     r"|Building extension module \w+|Error building extension '|ninja: build stopped: subcommand failed",
     # the training loop starts: HF Trainer (LLaMA-Factory, TRL), mmengine (XTuner)
-    "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
+    "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to "
+    # Megatron-LM's train() (megatron/training/training.py, and Megatron-DeepSpeed / Pai-Megatron-Patch's copies):
+    # print_datetime('before the start of training step') right before its iteration loop prints `[before the start of
+    # training step] datetime: 2025-05-06 12:45:42`; mmf's TrainerTrainingLoopMixin.training_loop
+    # (mmf/trainers/core/training_loop.py) logs `Starting training...` as its logger `mmf.trainers.core.training_loop`
+    r"|\[before the start of training step\] datetime: |trainers\.core\.training_loop: Starting training\b",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
     # evaluation markers that later training progress closes: Lightning's validation / sanity-check bars,
     # DeepSpeed-Chat's `***** Evaluating ...`, lm-eval's `Running <type> requests`, and the evaluation loops of
@@ -409,6 +416,10 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # `Epoch E | iter I step S | loss train: ...| iter time: ...`); step_count counts optimizer steps
     b"iter time: ",
     b"train time: ",
+    # Megatron-LM's training_log (megatron/training/training.py; Megatron-DeepSpeed and the forks too): `[2025-04-13
+    # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
+    # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
+    b"time per iteration (ms): ",
 )
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 _TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
@@ -417,6 +428,8 @@ _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
 _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 _METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
+# (Megatron's iteration counts optimizer steps: one global batch each)
+_MEGATRON = re.compile(r"\biteration\s{1,12}(\d{1,12})\s{0,12}/\s{0,12}(\d{1,12}) \|")
 _LITGPT = re.compile(r"\biter (\d{1,12}) step (\d{1,12})(?::| \|) loss\b.{0,120}\b(?:iter|train) time: ")
 
 
@@ -457,6 +470,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
     m7 = _LITGPT.search(text)
     if m7:
         return ("litgpt", log_int(m7.group(2)), None, None)
+    if "time per iteration (ms): " in text:
+        m8 = _MEGATRON.search(text)
+        if m8:
+            return ("megatron", log_int(m8.group(1)), log_int(m8.group(2)), None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):

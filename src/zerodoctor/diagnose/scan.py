@@ -82,6 +82,10 @@ FAILURE_KEYS = frozenset(
         "x:launch-shell-signal",
         "x:launch-child-signal",
         "x:launch-killing",
+        # torchrun's agent stopped by a signal (`Received 1 death signal, shutting down workers`) and a tool's report
+        # of exit status 137: launcher outcomes like the others above, the progress before them is where the run was
+        "x:launch-death-signal",
+        "x:launch-exit-137",
         "x:load-copy-error",
         "x:load-size-mismatch",
         "x:cuda-kernel-assert",
