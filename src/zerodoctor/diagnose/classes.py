@@ -1505,12 +1505,46 @@ def _silent_hang(first: Event, gap: int, last: LogLine, stop: LogLine) -> Failur
     )
 
 
+# Ray re-raises a task's exception on the caller as a class named after it (python/ray/exceptions.py
+# RayTaskError.as_instanceof_cause / make_dual_exception_type: `name = f"RayTaskError({cause_cls.__name__})"`), whose
+# str() is the task's own traceback - `ray::Actor.method() (pid=..., ip=...)`, its frames, then the cause's own
+# exception line. The wrapper's line names only the cause's type; that line says what failed.
+_RAY_WRAPPED = re.compile(r"RayTaskError\((?P<cause>[A-Za-z_]\w{0,120})\)")
+_RAY_CAUSE_LINES = 400  # (the task's traceback printed below the wrapper's line)
+
+
+def _ray_cause(facts: Facts, first: Event) -> Event | None:
+    """The exception a `RayTaskError(X)` first failure wraps: the first later `X:` line of the same log within the
+    task's traceback (None when the log does not hold it)."""
+    m = _RAY_WRAPPED.search(first.detail.split(":", 1)[0])
+    if m is None:
+        return None
+    cause = m.group("cause")
+    for ev in facts.events:
+        if (
+            ev.kind in ("exception", "cuda-oom", "host-oom")
+            and ev.line.source == first.line.source
+            and 0 < ev.line.lineno - first.line.lineno <= _RAY_CAUSE_LINES
+            and ev.detail.split(":", 1)[0].rsplit(".", 1)[-1] == cause
+        ):
+            return ev
+    return None
+
+
 def classify(
     facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
 ) -> FailureClass | None:
     """The class of the run's first failure (None when the log shows no failure)."""
     if first is None:
         return None
+    if first.kind in ("exception", "cuda-oom", "host-oom") and (cause := _ray_cause(facts, first)) is not None:
+        # the wrapper and its cause are one failure: classify the cause's own line (its type and message), in the
+        # wrapper's rank and phase where its own are not known
+        first = replace(
+            cause,
+            rank=cause.rank if cause.rank is not None else first.rank,
+            phase=cause.phase if cause.phase != "unknown" else first.phase,
+        )
     # the user's Ctrl-C: the KeyboardInterrupt itself, or the launcher's teardown right after a `^C`
     user_stop = "KeyboardInterrupt" in first.detail or any(
         ln.source == first.line.source and 0 <= first.line.lineno - ln.lineno <= 2 for ln in facts.interrupts
