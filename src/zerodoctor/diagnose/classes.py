@@ -1531,6 +1531,59 @@ def _ray_cause(facts: Facts, first: Event) -> Event | None:
     return None
 
 
+def _run_end_before(facts: Facts, ev: Event) -> LogLine | None:
+    """The last line before a failure that says its run reached its end (the trainer's `train_runtime` summary,
+    `Training completed`, `Training finished`: patterns.py `phase-finished`), in the same log; None if there is none."""
+    found: LogLine | None = None
+    for kind, m_line, m_seq in facts.markers:
+        if kind == "finished" and m_line.source == ev.line.source and m_seq < ev.seq:
+            found = m_line
+    return found
+
+
+# libstdc++'s verbose terminate handler's second line (vterminate.cc: `  what():  %s` under `terminate called after
+# throwing an instance of '%s'`), the line extract makes a C++ exception's event of
+_CPP_WHAT = re.compile(r"what\(\):\s")
+
+
+def _exit_after_end(
+    first: Event, code: str, end: LogLine, facts: Facts, said: str | None = None
+) -> FailureClass:
+    """A process that a signal ended after its run had printed its end: the exit status is a failure (a scheduler, a
+    CI job, torchrun see it), but the training itself had finished. What it was doing then - a save after the end
+    that had not said it was done, or the teardown at exit - is what the lines after the end show."""
+    # libstdc++'s `terminate called without an active exception` right before the abort (a std::thread still joinable
+    # when the process exits: native_messages.NO_EXCEPTION_DETAIL; extract drops it as a failure of its own)
+    said = said or next(
+        (
+            ln.text.strip()
+            for ln in facts.late_terminates
+            if ln.source == first.line.source and 0 <= first.line.lineno - ln.lineno <= 3
+        ),
+        None,
+    )
+    why = f" on `{clip(said, 160)}`" if said else ""
+    during = f" during {_phase(first)}" if first.phase != "unknown" else ""
+    return FailureClass(
+        "crash",
+        f"The process exited with {code} after the run had finished",
+        f"{_where(first)} exited with {code}{why}{during}, after the run had printed its end "
+        f"({end.location()}: {clip(end.text.strip(), 120)}): training was over; the exit status still reports the job "
+        "as failed.",
+        "whether everything after that end was written (a final save printed after it and not reported done was "
+        "cut), nor why the process aborted at exit (a native thread or library torn down with the process).",
+        "check that the output folder holds every file the final save writes; if a job step depends on the exit "
+        "status, run the script's teardown in isolation (destroy the process group, join threads) to find the abort.",
+        {
+            "rank": first.rank,
+            "exit_code": first.exit_code,
+            "phase": first.phase,
+            "line": first.line.location(),
+            "run_end": end.location(),
+        },
+    )
+
+
 def classify(
     facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
 ) -> FailureClass | None:
@@ -1625,6 +1678,14 @@ def classify(
         first.kind == "exception" and (_NCCL_OWN.search(first.detail) or _GLOO_PEER.search(first.detail))
     ):
         return _nccl_error(first, facts)
+    if (
+        first.kind == "exception"
+        and first.traceback is None
+        and _CPP_WHAT.search(first.line.text)
+        and (end := _run_end_before(facts, first)) is not None
+    ):
+        # a C++ exception that ended the process (std::terminate, then abort) after the run had printed its end
+        return _exit_after_end(first, "SIGABRT (a C++ exception reached std::terminate)", end, facts, first.detail)
     if first.kind == "exception":
         tb = first.traceback
         peers = same_exception(facts.tracebacks, tb) if tb is not None else []
@@ -1666,6 +1727,9 @@ def classify(
         code = "an exit code not in these logs" if first.exit_code is None else f"code {first.exit_code}"
         if first.exit_code is not None and abs(first.exit_code) in _SIGNAL_NAMES:
             code += f" ({_SIGNAL_NAMES[abs(first.exit_code)]})"
+        end = _run_end_before(facts, first)
+        if end is not None:
+            return _exit_after_end(first, code, end, facts)
         return FailureClass(
             "crash",
             f"A rank exited with {code}",

@@ -970,6 +970,9 @@ class Facts:
     signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
     warnings: list[tuple[str, LogLine]] = field(default_factory=list)  # (KB entry id, line), deduplicated
     interrupts: list[LogLine] = field(default_factory=list)  # a user's Ctrl-C (`^C`, KeyboardInterrupt)
+    # libstdc++'s `terminate called without an active exception` printed after the run's end (no failure of its own:
+    # the abort that follows it is, and names it)
+    late_terminates: list[LogLine] = field(default_factory=list)
     last_progress: Progress | None = None
     accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
     # the HF Trainer's save / evaluation interval in steps, as the run printed them (command line, arguments, config)
@@ -1876,6 +1879,11 @@ class Extractor:
                 ends[m_line.source] = max(ends.get(m_line.source, -1), m_seq)
         if not ends:
             return
+        self.facts.late_terminates = [
+            e.line
+            for e in self.facts.events
+            if e.detail == native_messages.NO_EXCEPTION_DETAIL and ends.get(e.line.source, -1) < e.seq
+        ]
         self.facts.events = [
             e
             for e in self.facts.events
