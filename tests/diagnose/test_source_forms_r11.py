@@ -253,3 +253,22 @@ def test_a_bars_line_number_is_its_own_when_a_later_line_holds_a_progress_litera
         pass
     end = stats.end_progress[str(log)]
     assert end is not None and (end.step, end.total, end.lineno) == (300, 300, 2)
+
+
+# ---- subprocess.CalledProcessError's tail on a line of its own ------------------------------------------------------
+def test_the_called_process_errors_signal_tail_alone_is_the_childs_kill(tmp_path):
+    """CPython's CalledProcessError.__str__ ends `died with <Signals.SIGKILL: 9>.`; a long command line puts it apart."""
+    text = (
+        "died with <Signals.SIGKILL: 9>.\n---\n"
+        "CalledProcessError: Command '['/venv/bin/python', 'train_network.py', '--enable_bucket',\n"
+    )
+    d = _run(tmp_path, text)
+    assert d.first_failure is not None and d.first_failure.exit_code == -9
+    assert d.findings[0].id in ("class:host-oom-kill", "host-oom-sigkill")
+
+
+def test_the_whole_called_process_error_line_is_one_failure(tmp_path):
+    """Near miss: the tail inside the exception's own line gives no second event."""
+    text = "subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py']' died with <Signals.SIGKILL: 9>.\n"
+    d = _run(tmp_path, text)
+    assert len(d.facts.events) == 1 and d.facts.events[0].exit_code == -9

@@ -1687,6 +1687,13 @@ class Extractor:
                 "exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index"))
             )
             return
+        died = _CALLED_PROCESS_SIGNAL.search(text) if "died with <Signals." in text else None
+        if died is not None:
+            # (the whole `CalledProcessError: Command ... died with` line is the exception's event: _exception)
+            number = log_int(died.group(1))
+            if not _EXC.match(text) and "CalledProcessError" not in text and number:
+                self._event("exit", line, hit, text.strip()[-300:], exit_code=-number)
+            return
         codes = [log_int(m.group("code")) for m in _LOKY_EXIT_CODES.finditer(text)]
         known = [c for c in codes if c is not None]
         if known:

@@ -116,7 +116,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # executor (joblib/externals/loky/process_executor.py TerminatedWorkerError: `The exit codes of the workers
     # are {SIGKILL(-9)}`)
     "launch-child-signal": r"process \d{1,6} terminated with signal SIG[A-Z]{2,8}"
-    r"|exit codes of the workers are \{[^}\n]{0,200}\}",
+    r"|exit codes of the workers are \{[^}\n]{0,200}\}"
+    # (and the tail of subprocess.CalledProcessError's text on a line of its own - CPython Lib/subprocess.py __str__:
+    # `Command '[...]' died with <Signals.SIGKILL: 9>.`, the command line long enough that a terminal or a paste puts
+    # the tail apart; accelerate launch's simple_launcher raises it for the training process)
+    r"|died with <Signals\.SIG[A-Z]{2,8}: \d{1,3}>",
     # the shell's report of a job another signal ended (bash prints strsignal(); zsh `[1]  26478 segmentation fault
     # python train.py`; Bus error is the KB's fw-exitcode-7-sigbus-shm), and a DataLoader worker's own report
     # (torch/csrc/DataLoader.cpp SIGSEGV/SIGFPE handlers)
