@@ -272,3 +272,29 @@ def test_the_whole_called_process_error_line_is_one_failure(tmp_path):
     text = "subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py']' died with <Signals.SIGKILL: 9>.\n"
     d = _run(tmp_path, text)
     assert len(d.facts.events) == 1 and d.facts.events[0].exit_code == -9
+
+
+# ---- nvcc's own fatal error: a compile that stopped ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        "nvcc fatal   : Unsupported gpu architecture 'compute_86'\n",
+        "nvcc fatal   : Value 'sm_90' is not defined for option 'gpu-architecture'\n",
+    ],
+)
+def test_nvccs_fatal_error_is_an_op_build_failure_even_without_the_extension_name(tmp_path, fatal):
+    """A paste that starts inside nvcc's command line (no `-DTORCH_EXTENSION_NAME=`): nvcc's fatal line is the build's."""
+    top = _top(tmp_path, "-gencode=arch=compute_86,code=compute_86 --use_fast_math -lineinfo\n" + fatal)
+    assert top.id == "class:op-build-failure"
+    assert fatal.split(":", 1)[1].strip()[:20] in top.message
+
+
+def test_an_nvcc_failure_the_run_went_on_after_is_no_failure(tmp_path):
+    """Near miss: a compile that failed, then the training loop started (the op was optional, a fallback was used)."""
+    text = (
+        "-gencode=arch=compute_86,code=compute_86 --use_fast_math -lineinfo\n"
+        "nvcc fatal   : Unsupported gpu architecture 'compute_86'\n"
+        "***** Running training *****\n  Num examples = 1000\n"
+    )
+    d = _run(tmp_path, text)
+    assert d.findings[0].severity is not Severity.ERROR

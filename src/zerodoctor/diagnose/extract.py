@@ -384,8 +384,10 @@ _TOOLCHAIN_FAILED = re.compile(
     r"|nvcc fatal +: .{1,200}|#error -- unsupported [A-Za-z ]{1,40} version!.{0,120}"
 )
 # gcc's notice after a fatal diagnostic (gcc/diagnostic.cc diagnostic_action_after_output, DK_FATAL: fnotice
-# "compilation terminated.\n"; clang prints none, its fatal error line alone stays the build's only word)
-_CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.")
+# "compilation terminated.\n"; clang prints none, its fatal error line alone stays the build's only word); and nvcc's
+# own fatal error (`nvcc fatal   : Unsupported gpu architecture 'compute_86'`, `nvcc fatal   : Value 'sm_90' is not
+# defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
+_CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
