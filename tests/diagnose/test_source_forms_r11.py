@@ -298,3 +298,26 @@ def test_an_nvcc_failure_the_run_went_on_after_is_no_failure(tmp_path):
     )
     d = _run(tmp_path, text)
     assert d.findings[0].severity is not Severity.ERROR
+
+
+# ---- xtuner's command line catching its mode's exception ------------------------------------------------------------
+XTUNER_ERROR = (
+    "10/18 16:45:32 - mmengine - WARNING - WARNING: command error: ''Adafactor is already registered in optimizer at "
+    "torch.optim''!\n"
+    "10/18 16:45:32 - mmengine - WARNING - \n"
+    "    Arguments received: ['xtuner', 'train', 'cfg.py', '--deepspeed', 'deepspeed_zero2']. xtuner commands use the "
+    "following syntax:\n"
+)
+
+
+def test_xtuners_command_error_is_the_failure(tmp_path):
+    top = _top(tmp_path, XTUNER_ERROR)
+    assert top.severity is Severity.ERROR and top.id == "class:crash"
+    assert "Adafactor is already registered" in top.message
+
+
+def test_xtuners_command_error_without_an_exception_is_none(tmp_path):
+    """Near miss: `WARNING: command error!` (an unknown mode: the usage text, no exception caught) is no such event."""
+    text = "10/18 16:45:32 - mmengine - WARNING - WARNING: command error!\n"
+    d = _run(tmp_path, text)
+    assert not d.facts.events

@@ -360,6 +360,8 @@ ARGPARSE = re.compile(
     r"|argument -{1,2}[\w-]{1,60}(?:/-{1,2}[\w-]{1,60})?: (?:invalid|expected|not allowed|ignored).{0,240})$"
 )
 ARGPARSE_TYPE = "argparse error"
+# xtuner's command line reporting the exception its mode raised (patterns.py `xtuner-cmd-error`)
+_XTUNER_CMD_ERROR = re.compile(r"WARNING: command error: '(.{1,400})'!\s*$")
 _CUDA_CHECK_RETURN = re.compile(
     r"Error ([a-z][a-z ]{2,60}) at line \d{1,7} in file (\S{1,300}\.(?:cu|cuh|cpp|c))\b"
 )
@@ -1200,6 +1202,11 @@ class Extractor:
                 # (finish decides, as for a quoted import: a script of several commands goes on after one refused)
                 said = f"{ARGPARSE_TYPE}: {a.group(1).strip()}: {a.group(2).strip()}"
                 self._quoted_imports.append((line, hit, said))
+        if "x:xtuner-cmd-error" in keys:
+            x = _XTUNER_CMD_ERROR.search(line.text)
+            if x is not None and len(self._quoted_imports) < MAX_EVENTS:
+                # (the exception's str() only: its type is not printed; finish decides, as for argparse's refusal)
+                self._quoted_imports.append((line, hit, f"xtuner command error: {x.group(1).strip()}"))
         if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
             ka = _KERNEL_ASSERT.search(line.text)
             if ka:  # one event per log: every GPU thread prints the same assertion

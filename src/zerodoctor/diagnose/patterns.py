@@ -302,6 +302,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # a script's argparse refusing its command line (extract.ARGPARSE names the messages): `train.py: error:
     # unrecognized arguments: --local-rank=0`
     "argparse": r": error: (unrecognized arguments: |the following arguments are required: |argument -)",
+    # xtuner's command line catching what its mode raised (xtuner/entry_point.py cli: `except Exception as e:
+    # print_log(f"WARNING: command error: '{e}'!", ...)`, then the usage text and `return`): the command did not run
+    "xtuner-cmd-error": r"WARNING: command error: '.{1,400}'!",
     "cpp-terminate": r"terminate called after throwing an instance of '",
     # a shell that could not run a command: the launcher, the interpreter or a tool is not installed or not on PATH
     # (extract.NOT_FOUND lists each shell's wording and its source)
