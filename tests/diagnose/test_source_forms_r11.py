@@ -321,3 +321,48 @@ def test_xtuners_command_error_without_an_exception_is_none(tmp_path):
     text = "10/18 16:45:32 - mmengine - WARNING - WARNING: command error!\n"
     d = _run(tmp_path, text)
     assert not d.facts.events
+
+
+# ---- a c10::Error logged by torch's C++ logging, its backtrace header below -----------------------------------------
+RAISED = (
+    "Exception raised from OperationSetup at build/third_party/op-plugin/op_plugin/CMakeFiles/op_plugin_atb.dir/"
+    "compiler_depend.ts:129 (most recent call first):\n"
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0xb8 (0xffffadcec908 in /env/torch/lib/libc10.so)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        "[rank0]:[E326 08:57:33.451117940 compiler_depend.ts:418] setup failed!\n",  # torch >= 2.3's own format
+        "[E compiler_depend.ts:418] setup failed!\n",  # torch 1.x / 2.0-2.2 (glog without time)
+    ],
+)
+def test_a_logged_c10_error_with_its_backtrace_header_is_the_failure(tmp_path, err):
+    top = _top(tmp_path, err + RAISED)
+    assert top.severity is Severity.ERROR and top.id == "class:crash"
+    assert "setup failed!" in top.message
+
+
+def test_a_watchdogs_error_line_above_the_header_stays_the_watchdogs(tmp_path):
+    """Near miss: the error line is already a failure (the watchdog's timeout): no second one from the header."""
+    text = (
+        "[rank1]:[E1018 02:19:35.112000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600080 "
+        "milliseconds before timing out.\n"
+        "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:618 (most recent call "
+        "first):\n"
+    )
+    d = _run(tmp_path, text)
+    assert {e.kind for e in d.facts.events} == {
+        "watchdog"
+    }  # (the header names checkTimeout: the watchdog's too)
+
+
+def test_a_c10_error_line_alone_is_no_failure(tmp_path):
+    """Near miss: torch's C++ error log lines without a raised exception's header (c10d retrying a connection)."""
+    text = (
+        "[W socket.cpp:464] [c10d] The server socket has failed to bind.\n[E socket.cpp:957] retrying in 1s\n"
+    )
+    d = _run(tmp_path, text)
+    assert not d.facts.events

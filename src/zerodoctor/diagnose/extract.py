@@ -360,6 +360,8 @@ ARGPARSE = re.compile(
     r"|argument -{1,2}[\w-]{1,60}(?:/-{1,2}[\w-]{1,60})?: (?:invalid|expected|not allowed|ignored).{0,240})$"
 )
 ARGPARSE_TYPE = "argparse error"
+# an error line of torch's C++ logging (patterns.py `glog-error`): its message
+_GLOG_ERROR = re.compile(r"^\s*\[E(?:\d{3,4} \d\d:\d\d:\d\d\.\d{3,9})? [^\]\n]{1,120}:\d{1,6}\] (.{1,300})$")
 # xtuner's command line reporting the exception its mode raised (patterns.py `xtuner-cmd-error`)
 _XTUNER_CMD_ERROR = re.compile(r"WARNING: command error: '(.{1,400})'!\s*$")
 _CUDA_CHECK_RETURN = re.compile(
@@ -1071,6 +1073,8 @@ class Extractor:
         self._cpp_type: dict[
             str, tuple[str, int]
         ] = {}  # source -> (C++ exception type, line) of `terminate ...`
+        # the last error line of torch's C++ logging per source (patterns.py `glog-error`): (line, hit, message)
+        self._glog_error: dict[str, tuple[LogLine, Hit, str]] = {}
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
         self._ninja_ext: dict[
             str, str
@@ -1168,6 +1172,12 @@ class Extractor:
             m = _VALIDATION.search(line.text)
             if m:
                 self._event("exception", line, hit, f"ValidationError: {m.group(0)}")
+        if "x:glog-error" in keys:
+            g = _GLOG_ERROR.match(line.text)
+            if g is not None:
+                self._glog_error[line.source] = (line, hit, g.group(1).strip())
+        if "x:cpp-raised" in keys and not _EXC.match(line.text):
+            self._cpp_raised(line)
         if "x:cpp-terminate" in keys:
             t = _TERMINATE.search(line.text)
             if t:
@@ -1708,6 +1718,18 @@ class Extractor:
         if known:
             code = -9 if -9 in known else known[0]
             self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
+
+    def _cpp_raised(self, line: LogLine) -> None:
+        """A c10::Error's backtrace header right below an error line of torch's C++ logging: that line is the error's
+        message, logged where no Python exception line was printed (torch_npu's operator plugins, an error logged
+        before it is raised); an error line that is already a failure (a watchdog's, NCCL's) is left to it."""
+        got = self._glog_error.get(line.source)
+        if got is None or got[0].lineno != line.lineno - 1:
+            return
+        err_line, err_hit, message = got
+        if any(e.line.source == err_line.source and e.line.lineno == err_line.lineno for e in self.facts.events[-8:]):
+            return
+        self._event("exception", err_line, err_hit, f"c10::Error: {message}"[:300])
 
     def _event(
         self,

@@ -306,6 +306,13 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # print_log(f"WARNING: command error: '{e}'!", ...)`, then the usage text and `return`): the command did not run
     "xtuner-cmd-error": r"WARNING: command error: '.{1,400}'!",
     "cpp-terminate": r"terminate called after throwing an instance of '",
+    # a c10::Error's backtrace header (c10/util/Exception.cpp Error::Error(SourceLocation, msg): `Exception raised from
+    # FUNC at FILE:LINE (most recent call first):`; Habana's bridge throws it as `Habana exception raised from ...`),
+    # and an error line of torch's C++ logging (c10/util/logging_is_google_glog.h / c10's own: `[E326
+    # 08:57:33.451117940 compiler_depend.ts:418] msg` from torch 2.3, `[E ProcessGroupNCCL.cpp:587] msg` before) -
+    # extract pairs them: such an error line right above the header is the exception's message
+    "cpp-raised": r"[Ee]xception raised from \S{1,200} at \S{1,300} \(most recent call first\):",
+    "glog-error": r"\[E(\d{3,4} \d\d:\d\d:\d\d\.\d{3,9})? [^\]\n]{1,120}:\d{1,6}\] \S",
     # a shell that could not run a command: the launcher, the interpreter or a tool is not installed or not on PATH
     # (extract.NOT_FOUND lists each shell's wording and its source)
     "shell-not-found": r": command not found|command not found: [\w.+-]|: \d+: [\w./+-]+: not found\s*$"
