@@ -366,3 +366,20 @@ def test_a_c10_error_line_alone_is_no_failure(tmp_path):
     )
     d = _run(tmp_path, text)
     assert not d.facts.events
+
+
+# ---- HfArgumentParser's refusal quoted in a sentence ------------------------------------------------------------------
+def test_hfargumentparsers_refusal_quoted_in_prose_is_a_config_rejection(tmp_path):
+    text = (
+        "When I run the finetune_dpo.sh, an error occures: ValueError: Some specified arguments are not used by the "
+        "HfArgumentParser: ['--task', 'DPO', '--dpo_beta', '0.1'] \nAny solution? Thanks!\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.id == "class:config-rejected"
+    assert "key: task, dpo_beta)" in top.message  # the flags, not their values
+
+
+def test_a_sentence_naming_the_parser_without_its_message_is_no_failure(tmp_path):
+    """Near miss: prose about HfArgumentParser, no ValueError text of its own."""
+    d = _run(tmp_path, "I parse my flags with HfArgumentParser: ['--task'] works fine.\n")
+    assert not d.facts.events

@@ -1283,11 +1283,12 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             and not raised.function.endswith(_FILE_RESOLVERS)
         )
     ):
-        keys = list(
-            dict.fromkeys(
-                k.group("key") or k.group("flag") or k.group("kv") for k in _KEY_VALUE.finditer(message)
-            )
-        )[:5]
+        found = list(_KEY_VALUE.finditer(message))
+        if "'--" in message:
+            # an argv list quoted in the message (HfArgumentParser's unused `['--task', 'DPO', ...]`): the flags are
+            # the keys, the quoted items between them their values
+            found = [k for k in found if k.group("flag")]
+        keys = list(dict.fromkeys(k.group("key") or k.group("flag") or k.group("kv") for k in found))[:5]
         data["keys"] = keys
         cm = _CONFIG_CLASS.search(message)
         if cm:

@@ -113,6 +113,13 @@ _QUOTED_DTYPE = re.compile(
     r"|Found dtype \w{1,20} but expected \w{1,20}"
     r"|Expected query, key,? and value to have the same dtype)[^\n]{0,200})"
 )
+# transformers' HfArgumentParser refusing a script's flags, quoted inside a sentence ("an error occures: ValueError: Some
+# specified arguments are not used by the HfArgumentParser: ['--task', 'DPO']"): hf_argparser.py
+# parse_args_into_dataclasses builds it (`raise ValueError(f"Some specified arguments are not used by the
+# HfArgumentParser: {remaining_args}")`, transformers 4.x-5.x), certain wherever it stands; the list ends the message
+_QUOTED_HF_ARGS = re.compile(
+    r"(?<![A-Za-z0-9_.])(ValueError): (Some specified arguments are not used by the HfArgumentParser: \[[^\]\n]{0,400}\])"
+)
 # CPython's own refusal of a keyword the callee does not take, quoted inside a sentence (a UI's `Exception initializing
 # accelerator: Accelerator.__init__() got an unexpected keyword argument 'project_dir'`): the text the interpreter
 # builds for the call (Python/ceval.c / getargs.c, `%U() got an unexpected keyword argument '%S'`; the callee's
@@ -1493,7 +1500,11 @@ class Extractor:
             # exception rich prints below the box's bottom border (rich/traceback.py _render_exception) follows `╯`
             m = _EXC.match(line.text.rsplit("╯", 1)[1])
         if not m:
-            quoted = _QUOTED_IMPORT.search(line.text) or _QUOTED_DTYPE.search(line.text)
+            quoted = (
+                _QUOTED_IMPORT.search(line.text)
+                or _QUOTED_DTYPE.search(line.text)
+                or _QUOTED_HF_ARGS.search(line.text)
+            )
             if quoted is not None and self._open_tb(line) is None:
                 if len(self._quoted_imports) < MAX_EVENTS:
                     self._quoted_imports.append((line, hit, f"{quoted.group(1)}: {quoted.group(2)}"))
