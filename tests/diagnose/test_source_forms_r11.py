@@ -383,3 +383,27 @@ def test_a_sentence_naming_the_parser_without_its_message_is_no_failure(tmp_path
     """Near miss: prose about HfArgumentParser, no ValueError text of its own."""
     d = _run(tmp_path, "I parse my flags with HfArgumentParser: ['--task'] works fine.\n")
     assert not d.facts.events
+
+
+# ---- a tqdm bar cut after its bar characters ------------------------------------------------------------------------
+OOM_LINE = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 284.00 MiB (GPU 0; 31.75 GiB total capacity; "
+    "27.12 GiB already allocated; 99.50 MiB free; 30.44 GiB reserved in total by PyTorch)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "bar,phase",
+    [
+        (" 10%|███████████████████▌\n", "training_step"),
+        ("  0%|\n", "first_optimizer_step"),
+    ],
+)
+def test_a_cut_bar_redrawn_after_a_failure_places_it(tmp_path, bar, phase):
+    """tqdm redraws its bar when the failure closes it; a paste cut after the bar characters keeps its percentage."""
+    assert _top(tmp_path, OOM_LINE + bar).data["phase"] == phase
+
+
+def test_a_table_row_with_a_percentage_is_no_bar(tmp_path):
+    """Near miss: a Markdown table's cell is no tqdm bar (it does not start the line)."""
+    assert _top(tmp_path, OOM_LINE + "| gpu | 10%| x |\n").data["phase"] == "unknown"

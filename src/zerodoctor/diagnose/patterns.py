@@ -434,8 +434,13 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
     # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
     b"time per iteration (ms): ",
+    # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
+    # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start
+    b"%|",
 )
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
+# (a bar with no description whose counts were cut off: its percentage is all it shows)
+_PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")
 _TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
 _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
@@ -469,6 +474,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
         last = ("tqdm", log_int(m.group(1)), log_int(m.group(2)), None)
     if last is not None:
         return last
+    pct = _PCT_BAR.match(text)
+    if pct is not None and "|" not in text[pct.end() :]:
+        # the bar's percentage out of 100 (kind `tqdm-pct`: no step count to compare with a save interval)
+        return ("tqdm-pct", min(log_int(pct.group(1)) or 0, 100), 100, None)
     m2 = _HF.search(text)
     if m2:
         return ("trainer", None, None, log_float(m2.group(1)))
