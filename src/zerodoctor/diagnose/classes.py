@@ -1283,11 +1283,12 @@ def _exception_class(ev: Event, versions: Mapping[str, str], beside: Traceback |
             and not raised.function.endswith(_FILE_RESOLVERS)
         )
     ):
-        keys = list(
-            dict.fromkeys(
-                k.group("key") or k.group("flag") or k.group("kv") for k in _KEY_VALUE.finditer(message)
-            )
-        )[:5]
+        found = list(_KEY_VALUE.finditer(message))
+        if "'--" in message:
+            # an argv list quoted in the message (HfArgumentParser's unused `['--task', 'DPO', ...]`): the flags are
+            # the keys, the quoted items between them their values
+            found = [k for k in found if k.group("flag")]
+        keys = list(dict.fromkeys(k.group("key") or k.group("flag") or k.group("kv") for k in found))[:5]
         data["keys"] = keys
         cm = _CONFIG_CLASS.search(message)
         if cm:
@@ -1505,12 +1506,99 @@ def _silent_hang(first: Event, gap: int, last: LogLine, stop: LogLine) -> Failur
     )
 
 
+# Ray re-raises a task's exception on the caller as a class named after it (python/ray/exceptions.py
+# RayTaskError.as_instanceof_cause / make_dual_exception_type: `name = f"RayTaskError({cause_cls.__name__})"`), whose
+# str() is the task's own traceback - `ray::Actor.method() (pid=..., ip=...)`, its frames, then the cause's own
+# exception line. The wrapper's line names only the cause's type; that line says what failed.
+_RAY_WRAPPED = re.compile(r"RayTaskError\((?P<cause>[A-Za-z_]\w{0,120})\)")
+_RAY_CAUSE_LINES = 400  # (the task's traceback printed below the wrapper's line)
+
+
+def _ray_cause(facts: Facts, first: Event) -> Event | None:
+    """The exception a `RayTaskError(X)` first failure wraps: the first later `X:` line of the same log within the
+    task's traceback (None when the log does not hold it)."""
+    m = _RAY_WRAPPED.search(first.detail.split(":", 1)[0])
+    if m is None:
+        return None
+    cause = m.group("cause")
+    for ev in facts.events:
+        if (
+            ev.kind in ("exception", "cuda-oom", "host-oom")
+            and ev.line.source == first.line.source
+            and 0 < ev.line.lineno - first.line.lineno <= _RAY_CAUSE_LINES
+            and ev.detail.split(":", 1)[0].rsplit(".", 1)[-1] == cause
+        ):
+            return ev
+    return None
+
+
+def _run_end_before(facts: Facts, ev: Event) -> LogLine | None:
+    """The last line before a failure that says its run reached its end (the trainer's `train_runtime` summary,
+    `Training completed`, `Training finished`: patterns.py `phase-finished`), in the same log; None if there is none."""
+    found: LogLine | None = None
+    for kind, m_line, m_seq in facts.markers:
+        if kind == "finished" and m_line.source == ev.line.source and m_seq < ev.seq:
+            found = m_line
+    return found
+
+
+# libstdc++'s verbose terminate handler's second line (vterminate.cc: `  what():  %s` under `terminate called after
+# throwing an instance of '%s'`), the line extract makes a C++ exception's event of
+_CPP_WHAT = re.compile(r"what\(\):\s")
+
+
+def _exit_after_end(
+    first: Event, code: str, end: LogLine, facts: Facts, said: str | None = None
+) -> FailureClass:
+    """A process that a signal ended after its run had printed its end: the exit status is a failure (a scheduler, a
+    CI job, torchrun see it), but the training itself had finished. What it was doing then - a save after the end
+    that had not said it was done, or the teardown at exit - is what the lines after the end show."""
+    # libstdc++'s `terminate called without an active exception` right before the abort (a std::thread still joinable
+    # when the process exits: native_messages.NO_EXCEPTION_DETAIL; extract drops it as a failure of its own)
+    said = said or next(
+        (
+            ln.text.strip()
+            for ln in facts.late_terminates
+            if ln.source == first.line.source and 0 <= first.line.lineno - ln.lineno <= 3
+        ),
+        None,
+    )
+    why = f" on `{clip(said, 160)}`" if said else ""
+    during = f" during {_phase(first)}" if first.phase != "unknown" else ""
+    return FailureClass(
+        "crash",
+        f"The process exited with {code} after the run had finished",
+        f"{_where(first)} exited with {code}{why}{during}, after the run had printed its end "
+        f"({end.location()}: {clip(end.text.strip(), 120)}): training was over; the exit status still reports the job "
+        "as failed.",
+        "whether everything after that end was written (a final save printed after it and not reported done was "
+        "cut), nor why the process aborted at exit (a native thread or library torn down with the process).",
+        "check that the output folder holds every file the final save writes; if a job step depends on the exit "
+        "status, run the script's teardown in isolation (destroy the process group, join threads) to find the abort.",
+        {
+            "rank": first.rank,
+            "exit_code": first.exit_code,
+            "phase": first.phase,
+            "line": first.line.location(),
+            "run_end": end.location(),
+        },
+    )
+
+
 def classify(
     facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
 ) -> FailureClass | None:
     """The class of the run's first failure (None when the log shows no failure)."""
     if first is None:
         return None
+    if first.kind in ("exception", "cuda-oom", "host-oom") and (cause := _ray_cause(facts, first)) is not None:
+        # the wrapper and its cause are one failure: classify the cause's own line (its type and message), in the
+        # wrapper's rank and phase where its own are not known
+        first = replace(
+            cause,
+            rank=cause.rank if cause.rank is not None else first.rank,
+            phase=cause.phase if cause.phase != "unknown" else first.phase,
+        )
     # the user's Ctrl-C: the KeyboardInterrupt itself, or the launcher's teardown right after a `^C`
     user_stop = "KeyboardInterrupt" in first.detail or any(
         ln.source == first.line.source and 0 <= first.line.lineno - ln.lineno <= 2 for ln in facts.interrupts
@@ -1591,6 +1679,14 @@ def classify(
         first.kind == "exception" and (_NCCL_OWN.search(first.detail) or _GLOO_PEER.search(first.detail))
     ):
         return _nccl_error(first, facts)
+    if (
+        first.kind == "exception"
+        and first.traceback is None
+        and _CPP_WHAT.search(first.line.text)
+        and (end := _run_end_before(facts, first)) is not None
+    ):
+        # a C++ exception that ended the process (std::terminate, then abort) after the run had printed its end
+        return _exit_after_end(first, "SIGABRT (a C++ exception reached std::terminate)", end, facts, first.detail)
     if first.kind == "exception":
         tb = first.traceback
         peers = same_exception(facts.tracebacks, tb) if tb is not None else []
@@ -1632,6 +1728,9 @@ def classify(
         code = "an exit code not in these logs" if first.exit_code is None else f"code {first.exit_code}"
         if first.exit_code is not None and abs(first.exit_code) in _SIGNAL_NAMES:
             code += f" ({_SIGNAL_NAMES[abs(first.exit_code)]})"
+        end = _run_end_before(facts, first)
+        if end is not None:
+            return _exit_after_end(first, code, end, facts)
         return FailureClass(
             "crash",
             f"A rank exited with {code}",

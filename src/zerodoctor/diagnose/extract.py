@@ -113,6 +113,13 @@ _QUOTED_DTYPE = re.compile(
     r"|Found dtype \w{1,20} but expected \w{1,20}"
     r"|Expected query, key,? and value to have the same dtype)[^\n]{0,200})"
 )
+# transformers' HfArgumentParser refusing a script's flags, quoted inside a sentence ("an error occures: ValueError: Some
+# specified arguments are not used by the HfArgumentParser: ['--task', 'DPO']"): hf_argparser.py
+# parse_args_into_dataclasses builds it (`raise ValueError(f"Some specified arguments are not used by the
+# HfArgumentParser: {remaining_args}")`, transformers 4.x-5.x), certain wherever it stands; the list ends the message
+_QUOTED_HF_ARGS = re.compile(
+    r"(?<![A-Za-z0-9_.])(ValueError): (Some specified arguments are not used by the HfArgumentParser: \[[^\]\n]{0,400}\])"
+)
 # CPython's own refusal of a keyword the callee does not take, quoted inside a sentence (a UI's `Exception initializing
 # accelerator: Accelerator.__init__() got an unexpected keyword argument 'project_dir'`): the text the interpreter
 # builds for the call (Python/ceval.c / getargs.c, `%U() got an unexpected keyword argument '%S'`; the callee's
@@ -360,6 +367,10 @@ ARGPARSE = re.compile(
     r"|argument -{1,2}[\w-]{1,60}(?:/-{1,2}[\w-]{1,60})?: (?:invalid|expected|not allowed|ignored).{0,240})$"
 )
 ARGPARSE_TYPE = "argparse error"
+# an error line of torch's C++ logging (patterns.py `glog-error`): its message
+_GLOG_ERROR = re.compile(r"^\s*\[E(?:\d{3,4} \d\d:\d\d:\d\d\.\d{3,9})? [^\]\n]{1,120}:\d{1,6}\] (.{1,300})$")
+# xtuner's command line reporting the exception its mode raised (patterns.py `xtuner-cmd-error`)
+_XTUNER_CMD_ERROR = re.compile(r"WARNING: command error: '(.{1,400})'!\s*$")
 _CUDA_CHECK_RETURN = re.compile(
     r"Error ([a-z][a-z ]{2,60}) at line \d{1,7} in file (\S{1,300}\.(?:cu|cuh|cpp|c))\b"
 )
@@ -384,8 +395,10 @@ _TOOLCHAIN_FAILED = re.compile(
     r"|nvcc fatal +: .{1,200}|#error -- unsupported [A-Za-z ]{1,40} version!.{0,120}"
 )
 # gcc's notice after a fatal diagnostic (gcc/diagnostic.cc diagnostic_action_after_output, DK_FATAL: fnotice
-# "compilation terminated.\n"; clang prints none, its fatal error line alone stays the build's only word)
-_CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.")
+# "compilation terminated.\n"; clang prints none, its fatal error line alone stays the build's only word); and nvcc's
+# own fatal error (`nvcc fatal   : Unsupported gpu architecture 'compute_86'`, `nvcc fatal   : Value 'sm_90' is not
+# defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
+_CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -414,6 +427,23 @@ def _fetching_data(tb: Traceback) -> bool:
     return any(f.func in _DATA_FUNCS and "torch/utils/data/" in f.file.replace("\\", "/") for f in tb.frames)
 
 
+# a DataLoader worker's death as torch reports it: the main process's `DataLoader worker (pid N) is killed by signal:
+# Killed.` / `... exited unexpectedly with exit code 1.` (torch/csrc/DataLoader.cpp THPModule_errorIfAnyWorkerFails),
+# `DataLoader worker (pid(s) 12, 13) exited unexpectedly` (torch/utils/data/dataloader.py _try_get_data), and the
+# worker's own signal handler lines (DataLoader.cpp SIGNAL_HANDLER: `ERROR: Unexpected bus error encountered in worker.`,
+# `... segmentation fault ...`, `... floating-point exception ...`)
+_WORKER_DIED = re.compile(
+    r"DataLoader worker \(pids?(?:\(s\))? [\d, ]{1,200}\) (?:is killed by signal|exited unexpectedly)"
+    r"|Unexpected (?:bus error|segmentation fault|floating-point exception) encountered in worker"
+)
+
+
+def _fetching_batch(ev: Event, tb: Traceback | None) -> bool:
+    """Whether a failure happened fetching a batch: its frames are the DataLoader's, or its line is a DataLoader
+    worker's death."""
+    return (tb is not None and _fetching_data(tb)) or _WORKER_DIED.search(ev.detail) is not None
+
+
 # The shell's report of a foreground job a signal ended (bash prints strsignal(3) of it, zsh its own word):
 # the exit code a launcher would have printed for it
 _SHELL_SIGNALS = (
@@ -421,6 +451,7 @@ _SHELL_SIGNALS = (
     ("abort", -6),
     ("floating point exception", -8),
     ("floating-point exception", -8),  # a DataLoader worker's own report (torch/csrc/DataLoader.cpp)
+    ("unexpected bus error", -7),  # (the worker's SIGBUS handler, DataLoader.cpp handler_SIGBUS)
     ("illegal", -4),
     ("terminated", -15),
 )
@@ -952,6 +983,9 @@ class Facts:
     signature_lines: dict[str, dict[str, list[tuple[int, LogLine]]]] = field(default_factory=dict)
     warnings: list[tuple[str, LogLine]] = field(default_factory=list)  # (KB entry id, line), deduplicated
     interrupts: list[LogLine] = field(default_factory=list)  # a user's Ctrl-C (`^C`, KeyboardInterrupt)
+    # libstdc++'s `terminate called without an active exception` printed after the run's end (no failure of its own:
+    # the abort that follows it is, and names it)
+    late_terminates: list[LogLine] = field(default_factory=list)
     last_progress: Progress | None = None
     accumulation: int | None = None  # gradient accumulation the run printed (micro-steps per optimizer step)
     # the HF Trainer's save / evaluation interval in steps, as the run printed them (command line, arguments, config)
@@ -1046,6 +1080,8 @@ class Extractor:
         self._cpp_type: dict[
             str, tuple[str, int]
         ] = {}  # source -> (C++ exception type, line) of `terminate ...`
+        # the last error line of torch's C++ logging per source (patterns.py `glog-error`): (line, hit, message)
+        self._glog_error: dict[str, tuple[LogLine, Hit, str]] = {}
         self._teardown: tuple[LogLine, Hit] | None = None  # DeepSpeed's launcher killing the other ranks
         self._ninja_ext: dict[
             str, str
@@ -1143,6 +1179,12 @@ class Extractor:
             m = _VALIDATION.search(line.text)
             if m:
                 self._event("exception", line, hit, f"ValidationError: {m.group(0)}")
+        if "x:glog-error" in keys:
+            g = _GLOG_ERROR.match(line.text)
+            if g is not None:
+                self._glog_error[line.source] = (line, hit, g.group(1).strip())
+        if "x:cpp-raised" in keys and not _EXC.match(line.text):
+            self._cpp_raised(line)
         if "x:cpp-terminate" in keys:
             t = _TERMINATE.search(line.text)
             if t:
@@ -1177,6 +1219,11 @@ class Extractor:
                 # (finish decides, as for a quoted import: a script of several commands goes on after one refused)
                 said = f"{ARGPARSE_TYPE}: {a.group(1).strip()}: {a.group(2).strip()}"
                 self._quoted_imports.append((line, hit, said))
+        if "x:xtuner-cmd-error" in keys:
+            x = _XTUNER_CMD_ERROR.search(line.text)
+            if x is not None and len(self._quoted_imports) < MAX_EVENTS:
+                # (the exception's str() only: its type is not printed; finish decides, as for argparse's refusal)
+                self._quoted_imports.append((line, hit, f"xtuner command error: {x.group(1).strip()}"))
         if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
             ka = _KERNEL_ASSERT.search(line.text)
             if ka:  # one event per log: every GPU thread prints the same assertion
@@ -1453,7 +1500,11 @@ class Extractor:
             # exception rich prints below the box's bottom border (rich/traceback.py _render_exception) follows `╯`
             m = _EXC.match(line.text.rsplit("╯", 1)[1])
         if not m:
-            quoted = _QUOTED_IMPORT.search(line.text) or _QUOTED_DTYPE.search(line.text)
+            quoted = (
+                _QUOTED_IMPORT.search(line.text)
+                or _QUOTED_DTYPE.search(line.text)
+                or _QUOTED_HF_ARGS.search(line.text)
+            )
             if quoted is not None and self._open_tb(line) is None:
                 if len(self._quoted_imports) < MAX_EVENTS:
                     self._quoted_imports.append((line, hit, f"{quoted.group(1)}: {quoted.group(2)}"))
@@ -1666,11 +1717,30 @@ class Extractor:
                 "exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index"))
             )
             return
+        died = _CALLED_PROCESS_SIGNAL.search(text) if "died with <Signals." in text else None
+        if died is not None:
+            # (the whole `CalledProcessError: Command ... died with` line is the exception's event: _exception)
+            number = log_int(died.group(1))
+            if not _EXC.match(text) and "CalledProcessError" not in text and number:
+                self._event("exit", line, hit, text.strip()[-300:], exit_code=-number)
+            return
         codes = [log_int(m.group("code")) for m in _LOKY_EXIT_CODES.finditer(text)]
         known = [c for c in codes if c is not None]
         if known:
             code = -9 if -9 in known else known[0]
             self._event("exit", line, hit, text.strip()[-300:], exit_code=code)
+
+    def _cpp_raised(self, line: LogLine) -> None:
+        """A c10::Error's backtrace header right below an error line of torch's C++ logging: that line is the error's
+        message, logged where no Python exception line was printed (torch_npu's operator plugins, an error logged
+        before it is raised); an error line that is already a failure (a watchdog's, NCCL's) is left to it."""
+        got = self._glog_error.get(line.source)
+        if got is None or got[0].lineno != line.lineno - 1:
+            return
+        err_line, err_hit, message = got
+        if any(e.line.source == err_line.source and e.line.lineno == err_line.lineno for e in self.facts.events[-8:]):
+            return
+        self._event("exception", err_line, err_hit, f"c10::Error: {message}"[:300])
 
     def _event(
         self,
@@ -1858,6 +1928,11 @@ class Extractor:
                 ends[m_line.source] = max(ends.get(m_line.source, -1), m_seq)
         if not ends:
             return
+        self.facts.late_terminates = [
+            e.line
+            for e in self.facts.events
+            if e.detail == native_messages.NO_EXCEPTION_DETAIL and ends.get(e.line.source, -1) < e.seq
+        ]
         self.facts.events = [
             e
             for e in self.facts.events
@@ -2022,6 +2097,10 @@ class Extractor:
                 phase = "epoch_end" if save is not None and _EPOCH_SAVE.search(save.text) else "training_step"
         if phase == "unknown" and ev.kind in ("watchdog", "nccl"):
             phase = self._collective_phase(ev)
+        if phase == "first_optimizer_step" and _fetching_batch(ev, tb):
+            # the training loop had started (its marker, or a bar at step 0), but the failure is the DataLoader's: the
+            # batch never reached the model, so no step (and no optimizer) was running - the loop's own phase
+            phase = "training_step"
         return phase
 
     def _guard_phase(self, ev: Event, tb: Traceback | None) -> str | None:

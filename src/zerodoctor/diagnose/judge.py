@@ -735,7 +735,7 @@ def _no_known_failure(
         if oom is not None:
             msg += " " + oom.explain()
     data: dict[str, Any] = {
-        "phase": shown.phase if shown is not None else "unknown",
+        "phase": shown.phase if shown is not None else facts.end_phase,
         "first_failure": _first_failure_data(first),
     }
     if last_exc is not None:

@@ -116,7 +116,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # executor (joblib/externals/loky/process_executor.py TerminatedWorkerError: `The exit codes of the workers
     # are {SIGKILL(-9)}`)
     "launch-child-signal": r"process \d{1,6} terminated with signal SIG[A-Z]{2,8}"
-    r"|exit codes of the workers are \{[^}\n]{0,200}\}",
+    r"|exit codes of the workers are \{[^}\n]{0,200}\}"
+    # (and the tail of subprocess.CalledProcessError's text on a line of its own - CPython Lib/subprocess.py __str__:
+    # `Command '[...]' died with <Signals.SIGKILL: 9>.`, the command line long enough that a terminal or a paste puts
+    # the tail apart; accelerate launch's simple_launcher raises it for the training process)
+    r"|died with <Signals\.SIG[A-Z]{2,8}: \d{1,3}>",
     # the shell's report of a job another signal ended (bash prints strsignal(); zsh `[1]  26478 segmentation fault
     # python train.py`; Bus error is the KB's fw-exitcode-7-sigbus-shm), and a DataLoader worker's own report
     # (torch/csrc/DataLoader.cpp SIGSEGV/SIGFPE handlers)
@@ -124,7 +128,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Terminated)( \(core dumped\))?[ \t]*\r?$"
     r"|\[\d+\]\s+\d+\s+(segmentation fault|abort|floating point exception|illegal hardware instruction"
     r"|terminated)\s+\S"
-    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception) encountered in worker"
+    # (its SIGBUS handler's line too, `ERROR: Unexpected bus error encountered in worker. This might be caused by
+    # insufficient shared memory (shm).`: the KB's fw-exitcode-7-sigbus-shm names the cause, the event places it)
+    r"|ERROR: Unexpected (?:segmentation fault|floating-point exception|bus error) encountered in worker"
     # (a non-interactive bash's job report, jobs.c notify_of_job_status -> pretty_print_job(JLIST_NONINTERACTIVE):
     # `train.sh: line 29: 3411753 Segmentation fault      (core dumped) python main.py ...`, the status padded
     # and the command behind it; the words are strsignal(3)'s, bash siglist.c / glibc's sys_siglist)
@@ -229,7 +235,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|Creating (?:\S+ )?ZeRO stage \d optimizer|DeepSpeed Basic Optimizer = |Using client Optimizer as basic optimizer"
     r"|Building extension module \w+|Error building extension '|ninja: build stopped: subcommand failed",
     # the training loop starts: HF Trainer (LLaMA-Factory, TRL), mmengine (XTuner)
-    "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to ",
+    "phase-train": r"\*{5} Running training \*{5}|Checkpoints will be saved to "
+    # Megatron-LM's train() (megatron/training/training.py, and Megatron-DeepSpeed / Pai-Megatron-Patch's copies):
+    # print_datetime('before the start of training step') right before its iteration loop prints `[before the start of
+    # training step] datetime: 2025-05-06 12:45:42`; mmf's TrainerTrainingLoopMixin.training_loop
+    # (mmf/trainers/core/training_loop.py) logs `Starting training...` as its logger `mmf.trainers.core.training_loop`
+    r"|\[before the start of training step\] datetime: |trainers\.core\.training_loop: Starting training\b",
     "phase-eval": r"\*{5} Running (Evaluation|Prediction) \*{5}|Epoch\(val\)|Running evaluation",
     # evaluation markers that later training progress closes: Lightning's validation / sanity-check bars,
     # DeepSpeed-Chat's `***** Evaluating ...`, lm-eval's `Running <type> requests`, and the evaluation loops of
@@ -291,7 +302,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # a script's argparse refusing its command line (extract.ARGPARSE names the messages): `train.py: error:
     # unrecognized arguments: --local-rank=0`
     "argparse": r": error: (unrecognized arguments: |the following arguments are required: |argument -)",
+    # xtuner's command line catching what its mode raised (xtuner/entry_point.py cli: `except Exception as e:
+    # print_log(f"WARNING: command error: '{e}'!", ...)`, then the usage text and `return`): the command did not run
+    "xtuner-cmd-error": r"WARNING: command error: '.{1,400}'!",
     "cpp-terminate": r"terminate called after throwing an instance of '",
+    # a c10::Error's backtrace header (c10/util/Exception.cpp Error::Error(SourceLocation, msg): `Exception raised from
+    # FUNC at FILE:LINE (most recent call first):`; Habana's bridge throws it as `Habana exception raised from ...`),
+    # and an error line of torch's C++ logging (c10/util/logging_is_google_glog.h / c10's own: `[E326
+    # 08:57:33.451117940 compiler_depend.ts:418] msg` from torch 2.3, `[E ProcessGroupNCCL.cpp:587] msg` before) -
+    # extract pairs them: such an error line right above the header is the exception's message
+    "cpp-raised": r"[Ee]xception raised from \S{1,200} at \S{1,300} \(most recent call first\):",
+    "glog-error": r"\[E(\d{3,4} \d\d:\d\d:\d\d\.\d{3,9})? [^\]\n]{1,120}:\d{1,6}\] \S",
     # a shell that could not run a command: the launcher, the interpreter or a tool is not installed or not on PATH
     # (extract.NOT_FOUND lists each shell's wording and its source)
     "shell-not-found": r": command not found|command not found: [\w.+-]|: \d+: [\w./+-]+: not found\s*$"
@@ -409,14 +430,25 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # `Epoch E | iter I step S | loss train: ...| iter time: ...`); step_count counts optimizer steps
     b"iter time: ",
     b"train time: ",
+    # Megatron-LM's training_log (megatron/training/training.py; Megatron-DeepSpeed and the forks too): `[2025-04-13
+    # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
+    # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
+    b"time per iteration (ms): ",
+    # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
+    # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start
+    b"%|",
 )
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
+# (a bar with no description whose counts were cut off: its percentage is all it shows)
+_PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")
 _TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
 _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
 _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 _METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
+# (Megatron's iteration counts optimizer steps: one global batch each)
+_MEGATRON = re.compile(r"\biteration\s{1,12}(\d{1,12})\s{0,12}/\s{0,12}(\d{1,12}) \|")
 _LITGPT = re.compile(r"\biter (\d{1,12}) step (\d{1,12})(?::| \|) loss\b.{0,120}\b(?:iter|train) time: ")
 
 
@@ -442,6 +474,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
         last = ("tqdm", log_int(m.group(1)), log_int(m.group(2)), None)
     if last is not None:
         return last
+    pct = _PCT_BAR.match(text)
+    if pct is not None and "|" not in text[pct.end() :]:
+        # the bar's percentage out of 100 (kind `tqdm-pct`: no step count to compare with a save interval)
+        return ("tqdm-pct", min(log_int(pct.group(1)) or 0, 100), 100, None)
     m2 = _HF.search(text)
     if m2:
         return ("trainer", None, None, log_float(m2.group(1)))
@@ -457,6 +493,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
     m7 = _LITGPT.search(text)
     if m7:
         return ("litgpt", log_int(m7.group(2)), None, None)
+    if "time per iteration (ms): " in text:
+        m8 = _MEGATRON.search(text)
+        if m8:
+            return ("megatron", log_int(m8.group(1)), log_int(m8.group(2)), None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):

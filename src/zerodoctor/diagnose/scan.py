@@ -82,6 +82,10 @@ FAILURE_KEYS = frozenset(
         "x:launch-shell-signal",
         "x:launch-child-signal",
         "x:launch-killing",
+        # torchrun's agent stopped by a signal (`Received 1 death signal, shutting down workers`) and a tool's report
+        # of exit status 137: launcher outcomes like the others above, the progress before them is where the run was
+        "x:launch-death-signal",
+        "x:launch-exit-137",
         "x:load-copy-error",
         "x:load-size-mismatch",
         "x:cuda-kernel-assert",
@@ -322,6 +326,7 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
     `lineno_at_hi` is the line number of the line that starts at `hi`: the progress line's number is found by
     counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
     the cost per MB does not grow with the number of hits (counting from the chunk start was quadratic)."""
+    top = hi  # (the line numbers count from the line at the first `hi`: the search below moves `hi` back)
     while hi > lo:
         pos = _rfind_any(chunk, lo, hi)
         if pos < 0:
@@ -333,7 +338,7 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
         if parsed is not None:
             kind, step, total, epoch = parsed
             return Progress(
-                kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, hi), _line_rank(chunk, pos)
+                kind, step, total, epoch, lineno_at_hi - chunk.count(b"\n", start, top), _line_rank(chunk, pos)
             )
         hi = max(start - 1, lo) if start > lo else lo
     return None
