@@ -69,6 +69,13 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         default=None,
         help="Liger Kernel patched in (use_liger_kernel / enable_liger_kernel; default: from the configs, else off)",
     )
+    t.add_argument(
+        "--cut-cross-entropy",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Apple's Cut Cross-Entropy patched in (axolotl CutCrossEntropyPlugin / cut_cross_entropy: no logits; "
+        "Liger's fused loss wins when both are on; default: from the configs, else off)",
+    )
     t.add_argument("--sequence-parallel", type=count_arg, help="sequence parallel size (Ulysses / XTuner)")
     t.add_argument("--samples", type=count_arg, help="training samples per epoch (expected optimizer steps)")
     t.add_argument(
@@ -121,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         gradient_checkpointing=args.gradient_checkpointing,
         attn=args.attn,
         liger_kernel=args.liger_kernel,
+        cut_cross_entropy=args.cut_cross_entropy,
         sequence_parallel=args.sequence_parallel,
         samples=args.samples,
         deepspeed=args.deepspeed,

@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 
 from zerodoctor.errors import PlanError
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.plan.cce import CutCE, CutCrossEntropy, cut_ce_bytes, cut_ce_eval_bytes
 from zerodoctor.plan.liger import FusedLinearCE, LigerKernels, fused_linear_ce_bytes
 from zerodoctor.versions import parse_version
 
@@ -161,9 +162,11 @@ class ActivationEstimate:
     at_loss: int = 0
     in_backward: int = 0
     # Liger's fused linear cross-entropy in place of the logits and the loss (`plan/liger.py`), and the part of
-    # `peak` due to it (its saved gradients and its chunk at the loss)
+    # `peak` due to it (its saved gradients and its chunk at the loss) or to Cut Cross-Entropy's (`cut_loss`)
     fused_loss: FusedLinearCE | None = None
     fused_loss_peak: int = 0
+    # Apple's Cut Cross-Entropy in place of the logits and the loss (`plan/cce.py`)
+    cut_loss: CutCE | None = None
     # bytes Liger's RMSNorm and SwiGLU save fewer (or more) than the HF modules over the layers, at the peak moment
     liger_layer_delta: int = 0
 
@@ -378,6 +381,7 @@ def activation_bytes(
     loss_shift: str = "none",
     lora_dropout: float = 0.0,
     liger: LigerKernels | None = None,
+    cut_ce: CutCrossEntropy | None = None,
 ) -> ActivationEstimate:
     """Activation bytes of one micro-batch (`micro_batch` sequences of `seq_len` tokens) on one rank.
 
@@ -402,6 +406,8 @@ def activation_bytes(
     `liger` (`plan/liger.py liger_kernels`): the Liger kernels `use_liger_kernel` patches in -- RMSNorm and SwiGLU
     change what each layer saves (`_norm_saved`, `_mlp_saved`), the fused linear cross-entropy replaces the logits,
     their fp32 upcast and the log-probabilities with the gradients it computes in the forward and one chunk.
+    `cut_ce` (`plan/cce.py`, without a Liger fused loss): Cut Cross-Entropy replaces them with the final hidden states
+    and a few bytes per token kept for its backward, which allocates the input (and head) gradients.
     """
     if loss_shift not in LOSS_SHIFTS:
         raise PlanError(f"unknown loss shift '{loss_shift}'", hint=f"use one of {LOSS_SHIFTS}")
@@ -592,12 +598,26 @@ def activation_bytes(
             f"Liger fused linear cross-entropy: {fused.chunks} chunk(s) of {fused.chunk_rows} tokens, no {t.tokens} x "
             f"{t.vocab:,} logits"
         )
+    cut = None
+    if fused is None and cut_ce is not None and any_grad:
+        # Cut Cross-Entropy (plan/cce.py): no logits at all; the final hidden states stay for its backward, which
+        # allocates their gradient (and the head's)
+        head_trainable = full_ft and not freeze
+        cut = cut_ce_bytes(
+            tokens=t.tokens, batch=t.batch, hidden=t.hidden, vocab=t.vocab, dtype_bytes=t.d,
+            head_trainable=head_trainable, cce=cut_ce,
+        )  # fmt: skip
+        saved_total = layers_kept + extras + _norm_saved(t, trainable_weight=head_trainable) + cut.saved
+        logits_and_loss = cut.transient
+        at_loss = saved_total + cut.transient
+        notes.append(f"Cut Cross-Entropy: no {t.tokens} x {t.vocab:,} logits, the LSE per label row only")
     peak = max(at_loss, in_backward)
     without_shift = max(at_loss - logits_and_loss + max(loss_fwd_now, 3 * lb * t.tokens * t.vocab), in_backward)
     fused_peak = 0
-    if fused is not None:
+    loss_fn = fused or cut
+    if loss_fn is not None:
         without_shift = peak
-        fused_peak = peak - max(at_loss - fused.saved - fused.transient, in_backward)
+        fused_peak = peak - max(at_loss - loss_fn.saved - loss_fn.transient, in_backward)
     without_norm_head = max(at_loss - norm_head, in_backward)
     return ActivationEstimate(
         per_layer_saved=per_layer,
@@ -615,6 +635,7 @@ def activation_bytes(
         in_backward=in_backward,
         fused_loss=fused,
         fused_loss_peak=fused_peak,
+        cut_loss=cut,
         liger_layer_delta=_liger_layer_delta(
             peak - fused_peak,
             liger,
@@ -676,6 +697,7 @@ def eval_forward_bytes(
     sequence_parallel: int = 1,
     keep_logits: bool = False,
     use_cache: bool = False,
+    cut_cross_entropy: bool = False,
 ) -> EvalForward:
     """One evaluation forward under `torch.no_grad()` (transformers trainer.py `prediction_step`): autograd saves
     nothing, so the layers run one at a time and only one layer's tensors are alive at once, bounded here by what
@@ -686,7 +708,9 @@ def eval_forward_bytes(
     `use_cache`: the model's config keeps `use_cache` true, and in eval mode transformers does not turn it off for
     gradient checkpointing (`if self.gradient_checkpointing and self.training`), so the forward builds a
     DynamicCache of every layer's keys and values (2 x layers x tokens x kv_heads x head_dim, model dtype), alive in
-    the output until the loss is computed."""
+    the output until the loss is computed.
+    `cut_cross_entropy`: the model's forward runs Cut Cross-Entropy in evaluation too (`plan/cce.py`): no logits, so
+    none kept either; the loss is the final hidden states and a few bytes per label row (`cce.cut_ce_eval_bytes`)."""
     act = activation_bytes(
         spec,
         micro_batch=micro_batch,
@@ -717,6 +741,9 @@ def eval_forward_bytes(
     logits16 = 0 if old and loss_shift == "model_forward" and d < lb else d * tv
     loss = logits16 + copy_or_upcast + shifted + lb * rows * p.vocab_size
     kept = d * tv if keep_logits else 0
+    if cut_cross_entropy:
+        loss = cut_ce_eval_bytes(tokens=tokens, batch=micro_batch, hidden=p.hidden_size, dtype_bytes=d)
+        kept = 0
     cache = 2 * p.num_layers * tokens * p.kv_heads * p.head_dim * d if use_cache else 0
     return EvalForward(
         layer=layer, loss=loss, kept_logits=kept, kv_cache=cache, peak=max(layer, loss) + kept + cache, tokens=tokens

@@ -742,6 +742,7 @@ class StepShape:
     loss_shift: str = "none"  # activations.LOSS_SHIFTS: how this transformers release shifts the fp32 logits
     fused_ce_rows: int = 0  # Liger's fused linear cross-entropy: rows per chunk (0: transformers' loss on the logits)
     fused_ce_weight_copy: bool = False  # liger_kernel >= 0.6.2: a V x h product and its fp32 copy per chunk
+    cut_ce: bool = False  # Apple's Cut Cross-Entropy in place of lm_head and the loss (plan/cce.py)
 
 
 class _Builder:
@@ -1029,6 +1030,8 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
     _gather(b, s, head, s.head_numel or s.embed_numel)
     if s.fused_ce_rows:
         _fused_linear_ce(b, s, head, layers, st)
+    elif s.cut_ce:
+        _cut_ce(b, s, layers, st)
     else:
         _logits_loss(b, s, head, layers, st)
     for i in reversed(range(layers)):
@@ -1041,9 +1044,9 @@ def _forward_backward(b: _Builder, s: StepShape, simulated_layers: int) -> None:
         _gather(b, s, "Wembed", s.embed_numel)
         _weight_grad(b, s, s.embed_numel, st)
         b.f("Wembed")
-    # ZeRO-3: the fused loss reads the head weight in the model's own forward, so the weight is an external
-    # parameter of the whole model, gathered again by its pre-backward hook and released by its post-backward one
-    b.f("g0", "ids", "other_layers", *((head,) if s.fused_ce_rows else ()))
+    # ZeRO-3: the fused loss (Liger's or CCE's) reads the head weight in the model's own forward, so the weight is an
+    # external parameter of the whole model, gathered again by its pre-backward hook and released by its post-backward
+    b.f("g0", "ids", "other_layers", *((head,) if s.fused_ce_rows or s.cut_ce else ()))
     _flush(b, s, st)
 
 
@@ -1112,6 +1115,44 @@ def _fused_linear_ce(b: _Builder, s: StepShape, head: str, layers: int, st: dict
     b.live["gF"] = b.live.pop("flce:gin")
     if s.full_grads:
         b.live["wgrad"] = b.live.pop("flce:gw")
+        _weight_grad(b, s, head_numel, st, given=True)
+    _rmsnorm_backward(b, s, "F:n", "gF", f"g{layers}")
+
+
+def _cut_ce(b: _Builder, s: StepShape, layers: int, st: dict[str, list[int]]) -> None:
+    """Apple's `LinearCrossEntropyFunction` in place of lm_head and the loss (plan/cce.py): in the forward the label
+    rows' index (`_build_flat_valids`: nonzero int64, its int32 copy, the int64 sum), the fp32 LSE and the forward's
+    locks, the fp32 logit average per vocabulary entry, the fp32 target logit per row; the final hidden states
+    ("F:nout") stay for the backward. In the backward the vocabulary order (argsort int64, its int32 copy), de and
+    (trainable head) dc in the model dtype with their int32 locks; de goes to the final norm, dc to DeepSpeed's
+    hook."""
+    from zerodoctor.plan.cce import LOCK_COLS, LOCK_ROWS
+
+    rows = max(s.tokens - s.batch, 1)
+    head_numel = s.head_numel or s.embed_numel
+    b.a("cce:nz", 16 * rows)
+    b.a("cce:nz32", 8 * rows)
+    b.f("cce:nz")
+    b.a("cce:valids", 8 * rows)
+    b.f("cce:nz32")
+    b.a("cce:lse", 4 * rows)
+    b.a("cce:locks", 4 * -(-rows // LOCK_ROWS))
+    b.a("cce:avg", 4 * s.vocab)
+    b.f("cce:locks")
+    b.a("cce:nll", 4 * rows)
+    b.f("cce:nll")
+    # backward
+    b.a("cce:order64", 8 * s.vocab)
+    b.a("cce:order", 4 * s.vocab)
+    b.f("cce:order64")
+    b.a("gF", s.d * s.tokens * s.hidden)
+    cols = -(-s.hidden // LOCK_COLS)
+    b.a("cce:delocks", 4 * -(-rows // LOCK_ROWS) * cols)
+    if s.full_grads:
+        b.a("wgrad", s.d * head_numel)
+        b.a("cce:dclocks", 4 * -(-s.vocab // LOCK_ROWS) * cols)
+    b.f("cce:delocks", "cce:dclocks", "cce:order", "cce:avg", "cce:lse", "cce:valids", "F:nout")
+    if s.full_grads:
         _weight_grad(b, s, head_numel, st, given=True)
     _rmsnorm_backward(b, s, "F:n", "gF", f"g{layers}")
 
@@ -1223,6 +1264,7 @@ def step_shape(
     seq = -(-min(t.seq_len, t.longest_sample_tokens or t.seq_len) // max(t.sequence_parallel, 1))
     batch = t.micro_batch * (2 if t.paired_inputs else 1)
     liger = phases.liger_for(inputs, t, zero)
+    cut = phases.cce_for(inputs, t, zero) is not None
     d = t.param_bytes
     by_name = {
         lin.name: lin.in_features * lin.out_features + (lin.out_features if lin.bias else 0)
@@ -1350,6 +1392,7 @@ def step_shape(
         loss_shift=loss_shift_for(inputs.transformers_version),
         fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if liger is not None else 0,
         fused_ce_weight_copy=liger is not None and liger.weight_grad_copy,
+        cut_ce=cut,
     )
 
 

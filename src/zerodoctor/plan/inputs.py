@@ -142,6 +142,10 @@ class Training:
     """Liger Kernel patched in (HF / TRL / ms-swift `use_liger_kernel`, LLaMA-Factory `enable_liger_kernel`): for a
     model type liger_kernel supports, its fused linear cross-entropy replaces the logits and the loss, and its RMSNorm
     and SwiGLU change what each layer saves (`zerodoctor.plan.liger`)."""
+    cut_cross_entropy: bool = False
+    """Apple's Cut Cross-Entropy patched in (axolotl's CutCrossEntropyPlugin, `cut_cross_entropy`): the loss from the
+    final hidden states and the head weight without logits, in training and evaluation (`zerodoctor.plan.cce`); with
+    `liger_kernel` on as well, Liger's fused loss is the one that runs (`phases.cce_for`)."""
 
     @property
     def param_bytes(self) -> int:
@@ -411,6 +415,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
         kbit_preparation=_kbit_preparation(run),
         liger_kernel=bool(run.liger_kernel.value) if run.liger_kernel is not None else False,
+        cut_cross_entropy=bool(run.cut_cross_entropy.value) if run.cut_cross_entropy is not None else False,
     )
     notes = list(run.notes)
     quant = model.quantization

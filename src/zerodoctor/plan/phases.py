@@ -38,6 +38,7 @@ from zerodoctor.plan.activations import (
     loss_shift_for,
     vision_activation_bytes,
 )
+from zerodoctor.plan.cce import CCE_PATCH_TYPES, CCE_SOURCE, CutCrossEntropy
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.kbit_prep import KbitPreparation, kbit_preparation
 from zerodoctor.plan.liger import LIGER_SOURCE, NORM_SWIGLU_SOURCE, LigerKernels, liger_kernels
@@ -1332,7 +1333,16 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
         frozen_layers_keep_inputs=inputs.framework != "llamafactory",
         loss_shift=loss_shift_for(inputs.transformers_version),
         liger=liger_for(inputs, t, zero),
+        cut_ce=cce_for(inputs, t, zero),
     )
+
+
+def _head_grad_charged(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> bool:
+    """Under ZeRO-2/3 a full fine-tune's head gradient is the very tensor the "full-size gradient before
+    reduce-scatter" item charges when the head is the largest trainable tensor."""
+    p = inputs.model.params
+    head = p.embedding if p.tied_embeddings else p.lm_head
+    return zero.stage >= 2 and zero.fsdp is None and t.method == "full" and head >= _largest_trainable_tensor(inputs, t)
 
 
 def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKernels | None:
@@ -1345,12 +1355,20 @@ def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKerne
     kernels = liger_kernels(inputs.model.model_type, inputs.liger_version)
     if kernels is None:
         return None
-    p = inputs.model.params
-    head = p.embedding if p.tied_embeddings else p.lm_head
-    charged = (
-        zero.stage >= 2 and zero.fsdp is None and t.method == "full" and head >= _largest_trainable_tensor(inputs, t)
-    )
-    return replace(kernels, head_grad_charged=charged)
+    return replace(kernels, head_grad_charged=_head_grad_charged(inputs, t, zero))
+
+
+def cce_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> CutCrossEntropy | None:
+    """Cut Cross-Entropy of a run with `cut_cross_entropy` on (`plan/cce.py`): None when it is off; when Liger's fused
+    loss runs instead (Trainer applies Liger after the plugin's pre-model-load patch: `liger_for`); for a remote-code
+    model (outside `cce_patch` and axolotl's generic patch); and for preference training, whose forward passes no
+    labels (TRL's DPO/KTO compute the log-probabilities from the logits), so `use_lce` is false."""
+    if not t.cut_cross_entropy or t.paired_inputs or t.reference_model:
+        return None
+    spec = inputs.model
+    if "remote code" in spec.count_method or liger_for(inputs, t, zero) is not None:
+        return None
+    return CutCrossEntropy(head_grad_charged=_head_grad_charged(inputs, t, zero))
 
 
 KBIT_PARAMS_ITEM = "k-bit preparation: unquantised weights upcast to fp32"
@@ -1400,6 +1418,8 @@ def kbit_stream_item(
 
 LIGER_LOSS_ITEM = "Liger fused linear cross-entropy (no logits)"
 """`liger_loss_item`: training only (`lce_forward` materialises the logits outside training)."""
+CCE_LOSS_ITEM = "Cut Cross-Entropy (no logits)"
+"""`cce_loss_item`: the training step's; an evaluation forward runs CCE too (`eval_phase`, no logits there either)."""
 NORM_HEAD_ITEM = "Baichuan2 NormHead: normalised copy of the head weight"
 """Only in training: `NormHead.forward` normalises the weight into a copy only `if self.training` (an evaluation's
 first forward normalises the weight in place instead)."""
@@ -1414,6 +1434,7 @@ TRAINING_ONLY_ITEMS = frozenset(
         "loss: shifted fp32 copy of the logits (transformers < 4.49)",
         NORM_HEAD_ITEM,
         LIGER_LOSS_ITEM,
+        CCE_LOSS_ITEM,
         "vision tower + resampler activations (images)",
         KBIT_STREAM_ITEM,
     }
@@ -1438,9 +1459,11 @@ def _no_grad_forward(
     seq_len: int,
     keep_logits: bool = False,
     use_cache: bool = False,
+    cut_cross_entropy: bool = False,
 ) -> EvalForward:
     """A forward under no_grad with labels in the batch (an evaluation step, a reference model's forward) in the run's
-    dtypes: the loss in the model dtype only where the model computes it so under DeepSpeed."""
+    dtypes: the loss in the model dtype only where the model computes it so under DeepSpeed; with
+    `cut_cross_entropy`, the patched forward's Cut Cross-Entropy instead (`plan/cce.py`)."""
     spec = inputs.model
     return eval_forward_bytes(
         spec,
@@ -1453,6 +1476,7 @@ def _no_grad_forward(
         sequence_parallel=t.sequence_parallel,
         keep_logits=keep_logits,
         use_cache=use_cache,
+        cut_cross_entropy=cut_cross_entropy,
     )
 
 
@@ -1467,6 +1491,7 @@ def eval_phase(
         return None
     pb = t.param_bytes
     seq = min(t.seq_len, t.longest_sample_tokens or t.seq_len)
+    cut = cce_for(inputs, t, zero) is not None
     ev = _no_grad_forward(
         inputs,
         t,
@@ -1477,18 +1502,23 @@ def eval_phase(
         # LLaMA-Factory's patcher sets config.use_cache = False for training ("KV cache is disabled during
         # training"); HF Trainer leaves the model config's (true for the catalog's causal LMs) and eval mode uses it.
         use_cache=inputs.framework != "llamafactory",
+        # CCE's `use_lce(labels, training)` is true in eval mode too (`train_only` off): no logits are made
+        cut_cross_entropy=cut,
     )
     binding = "the loss" if ev.loss >= ev.layer else "one layer's tensors"
     item = Item(
         "evaluation forward (no_grad) at the eval batch",
         ev.peak,
         f"eval batch {t.eval_micro_batch} x seq {seq} = {ev.tokens:,} tokens, no saved tensors: max(one layer "
-        f"{ev.layer / GIB:.2f} GiB, logits + loss {ev.loss / GIB:.2f} GiB) -- {binding} binds"
+        f"{ev.layer / GIB:.2f} GiB, {'Cut Cross-Entropy (no logits)' if cut else 'logits + loss'} "
+        f"{ev.loss / GIB:.2f} GiB) -- {binding} binds"
         + (
             f"; + the batch's {pb}-byte logits kept for metrics ({ev.kept_logits / GIB:.2f} GiB; every eval step "
             "adds one until eval_accumulation_steps moves them to the host: a lower bound)"
             if ev.kept_logits
-            else "; only the loss is kept (prediction_loss_only, or no compute_metrics)"
+            else "; only the loss is kept ("
+            + ("Cut Cross-Entropy returns no logits" if cut else "prediction_loss_only, or no compute_metrics")
+            + ")"
         )
         + (
             f"; + every layer's KV cache ({ev.kv_cache / GIB:.2f} GiB: use_cache, eval mode)"
@@ -1584,7 +1614,9 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
 def activation_item(act: ActivationEstimate, t: Training) -> Item:
     liger = ""
     if t.liger_kernel and act.fused_loss is None:
-        liger = "; Liger Kernel not applied (its patches do not cover this model type or loss): planned as HF"
+        liger = "; Liger Kernel not applied (its patches do not cover this model type or loss): planned as " + (
+            "Cut Cross-Entropy" if act.cut_loss is not None else "HF"
+        )
     elif act.liger_layer_delta:
         liger = (
             f"; Liger RMSNorm and SwiGLU save {act.liger_layer_delta / GIB:.2f} GiB less than the HF modules at this "
@@ -1597,10 +1629,50 @@ def activation_item(act: ActivationEstimate, t: Training) -> Item:
         f"{act.attention_used or t.attn}, "
         "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
-        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger,
+        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger + _cce_note(act, t),
         "plan/activations.py" + ("; " + NORM_SWIGLU_SOURCE if act.liger_layer_delta else ""),
     )
 
+
+
+def _cce_note(act: ActivationEstimate, t: Training) -> str:
+    """Why `cut_cross_entropy` changed nothing, when it did not (`cce_for`)."""
+    if not t.cut_cross_entropy or act.cut_loss is not None:
+        return ""
+    if act.fused_loss is not None:
+        return "; Cut Cross-Entropy not applied: Liger's fused loss replaces the same forward, later (Trainer init)"
+    return (
+        "; Cut Cross-Entropy not applied (a remote-code model, or preference training, whose forward passes no "
+        "labels): planned as HF"
+    )
+
+
+def cce_loss_item(act: ActivationEstimate, inputs: PlanInputs) -> Item | None:
+    """What Apple's Cut Cross-Entropy adds to the activation peak at the loss (`plan/cce.py`), in place of the logits,
+    their fp32 upcast and the log-probabilities."""
+    c = act.cut_loss
+    if c is None:
+        return None
+    if c.grad_weight:
+        weight = f" + dc (the head's gradient) {c.grad_weight / GIB:.2f} GiB"
+    elif c.head_trainable:
+        weight = " + dc (the head's gradient: charged as the full-size gradient before reduce-scatter)"
+    else:
+        weight = " (frozen head: no dc)"
+    patch = (
+        f"; {inputs.model.model_type} through axolotl's generic llama-like patch (>= 0.12.0, experimental)"
+        if inputs.model.model_type not in CCE_PATCH_TYPES
+        else ""
+    )
+    return Item(
+        CCE_LOSS_ITEM,
+        act.fused_loss_peak,
+        f"no {c.tokens:,} x {inputs.model.params.vocab_size:,} logits: kept for the backward the final "
+        f"hidden states {c.hidden_in / GIB:.2f} GiB, fp32 LSE + int64 label index per label row ({c.rows:,} rows) and "
+        f"the fp32 logit average per vocabulary entry; in its backward de {c.grad_input / GIB:.2f} GiB{weight} + the "
+        f"int32 vocabulary order{patch}; its rise of the activation peak at the loss",
+        CCE_SOURCE,
+    )
 
 
 def liger_loss_item(act: ActivationEstimate, inputs: PlanInputs) -> Item | None:
@@ -1633,9 +1705,9 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
     (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49; and Baichuan2's
     normalised head copy (`activations.remote_norm_head`), alive at the loss on top of the (gathered) head."""
     items = [activation_item(act, t)]
-    fused = liger_loss_item(act, inputs)
-    if fused is not None:
-        items.append(fused)
+    for fused in (liger_loss_item(act, inputs), cce_loss_item(act, inputs)):
+        if fused is not None:
+            items.append(fused)
     if act.norm_head_peak > 0:
         p = inputs.model.params
         items.append(

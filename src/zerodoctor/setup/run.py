@@ -264,6 +264,9 @@ class RunDescription:
     liger_kernel: Known[bool] | None = None
     """Liger Kernel on or off as stated: `--liger-kernel`, HF TrainingArguments / TRL / ms-swift `use_liger_kernel`,
     LLaMA-Factory `enable_liger_kernel` (None: not stated, off as in every one of them)."""
+    cut_cross_entropy: Known[bool] | None = None
+    """Cut Cross-Entropy on or off as stated: `--cut-cross-entropy`, or an arguments file's `cut_cross_entropy` /
+    `plugins` list (axolotl's keys, read generically: `_cut_cross_entropy`). None: not stated, off."""
 
     # ---- derived --------------------------------------------------------------------------------------
     @property
@@ -370,6 +373,7 @@ class RunFlags:
     framework: str | None = None
     world_size: int | None = None
     liger_kernel: bool | None = None
+    cut_cross_entropy: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -827,6 +831,7 @@ def describe_run(
         eval_micro_batch=_eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
+        cut_cross_entropy=_first(fl("cut_cross_entropy", flags.cut_cross_entropy), _cut_cross_entropy(rd)),
     )
 
 
@@ -888,6 +893,28 @@ def _liger_kernel(rd: _Reader) -> Known[bool] | None:
     k = rd.arg("use_liger_kernel", "enable_liger_kernel")
     on = truthy(k.value) if k is not None else None
     return Known(on, k.origin) if k is not None and on is not None else None
+
+
+CCE_PLUGIN = "CutCrossEntropyPlugin"
+"""The class name of axolotl's plugin (`axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin`)."""
+
+
+def _cut_cross_entropy(rd: _Reader) -> Known[bool] | None:
+    """Cut Cross-Entropy from the arguments file. zerodoctor does not model axolotl as a framework: its YAML is read
+    as a generic arguments file, and only these two keys are taken from it. Axolotl applies CCE only through its
+    plugin (integrations/cut_cross_entropy `pre_model_load`), when `cut_cross_entropy` is true -- the plugin's
+    default since v0.9.0 (#2562). So: a `plugins` list without the plugin is off whatever `cut_cross_entropy` says;
+    with it, on unless `cut_cross_entropy` is false; without a `plugins` key, `cut_cross_entropy` as written (a value
+    that is not a boolean is left unknown)."""
+    key = rd.arg("cut_cross_entropy")
+    stated = truthy(key.value) if key is not None else None
+    plugins = rd.arg("plugins")
+    if plugins is not None:
+        names = [plugins.value] if isinstance(plugins.value, str) else plugins.value
+        listed = isinstance(names, list) and any(str(n).rsplit(".", 1)[-1] == CCE_PLUGIN for n in names)
+        if not listed or stated is None:
+            return Known(listed, plugins.origin)
+    return Known(stated, key.origin) if key is not None and stated is not None else None
 
 
 _WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
