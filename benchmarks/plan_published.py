@@ -19,6 +19,8 @@ marked before any constant was tuned and is never used to tune.
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import statistics
 import sys
@@ -119,9 +121,21 @@ class Outcome:
         return (self.host_predicted - self.host_measured_bytes) / self.host_measured_bytes
 
 
-def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = yaml.safe_load(path.read_text())
+# libyaml's loader where PyYAML was built with it (the pure-Python one takes seconds per file), the same safe subset
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int, size: int) -> list[dict[str, Any]]:
+    """One file's cases, parsed once per version of the file (its mtime and size in the key)."""
+    cases: list[dict[str, Any]] = yaml.load(Path(path).read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
     return cases
+
+
+def load_cases(path: Path = DATA) -> list[dict[str, Any]]:
+    """The cases of one truth-set file: a fresh copy each call, so a caller that edits a case changes no other's."""
+    st = path.stat()
+    return copy.deepcopy(_parsed(str(path), st.st_mtime_ns, st.st_size))
 
 
 def data_files() -> list[Path]:
