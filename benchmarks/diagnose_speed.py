@@ -3,7 +3,7 @@
     python benchmarks/diagnose_speed.py [--sizes 32,128,300,1024] [--repeat 3] [--cold-runs 11] [--keep DIR]
                                         [--scaling 128,256,512,1024]
 
-Two logs, each built at every size of --sizes (MiB; `--size-mb N` is `--sizes N`), measured one after the other
+Two logs (a third on request), each built at every size of --sizes (MiB; `--size-mb N` is `--sizes N`), measured one after the other
 in the same run:
   * generated: few hits per MB. It imitates an 8-rank DeepSpeed ZeRO-3 run: torchrun rank prefixes, pdsh
     host prefixes, timestamps, tqdm bars with carriage returns, trainer loss dicts, DeepSpeed info lines,
@@ -12,6 +12,11 @@ in the same run:
     (`see_memory_usage` lines, `Invalidate trace cache` warnings, timer and log_dist lines, loss dicts), about
     8 % of lines hitting a knowledge-base signature; a normal save in the middle (transformers'
     `stage3_gather_16bit_weights_on_model_save=false` message) and a host OOM kill at the end.
+  * bars (`--logs bars`, added in session 11 after a reviewer found it slow): a data-preparation job's output,
+    progress bars in units other than steps on nearly every line -- the Hub's download bars
+    (`model-00001-of-00004.safetensors:  45%|####5     | 2.23G/4.98G [00:10<00:12, 246MB/s]`), datasets' `Map` /
+    `Filter` / `Running tokenizer on dataset` bars (`examples/s`), `Loading checkpoint shards` -- with a training
+    bar in one block of sixteen (stretches of thousands of lines without a step bar), and a host OOM kill at the end: every `%|` is a progress literal that does not parse as steps.
 grep gets every pattern the diagnose scan uses (all KB signatures and the extractor patterns) translated from
 Python `re` to POSIX ERE (\\d -> [0-9], \\s -> [[:space:]], \\S -> [^[:space:]], \\w -> [[:alnum:]_], `(?:` -> `(`;
 `(?i)` dropped, the two case-insensitive context patterns then match case-sensitively), run as
@@ -165,6 +170,39 @@ def make_dense_block(rng: random.Random, block: int) -> str:
     return "".join(out)
 
 
+def make_bars_block(rng: random.Random, block: int) -> str:
+    """Progress bars in other units on nearly every line, as a data-preparation job prints them (see the module
+    docstring): the Hub's byte-rate download bars, datasets' examples/s bars, checkpoint-shard loading, and one
+    training bar line in twenty."""
+    out: list[str] = []
+    for i in range(400):
+        p = (block * 7 + i) % 101
+        bar = ("\u2588" * (p // 10) + "\u258c" * (p % 10 >= 5)).ljust(10)  # tqdm's unicode blocks
+        kind = i % 20
+        if kind < 8:
+            shard = i % 4 + 1
+            out.append(
+                f"model-0000{shard}-of-00004.safetensors: {p:3d}%|{bar}| {p * 0.05:.2f}G/4.98G "
+                f"[00:{p % 60:02d}<00:12, {200 + rng.randrange(100)}MB/s]\n"
+            )
+        elif kind < 14:
+            what = ("Map (num_proc=16)", "Running tokenizer on dataset", "Filter")[i % 3]
+            out.append(
+                f"{what}: {p:3d}%|{bar}| {p * 500}/50000 [00:{p % 60:02d}<00:05, {rng.random() * 9000:.2f} examples/s]\n"
+            )
+        elif kind < 19:
+            out.append(
+                f"Loading checkpoint shards: {p:3d}%|{bar}| {p % 5}/4 [00:0{p % 10}<00:02,  1.{p % 10}s/it]\n"
+            )
+        elif (
+            block % 16 == 15
+        ):  # training starts now and then: stretches of thousands of lines have no step bar
+            out.append(f"  {p}%|{bar}| {block * 20 + i // 20}/90000 [1:00:00<40:00:00,  1.61s/it]\n")
+        else:
+            out.append(f"Downloading data: {p:3d}%|{bar}| {p * 3}M/300M [00:0{p % 10}<00:03, 98.4MB/s]\n")
+    return "".join(out)
+
+
 DENSE_HEAD = (
     "[rank0]: [2024-06-21 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: "
     "version=0.14.4, git-hash=unknown, git-branch=unknown\n"
@@ -195,11 +233,15 @@ GENERATED_HEAD = (
 )
 
 
-def generate(path: Path, size_mb: int, *, dense: bool = False) -> int:
-    """Write the generated log (`dense`: the hit-dense one built from real-run lines)."""
+def generate(path: Path, size_mb: int, *, dense: bool = False, bars: bool = False) -> int:
+    """Write the generated log (`dense`: the hit-dense one built from real-run lines; `bars`: the one whose lines
+    are progress bars in other units)."""
     rng = random.Random(0)
     target = size_mb << 20
-    if dense:
+    if bars:
+        blocks = [make_bars_block(rng, b).encode() for b in range(64)]
+        head, middle, tail = b"", b"", DENSE_FAILURE.encode()
+    elif dense:
         blocks = [make_dense_block(rng, b).encode() for b in range(64)]
         head, middle, tail = DENSE_HEAD.encode(), DENSE_SAVE.encode(), DENSE_FAILURE.encode()
     else:
@@ -492,7 +534,9 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="write the logs here and keep them")
     ap.add_argument("--engine", default=None, help="force a scan engine (python|hyperscan)")
     ap.add_argument(
-        "--logs", default="generated,dense", help="which logs: generated (few hits), dense (real-run lines)"
+        "--logs",
+        default="generated,dense",
+        help="which logs: generated (few hits), dense (real-run lines), bars (progress bars in other units)",
     )
     ap.add_argument(
         "--seeds",
@@ -555,7 +599,7 @@ def main() -> int:
         for size_mb in sizes:
             log = work / f"{kind}-{size_mb}.log"
             t0 = time.perf_counter()
-            size = generate(log, size_mb, dense=kind == "dense")
+            size = generate(log, size_mb, dense=kind == "dense", bars=kind == "bars")
             gen_s = time.perf_counter() - t0
             load_before = load_average()
             r = measure(log, pats, env, args.repeat, seeds, baseline, pats_tame)
