@@ -1223,6 +1223,7 @@ def step_shape(
     seq = -(-min(t.seq_len, t.longest_sample_tokens or t.seq_len) // max(t.sequence_parallel, 1))
     batch = t.micro_batch * (2 if t.paired_inputs else 1)
     liger = phases.liger_for(inputs, t, zero)
+    fused = liger is not None and liger.fused_linear_ce
     d = t.param_bytes
     by_name = {
         lin.name: lin.in_features * lin.out_features + (lin.out_features if lin.bias else 0)
@@ -1348,8 +1349,8 @@ def step_shape(
         adamw_temporary=(not zero.optimizer_from_config if torch_adamw is None else torch_adamw)
         and t.optimizer == "adamw",
         loss_shift=loss_shift_for(inputs.transformers_version),
-        fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if liger is not None else 0,
-        fused_ce_weight_copy=liger is not None and liger.weight_grad_copy,
+        fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if fused else 0,
+        fused_ce_weight_copy=fused and liger is not None and liger.weight_grad_copy,
     )
 
 

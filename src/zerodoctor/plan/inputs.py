@@ -142,6 +142,12 @@ class Training:
     """Liger Kernel patched in (HF / TRL / ms-swift `use_liger_kernel`, LLaMA-Factory `enable_liger_kernel`): for a
     model type liger_kernel supports, its fused linear cross-entropy replaces the logits and the loss, and its RMSNorm
     and SwiGLU change what each layer saves (`zerodoctor.plan.liger`)."""
+    liger_kernel_config: tuple[tuple[str, bool], ...] = ()
+    """transformers `liger_kernel_config` as stated (`zerodoctor.plan.liger.LIGER_CONFIG_KEYS`: a kernel switched
+    on or off against its `apply_liger_kernel_to_<type>` default); () = the defaults."""
+    liger_at_load: bool = False
+    """Liger is patched in when the model is loaded, before PEFT wraps it (TRL < 0.16 SFTConfig `use_liger`:
+    `AutoLigerKernelForCausalLM`), not by the Trainer on the built model (`liger.TRANSFORMERS_PATCHES_PEFT_FROM`)."""
 
     @property
     def param_bytes(self) -> int:
@@ -411,6 +417,9 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         eval_keeps_logits=bool(run.eval_keeps_logits.value) if run.eval_keeps_logits is not None else False,
         kbit_preparation=_kbit_preparation(run),
         liger_kernel=bool(run.liger_kernel.value) if run.liger_kernel is not None else False,
+        liger_kernel_config=run.liger_kernel_config.value if run.liger_kernel_config is not None else (),
+        # TRL < 0.16 SFTConfig `use_liger` loads through AutoLigerKernelForCausalLM (trl sft_trainer.py)
+        liger_at_load=run.liger_kernel is not None and run.liger_kernel.origin.key == "use_liger",
     )
     notes = list(run.notes)
     quant = model.quantization

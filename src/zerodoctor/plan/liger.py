@@ -58,6 +58,7 @@ switching single kernels off, a PEFT `modules_to_save` head (planned frozen).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -107,6 +108,25 @@ NORM_SWIGLU_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 `LigerRMSNorm` and every MLP for `LigerSwiGLUMLP` by default, and whose decoder layer the activation model counts
 as the Llama layer (v0.5.10 monkey_patch.py). MoE and GeGLU families keep the HF saved-tensor count here."""
 
+FUSED_CE_OFF_TYPES = frozenset({"granite"})
+"""Types whose `apply_liger_kernel_to_<type>` defaults to `fused_linear_cross_entropy=False, cross_entropy=True`
+(monkey_patch.py `apply_liger_kernel_to_granite` at v0.5.10, v0.6.2 and v0.8.2; every other type of
+`LIGER_MODEL_TYPES` defaults to the fused loss): the logits are materialised and `LigerCrossEntropyLoss` runs on them,
+planned as transformers' loss on the logits (its upper bound)."""
+
+LIGER_CONFIG_KEYS = ("fused_linear_cross_entropy", "rms_norm", "swiglu")
+"""The `liger_kernel_config` keys (transformers TrainingArguments, passed as `**kernel_config` to
+`_apply_liger_kernel_to_instance`) that change what the planner charges; `rope` and `cross_entropy` do not."""
+
+TRANSFORMERS_PATCHES_PEFT_FROM = "4.49.0"
+"""The HF Trainer's `use_liger_kernel` hook (in `Trainer.__init__` from 4.45) patched only `isinstance(model,
+PreTrainedModel)`: a PeftModel logged "The model is not an instance of PreTrainedModel. No liger kernels will be
+applied." and trained unpatched (huggingface/transformers#34016, on 4.45.1). huggingface/transformers#35680 added the
+`model.get_base_model()` branch; it was reviewed on 2025-01-14, after v4.48.0 (2025-01-10), so 4.49.0 is the first
+release with it (the 4.48.x patch releases were not read). A run that patches before PEFT wraps the model
+(LLaMA-Factory `enable_liger_kernel`, TRL < 0.16 `use_liger` loading through `AutoLigerKernelForCausalLM`) is not
+affected."""
+
 WEIGHT_GRAD_COPY_FROM = "0.6.2"
 """From liger_kernel 0.6.2 (`accum_dtype` option, linkedin/Liger-Kernel#830) each chunk accumulates the head's
 gradient with `grad_weight += torch.mm(grad_logits_chunk.t(), _input_chunk).float()` (0.8.2 keeps it when
@@ -132,19 +152,31 @@ class LigerKernels:
     fused loss then does not charge it a second time."""
 
 
-def liger_kernels(model_type: str, liger_version: str | None) -> LigerKernels | None:
-    """The kernels `use_liger_kernel` applies to a model of `model_type` with its default configuration; None when
-    liger_kernel has no patch for the type (it then trains as the HF model)."""
+def liger_kernels(
+    model_type: str, liger_version: str | None, config: Mapping[str, bool] | None = None
+) -> LigerKernels | None:
+    """The kernels liger_kernel applies to a model of `model_type`: each `apply_liger_kernel_to_<type>` default
+    (`FUSED_CE_OFF_TYPES`), overridden by the `config` a run passes (`liger_kernel_config`: its
+    fused_linear_cross_entropy / rms_norm / swiglu keys); None when liger_kernel has no patch for the type (it then
+    trains as the HF model)."""
     if model_type not in LIGER_MODEL_TYPES:
         return None
+    cfg = config or {}
     v = parse_version(liger_version)
     dense = model_type in NORM_SWIGLU_MODEL_TYPES
     return LigerKernels(
-        fused_linear_ce=True,
-        rms_norm=dense,
-        swiglu=dense,
+        fused_linear_ce=bool(cfg.get("fused_linear_cross_entropy", model_type not in FUSED_CE_OFF_TYPES)),
+        rms_norm=dense and bool(cfg.get("rms_norm", True)),
+        swiglu=dense and bool(cfg.get("swiglu", True)),
         weight_grad_copy=v is None or v >= Version(WEIGHT_GRAD_COPY_FROM),
     )
+
+
+def trainer_patches_peft_model(transformers_version: str | None) -> bool:
+    """Whether the HF Trainer's `use_liger_kernel` hook patches the base model of a PeftModel
+    (`TRANSFORMERS_PATCHES_PEFT_FROM`); False for an unknown version, the larger case."""
+    v = parse_version(transformers_version)
+    return v is not None and v >= Version(TRANSFORMERS_PATCHES_PEFT_FROM)
 
 
 def flce_chunk_rows(tokens: int, hidden: int, vocab: int) -> int:

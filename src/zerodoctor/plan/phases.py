@@ -40,7 +40,15 @@ from zerodoctor.plan.activations import (
 )
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.kbit_prep import KbitPreparation, kbit_preparation
-from zerodoctor.plan.liger import LIGER_SOURCE, NORM_SWIGLU_SOURCE, LigerKernels, liger_kernels
+from zerodoctor.plan.liger import (
+    LIGER_CONFIG_KEYS,
+    LIGER_SOURCE,
+    NORM_SWIGLU_SOURCE,
+    TRANSFORMERS_PATCHES_PEFT_FROM,
+    LigerKernels,
+    liger_kernels,
+    trainer_patches_peft_model,
+)
 from zerodoctor.versions import in_range, parse_version
 
 PHASES = ("load", "first_step", "steady", "eval", "save")
@@ -1336,21 +1344,61 @@ def activations_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> Acti
 
 
 def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKernels | None:
-    """The Liger kernels of a run with `liger_kernel` on (`plan/liger.py`): None when it is off, when liger_kernel does
-    not patch the model type, or for preference training (its fused DPO/KTO losses are not modelled). Under ZeRO-2/3
-    the head's gradient that the fused loss makes in the forward is the very tensor the "full-size gradient before
-    reduce-scatter" item charges when the head is the largest trainable tensor: it is charged there only."""
-    if not t.liger_kernel or t.paired_inputs or t.reference_model:
-        return None
-    kernels = liger_kernels(inputs.model.model_type, inputs.liger_version)
+    """The Liger kernels of a run with `liger_kernel` on (`liger_plan`). Under ZeRO-2/3 the head's gradient that the
+    fused loss makes in the forward is the very tensor the "full-size gradient before reduce-scatter" item charges
+    when the head is the largest trainable tensor: it is charged there only."""
+    kernels, _ = liger_plan(inputs, t)
     if kernels is None:
         return None
     p = inputs.model.params
     head = p.embedding if p.tied_embeddings else p.lm_head
     charged = (
-        zero.stage >= 2 and zero.fsdp is None and t.method == "full" and head >= _largest_trainable_tensor(inputs, t)
+        kernels.fused_linear_ce
+        and zero.stage >= 2
+        and zero.fsdp is None
+        and t.method == "full"
+        and head >= _largest_trainable_tensor(inputs, t)
     )
     return replace(kernels, head_grad_charged=charged)
+
+
+def liger_plan(inputs: PlanInputs, t: Training) -> tuple[LigerKernels | None, str]:
+    """The Liger kernels a run gets (`plan/liger.py`) and, for the activations item, why they differ from the type's
+    defaults, in the run's own values. None when Liger is off, when liger_kernel has no patch for the model type, or
+    when the HF Trainer of a transformers release before `TRANSFORMERS_PATCHES_PEFT_FROM` (or of an unknown one: the
+    larger case, as for the other version-dependent items) gets a PeftModel and patches nothing. Paired and
+    reference-model runs keep the logits: LLaMA-Factory turns the fused loss off for every stage but pt/sft
+    (`require_logits`), TRL's DPO computes its log-probabilities from the logits (its own chunked Liger DPO loss is
+    not modelled: the logits are its upper bound); the RMSNorm and SwiGLU patches stay."""
+    if not t.liger_kernel:
+        return None, ""
+    mt = inputs.model.model_type
+    v = inputs.transformers_version
+    if t.is_peft and not t.liger_at_load and inputs.framework != "llamafactory" and not trainer_patches_peft_model(v):
+        why = f"transformers {v}" if v else "transformers' version unknown (pass --env to read it), planned as"
+        return None, (
+            f"; Liger Kernel off: {why} before {TRANSFORMERS_PATCHES_PEFT_FROM}, whose Trainer patches only a "
+            "PreTrainedModel, and a LoRA run hands it a PeftModel (\"No liger kernels will be applied\", "
+            "huggingface/transformers#34016): planned as HF"
+        )
+    config = {k: on for k, on in t.liger_kernel_config if k in LIGER_CONFIG_KEYS}
+    kernels = liger_kernels(mt, inputs.liger_version, config if inputs.framework != "llamafactory" else None)
+    if kernels is None:
+        return None, f"; Liger Kernel not applied: liger_kernel has no patch for model_type '{mt}': planned as HF"
+    if (t.paired_inputs or t.reference_model) and kernels.fused_linear_ce:
+        loss = "paired (chosen/rejected) inputs" if t.paired_inputs else "a reference model"
+        return replace(kernels, fused_linear_ce=False), (
+            f"; Liger fused loss off: a loss with {loss} needs the logits (LLaMA-Factory require_logits; TRL's own "
+            "Liger preference loss is not modelled): logits planned, their upper bound"
+        )
+    if not kernels.fused_linear_ce:
+        why = (
+            "liger_kernel_config fused_linear_cross_entropy: false"
+            if config.get("fused_linear_cross_entropy") is False
+            else f"apply_liger_kernel_to_{mt} defaults to fused_linear_cross_entropy=False"
+        )
+        return kernels, f"; Liger fused loss off ({why}): logits planned"
+    return kernels, ""
 
 
 KBIT_PARAMS_ITEM = "k-bit preparation: unquantised weights upcast to fp32"
@@ -1581,12 +1629,10 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
     )
 
 
-def activation_item(act: ActivationEstimate, t: Training) -> Item:
-    liger = ""
-    if t.liger_kernel and act.fused_loss is None:
-        liger = "; Liger Kernel not applied (its patches do not cover this model type or loss): planned as HF"
-    elif act.liger_layer_delta:
-        liger = (
+def activation_item(act: ActivationEstimate, t: Training, inputs: PlanInputs) -> Item:
+    liger = liger_plan(inputs, t)[1]
+    if act.liger_layer_delta:
+        liger += (
             f"; Liger RMSNorm and SwiGLU save {act.liger_layer_delta / GIB:.2f} GiB less than the HF modules at this "
             "moment (input + fp32 rstd per norm, gate and up outputs per MLP)"
         )
@@ -1600,7 +1646,6 @@ def activation_item(act: ActivationEstimate, t: Training) -> Item:
         f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger,
         "plan/activations.py" + ("; " + NORM_SWIGLU_SOURCE if act.liger_layer_delta else ""),
     )
-
 
 
 def liger_loss_item(act: ActivationEstimate, inputs: PlanInputs) -> Item | None:
@@ -1632,7 +1677,7 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
     """The activations item, and beside it what an older transformers adds to the activation peak at the loss
     (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49; and Baichuan2's
     normalised head copy (`activations.remote_norm_head`), alive at the loss on top of the (gathered) head."""
-    items = [activation_item(act, t)]
+    items = [activation_item(act, t, inputs)]
     fused = liger_loss_item(act, inputs)
     if fused is not None:
         items.append(fused)
