@@ -3,16 +3,22 @@
 Read in linkedin/Liger-Kernel at v0.5.10 (2025-05-22) and v0.6.1 / v0.6.2 / v0.8.2 where they differ; pure
 arithmetic: no torch, no liger_kernel import.
 
-How a run gets the kernels: transformers' Trainer (>= 4.45, `TrainingArguments.use_liger_kernel`; TRL and ms-swift
-take the same argument) calls `integrations/liger.py apply_liger_kernel` -> liger_kernel
-`_apply_liger_kernel_to_instance(model, **liger_kernel_config)`, which patches the model only when its
-`model_type` is a key of `MODEL_TYPE_TO_APPLY_LIGER_FN` (otherwise it logs "no Liger kernels supported" and changes
-nothing). LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py `apply_liger_kernel`) calls the
-same per-model `apply_liger_kernel_to_<type>` functions, with `fused_linear_cross_entropy=False` for the stages that
-need logits (model/loader.py: `require_logits=(finetuning_args.stage not in ["pt", "sft"])`); the planner models
-Liger only outside preference training (`phases.liger_for`). Their defaults for the dense SwiGLU families (llama, mistral, qwen2,
-qwen3; v0.5.10 monkey_patch.py) are `rope=True, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True,
-cross_entropy=False`.
+How a run gets the kernels: transformers' Trainer with `TrainingArguments.use_liger_kernel` (TRL and ms-swift take
+the same argument) calls liger_kernel `_apply_liger_kernel_to_instance(model, ...)`: in the 4.x releases from
+`Trainer.__init__` (code inline there; from 4.45 to 4.48 with the default configuration and only for a
+`PreTrainedModel`, so a LoRA run's PeftModel got nothing: `TRANSFORMERS_PATCHES_PEFT_FROM`); in 5.23 (read) from
+`Trainer.train` through `integrations/liger.py apply_liger_kernel(model, liger_kernel_config)`, which unwraps a
+PeftModel and passes `liger_kernel_config` (TrainingArguments, huggingface/transformers#38911; the first release
+with it was not read) as keyword arguments. The model is patched only when its
+`model_type` is a key of `MODEL_TYPE_TO_APPLY_LIGER_FN` (otherwise liger_kernel logs "no Liger kernels supported" and
+changes nothing). TRL's SFTConfig `use_liger` (before 0.16) loads the model through `AutoLigerKernelForCausalLM`, before
+PEFT wraps it. LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py `apply_liger_kernel`) calls the
+same per-model `apply_liger_kernel_to_<type>` functions before loading, with `fused_linear_cross_entropy=False` for the
+stages that need logits (model/loader.py: `require_logits=(finetuning_args.stage not in ["pt", "sft"])`, from
+v0.9.1); preference runs are planned with the logits and the RMSNorm/SwiGLU patches (`phases.liger_plan`). The
+defaults of the dense SwiGLU families (llama, mistral, qwen2, qwen3; v0.5.10 monkey_patch.py) are `rope=True,
+fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, cross_entropy=False`; Granite's are
+`fused_linear_cross_entropy=False, cross_entropy=True` (`FUSED_CE_OFF_TYPES`).
 
 What each patched module keeps for the backward, against the HF module (`zerodoctor.plan.activations`):
 
@@ -40,19 +46,23 @@ What each patched module keeps for the backward, against the HF module (`zerodoc
 * RoPE (`LigerRopeFunction`, ops/rope.py): rotates q and k in place and saves only cos and sin; the rotated q and k
   that attention keeps are the same bytes as HF's, so nothing changes in the saved tensors.
 
-Evaluation is charged as without Liger: `lce_forward` fuses the loss only when `skip_logits` is true, by default
-`self.training and labels is not None`, so an evaluation forward materialises the logits and runs transformers'
-loss on them (v0.5.10 / v0.6.1 model/qwen2.py). transformers 5.23's `prediction_step` passes `skip_logits=True` for
-a loss-only evaluation with `use_liger_kernel` (huggingface/transformers#44981, #43039); the release that first did
-is not pinned here, so the eval phase keeps the larger, materialised case.
+Evaluation is charged as without Liger: `lce_forward` fuses the loss only in training -- v0.5.10 tests `self.training
+and (labels is not None or shift_labels is not None)`; from v0.6.0 (`skip_logits`, linkedin/Liger-Kernel#704) the
+default is `self.training and labels is not None` -- so an evaluation forward materialises the logits and runs
+transformers' loss on them. transformers 5.23's `prediction_step` passes `skip_logits=True` for a loss-only evaluation
+with `use_liger_kernel` (huggingface/transformers#44981, #43039); the release that first did is not pinned here, so
+the eval phase keeps the larger, materialised case.
 
 Under ZeRO-3 the head weight that `lce_forward` reads becomes an external parameter of the whole model: gathered
 again by the model's pre-backward hook and released only at the end of the backward (DeepSpeed
 partitioned_param_coordinator.py `release_sub_module` / `release_backward_leftovers`); the allocator replay holds
 it that long (plan/allocator.py `_fused_linear_ce`).
 
-Not modelled: preference losses (TRL's Liger DPO/KTO/ORPO losses chunk differently), `liger_kernel_config`
-switching single kernels off, a PEFT `modules_to_save` head (planned frozen).
+Not modelled: TRL's chunked Liger preference losses (DPO/KTO/ORPO `use_liger_loss`, or DPO with `use_liger_kernel`):
+their logits are planned, an upper bound; a PEFT `modules_to_save` head (planned frozen); LigerCrossEntropyLoss
+(Granite's default) against transformers' loss (planned as transformers' loss). The allocator replay keeps the HF
+RMSNorm/MLP op sequence under Liger. No GPU reading has checked a Liger figure yet: every number here comes from
+the source.
 """
 
 from __future__ import annotations
@@ -100,8 +110,11 @@ LIGER_MODEL_TYPES = frozenset(
         "paligemma",
     }
 )
-"""`MODEL_TYPE_TO_APPLY_LIGER_FN` keys in liger_kernel v0.5.10 transformers/monkey_patch.py: the model types
-`_apply_liger_kernel_to_instance` patches (later releases add more; a type outside this set is planned unpatched)."""
+"""`MODEL_TYPE_TO_APPLY_LIGER_FN` keys in liger_kernel v0.5.10 transformers/monkey_patch.py (20 types): the model
+types `_apply_liger_kernel_to_instance` patches. Later releases add more -- v0.6.2: llama4, llama4_text, glm4v,
+smollm3, qwen2_vl_text, qwen2_5_vl_text; v0.8.2 (50 types): among others gpt_oss, olmo3, qwen3_5, qwen3_next,
+qwen3_vl, gemma4, ministral, nemotron, exaone4, falcon_h1 -- and LLaMA-Factory maps model_type "glm" to glm4. A type
+outside this set is planned unpatched: the larger case when a newer liger_kernel does patch it."""
 
 NORM_SWIGLU_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 """Dense SwiGLU families whose `apply_liger_kernel_to_<type>` swaps every decoder RMSNorm (and the final norm) for
