@@ -185,3 +185,40 @@ def test_layer_delta_reestimates_the_same_step() -> None:
     lig = activation_bytes(spec, liger=kernels, **kw)  # type: ignore[arg-type]
     hf = activation_bytes(spec, liger=replace(kernels, rms_norm=False, swiglu=False), **kw)  # type: ignore[arg-type]
     assert lig.liger_layer_delta == (hf.peak - hf.fused_loss_peak) - (lig.peak - lig.fused_loss_peak) > 0
+
+
+# ---- R2 item 5: the head's / embedding's fp64 norm slice is taken outside any layer's backward -------------------
+
+
+def test_head_sized_norm_slice_sits_beside_the_kept_layers_only() -> None:
+    from zerodoctor.plan.activations import ActivationEstimate
+    from zerodoctor.plan.phases import NORM_BYTES, offload_norm_items
+
+    # 4 GiB kept layers + a 1 GiB recomputed layer (in_backward 5 GiB, the peak, as under Liger); a 1 GiB fp64 head
+    # slice: 4 + 1 = 5 GiB beside the kept layers -> nothing over the peak (the old charge: 5 + 1 - 5 = 1 GiB); the
+    # largest layer tensor's slice (1/8 GiB) beside the recomputed layer is what goes over it
+    act = ActivationEstimate(
+        per_layer_saved=0, layers=1, checkpointed_input=0, saved_total=4 * GIB, logits_and_loss=0,
+        backward_transient=GIB, peak=5 * GIB, in_backward=5 * GIB,
+    )  # fmt: skip
+    head = GIB // NORM_BYTES
+    (old,) = offload_norm_items(act, largest_trainable=head, partition=10 * GIB)
+    assert old.bytes == GIB  # not known to be the head: charged beside the recomputed layer
+    (item,) = offload_norm_items(
+        act, largest_trainable=head, partition=10 * GIB, largest_layer_tensor=head // 8
+    )
+    assert item.bytes == GIB // 8 and f"{head // 8:,} elements" in item.detail
+    (item,) = offload_norm_items(
+        act, largest_trainable=head, partition=10 * GIB, largest_layer_tensor=head // 2
+    )
+    assert item.bytes == GIB // 2 and f"{head // 2:,} elements" in item.detail
+
+
+def test_full_fine_tuning_names_the_largest_layer_tensor() -> None:
+    from zerodoctor.plan.phases import _head_largest_layer_tensor
+
+    inputs = _inputs(model="llama-3.1-8b", method="full")
+    assert _head_largest_layer_tensor(inputs, inputs.training) == 4096 * 14336  # gate/up/down_proj
+    assert _head_largest_layer_tensor(inputs, replace(inputs.training, method="lora")) is None
+    # without Liger's fused loss the head's slice keeps its old, larger charge
+    assert _head_largest_layer_tensor(inputs, replace(inputs.training, liger_kernel=False)) is None

@@ -517,6 +517,21 @@ def qlora_unquantised_params(inputs: PlanInputs, training: Training) -> int:
     return spec.params.total - quantized
 
 
+def _head_largest_layer_tensor(inputs: PlanInputs, training: Training) -> int | None:
+    """Full fine-tuning with Liger's fused loss whose largest trainable tensor is the head or the embedding: the
+    largest decoder-layer Linear (`offload_norm_items`); None otherwise. Only under Liger (review R2 of issue 9):
+    there the backward moment is the activation peak, so charging the head's slice beside the recomputed layer
+    overcharges (Llama-3-8B full ZeRO-2 offload, 8 GPUs, mb4 x 4096: 3.91 GiB); without it the same change lowers
+    Yi-34B ZeRO-2 offload plans, a reported OOM among them, by 1.7 GiB, and no GPU reading backs that."""
+    p = inputs.model.params
+    if training.method != "full" or _largest_trainable_tensor(inputs, training) not in (p.lm_head, p.embedding):
+        return None
+    kernels, _ = liger_plan(inputs, training)
+    if kernels is None or not kernels.fused_linear_ce:
+        return None
+    return _largest_trainable_tensor(inputs, replace(training, method="freeze"))
+
+
 def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
     p = inputs.model.params
     if training.method == "full":
@@ -816,7 +831,11 @@ def plan_strategy(
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
     if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and trainable:
-        fwd_extra.extend(offload_norm_items(act, _largest_trainable_tensor(inputs, t), -(-trainable // world)))
+        fwd_extra.extend(
+            offload_norm_items(
+                act, _largest_trainable_tensor(inputs, t), -(-trainable // world), _head_largest_layer_tensor(inputs, t)
+            )
+        )
     elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
         fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
@@ -1122,26 +1141,38 @@ NORM_BYTES = 8
 """`get_norm_dtype()` is fp64 on CUDA (DeepSpeed <= 0.1x wrote `.double()`), 8 bytes per element."""
 
 
-def _over_activation_peak(act: ActivationEstimate, transient: int) -> tuple[int, str]:
+def _over_activation_peak(act: ActivationEstimate, transient: int, *, at_head: bool = False) -> tuple[int, str]:
     """What a tensor held during backward adds over the activation peak: backward holds the layers' saved tensors and
     the recomputed layer (`ActivationEstimate.in_backward`), not the loss's peak -- the head's saved tensors (the
     log-probabilities, the final norm's input, a NormHead copy) were freed when the head's backward ran, before any
-    decoder-layer gradient reaches a bucket -- so only the excess over the peak is charged. Returns the bytes and the
-    detail's tail."""
-    beside = act.in_backward
+    decoder-layer gradient reaches a bucket -- so only the excess over the peak is charged. `at_head`: the head's or
+    the embedding's gradient, normed before the first layer is recomputed (the head's, when the final norm's gradient
+    flushes the bucket) or after the last one (the embedding's): beside the layers' kept tensors only, without the
+    recomputed layer. Returns the bytes and the detail's tail."""
+    beside = act.in_backward - act.backward_transient if at_head else act.in_backward
     extra = max(0, beside + transient - act.peak)
     return extra, f"beside {beside / GIB:.2f} GiB of activations: {extra / GIB:.2f} GiB over the activation peak"
 
 
-def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partition: int) -> list[Item]:
+def offload_norm_items(
+    act: ActivationEstimate, largest_trainable: int, partition: int, largest_layer_tensor: int | None = None
+) -> list[Item]:
     """ZeRO-1/2 with `offload_optimizer`: when a gradient bucket is reduced during backward, each gradient's slice in
     this rank's partition is cast to fp64 on the GPU for its norm (`set_norm_for_param_grad_in_gpu`:
     `accumulated_grad.data.double().norm(2)`, 0.11; `.to(get_norm_dtype()).norm(2)` in `copy_grads_in_partition`,
     0.19) before its fp32 copy goes to the host. The largest one is the largest trainable tensor, or the partition
     when the tensor is larger. It happens during backward, where the activations are the saved tensors plus the
-    recomputed layer, not at the loss: only what it adds over the activation peak is charged."""
+    recomputed layer, not at the loss: only what it adds over the activation peak is charged. `largest_layer_tensor`
+    (full fine-tuning, where the largest tensor is the head or the embedding): that slice is normed outside any
+    layer's backward (`_over_activation_peak` at_head), and the largest decoder-layer tensor's slice beside the
+    recomputed layer; the larger of the two is charged."""
     slice_numel = min(largest_trainable, partition)
-    extra, beside = _over_activation_peak(act, slice_numel * NORM_BYTES)
+    extra, beside = _over_activation_peak(act, slice_numel * NORM_BYTES, at_head=largest_layer_tensor is not None)
+    if largest_layer_tensor is not None:
+        layer_slice = min(largest_layer_tensor, partition)
+        layer_extra, layer_beside = _over_activation_peak(act, layer_slice * NORM_BYTES)
+        if layer_extra > extra:
+            slice_numel, extra, beside = layer_slice, layer_extra, layer_beside
     return [
         Item(
             "offload_optimizer: a gradient slice in fp64 for its norm",
