@@ -23,7 +23,7 @@ def _inputs(
     model: str = "qwen2.5-0.5b", framework: str | None = "hf", transformers: str | None = None, **t
 ) -> PlanInputs:
     training = dict(method="lora", micro_batch=1, seq_len=4096, attn="flash", gradient_checkpointing=True)
-    training.update(liger_kernel=True, **t)
+    training.update({"liger_kernel": True, **t})
     return PlanInputs(
         model=resolve_model(model),
         cluster=Cluster(1, 4, 80 * GIB, 512 * GIB),
@@ -222,3 +222,26 @@ def test_full_fine_tuning_names_the_largest_layer_tensor() -> None:
     assert _head_largest_layer_tensor(inputs, replace(inputs.training, method="lora")) is None
     # without Liger's fused loss the head's slice keeps its old, larger charge
     assert _head_largest_layer_tensor(inputs, replace(inputs.training, liger_kernel=False)) is None
+
+
+# ---- R2 item 6: the allocator replays LigerRMSNorm and LigerSiLUMulFunction -------------------------------------
+
+
+def test_allocator_replays_liger_norm_and_swiglu() -> None:
+    """Under Liger no fp32 T x h copy of a norm's input and no SiLU tensor are allocated (ops/rms_norm.py,
+    ops/swiglu.py); the norms and SwiGLU of an HF step are replayed as before."""
+    from zerodoctor.plan.allocator import Alloc, step_shape, training_events
+
+    def sizes(liger: bool) -> list[int]:
+        inputs = _inputs(method="full", liger_kernel=liger, transformers="4.49.0")
+        shape = step_shape(inputs, ZERO3, inputs.training, exact_load=False)
+        assert shape.liger_norm is liger and shape.liger_swiglu is liger
+        return [e.nbytes for e in training_events(shape, steps=1, simulated_layers=2) if isinstance(e, Alloc)]
+
+    p = resolve_model("qwen2.5-0.5b").params
+    t, h, i = 4096, p.hidden_size, p.intermediate_size
+    hf, lig = sizes(False), sizes(True)
+    assert hf.count(4 * t * h) > 0 and lig.count(4 * t * h) == 0  # x.to(fp32) and its products
+    assert lig.count(4 * t) > 0  # the fp32 RSTD per row
+    # per layer and pass: HF gate, silu, up, prod, gprod, gup, gsilu, ggate; Liger gate, up, c, dc (in place after)
+    assert lig.count(2 * t * i) < hf.count(2 * t * i)
