@@ -63,8 +63,9 @@ their logits are planned, an upper bound; a PEFT `modules_to_save` head (planned
 (Granite's default) against transformers' loss (planned as transformers' loss). The allocator replay
 (plan/allocator.py) allocates as LigerRMSNorm and LigerSiLUMulFunction do (no fp32 copies, no SiLU tensor, input
 gradients written in place); its reserved-but-unallocated gap under Liger (Llama-3-8B full ZeRO-3, 4 GPUs, mb2 x 4096:
-9.4 GiB against 3.6 GiB without Liger) comes from the optimizer step's fp32 sub-group blocks, not from the layers. No
-GPU reading has checked a Liger figure yet: every number here comes from the source.
+9.4 GiB against 3.6 GiB without Liger) is not the layers' doing (replaying Liger's ops raised it from 8.95 GiB); the
+optimizer step's fp32 sub-group blocks no longer fitting the freed logits' segments is the suspected cause, not
+checked. No GPU reading has checked a Liger figure yet: every number here comes from the source.
 """
 
 from __future__ import annotations
