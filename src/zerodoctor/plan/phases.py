@@ -1396,8 +1396,10 @@ def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKerne
 def liger_plan(inputs: PlanInputs, t: Training) -> tuple[LigerKernels | None, str]:
     """The Liger kernels a run gets (`plan/liger.py`) and, for the activations item, why they differ from the type's
     defaults, in the run's own values. None when Liger is off, when liger_kernel has no patch for the model type, or
-    when the HF Trainer of a transformers release before `TRANSFORMERS_PATCHES_PEFT_FROM` (or of an unknown one: the
-    larger case, as for the other version-dependent items) gets a PeftModel and patches nothing. Paired and
+    when the HF Trainer of a transformers release before `TRANSFORMERS_PATCHES_PEFT_FROM` gets a PeftModel and patches
+    nothing. An unknown transformers version is planned as such a release: the larger case, as `host_save` plans an
+    unknown version's save (a wrong guess the other way would show a LoRA run fitting by the logits it really
+    materialises, 16.9 against 42.1 GiB in review R2's Llama-3-8B case); `--env` gives the version. Paired and
     reference-model runs keep the logits: LLaMA-Factory turns the fused loss off for every stage but pt/sft
     (`require_logits`), TRL's DPO computes its log-probabilities from the logits (its own chunked Liger DPO loss is
     not modelled: the logits are its upper bound); the RMSNorm and SwiGLU patches stay."""
