@@ -209,3 +209,16 @@ def test_allocator_replays_no_logits() -> None:
     assert {D * t * v, 4 * t * v} <= sizes[False]
     assert not {D * t * v, 4 * t * v} & sizes[True]
     assert {4 * v, 8 * v} <= sizes[True]
+
+
+def test_liger_without_its_fused_loss_leaves_cut_cross_entropy_running() -> None:
+    """Liger replaces the model's forward only when its fused loss is on (`apply_liger_kernel_to_<type>`'s
+    `fused_linear_cross_entropy`): switched off in `liger_kernel_config`, the plugin's CCE forward stays and runs."""
+    both = _inputs(cce=True, liger=True)
+    no_flce = replace(both.training, liger_kernel_config=(("fused_linear_cross_entropy", False),))
+    zero = ZeroSettings(stage=3)
+    assert cce_for(both, no_flce, zero) is not None
+    plan = plan_strategy(replace(both, training=no_flce), zero)
+    steady = {i.name: i for i in plan.phase("steady").gpu}
+    assert CCE_LOSS_ITEM in steady and LIGER_LOSS_ITEM not in steady
+    assert "planned as HF" not in steady["activations + logits/loss"].detail

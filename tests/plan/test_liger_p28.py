@@ -134,8 +134,9 @@ def test_plan_shows_the_fused_loss_item() -> None:
     kernels = liger_for(on, on.training, zero)
     assert kernels is not None and kernels.head_grad_charged
     assert liger_for(on, on.training, ZeroSettings(stage=1)).head_grad_charged is False  # type: ignore[union-attr]
-    # preference training (TRL's fused DPO losses) is not modelled: planned as HF
-    assert liger_for(on, replace(on.training, paired_inputs=True), zero) is None
+    # preference training keeps the logits (fused loss off), RMSNorm/SwiGLU stay (tests/plan/test_liger_p33.py)
+    paired = liger_for(on, replace(on.training, paired_inputs=True), zero)
+    assert paired is not None and not paired.fused_linear_ce and paired.rms_norm
 
 
 def _plan_json(run_cli, *files: str) -> dict[str, int]:

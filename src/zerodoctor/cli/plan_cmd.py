@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "--liger-kernel",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="Liger Kernel patched in (use_liger_kernel / enable_liger_kernel; default: from the configs, else off)",
+        help="Liger Kernel patched in (use_liger_kernel / enable_liger_kernel / TRL use_liger; default: from the configs, else off)",
     )
     t.add_argument(
         "--cut-cross-entropy",

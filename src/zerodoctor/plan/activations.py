@@ -59,6 +59,7 @@ transformers.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -409,6 +410,9 @@ def activation_bytes(
     `cut_ce` (`plan/cce.py`, without a Liger fused loss): Cut Cross-Entropy replaces them with the final hidden states
     and a few bytes per token kept for its backward, which allocates the input (and head) gradients.
     """
+    # Every argument but `liger`, captured before any other local exists: `_liger_layer_delta` re-estimates this very
+    # step with the HF norm and MLP, and a keyword added to this signature reaches it without being listed again.
+    same_step = functools.partial(activation_bytes, **{k: v for k, v in locals().items() if k != "liger"})
     if loss_shift not in LOSS_SHIFTS:
         raise PlanError(f"unknown loss shift '{loss_shift}'", hint=f"use one of {LOSS_SHIFTS}")
     if attn_impl not in ATTN_IMPLS:
@@ -636,28 +640,7 @@ def activation_bytes(
         fused_loss=fused,
         fused_loss_peak=fused_peak,
         cut_loss=cut,
-        liger_layer_delta=_liger_layer_delta(
-            peak - fused_peak,
-            liger,
-            lambda hf: activation_bytes(
-                spec,
-                micro_batch=micro_batch,
-                seq_len=seq_len,
-                attn_impl=attn_impl,
-                gradient_checkpointing=gradient_checkpointing,
-                dtype_bytes=dtype_bytes,
-                lora_rank=lora_rank,
-                lora_targets=lora_targets,
-                sequence_parallel=sequence_parallel,
-                lora_adapter_bytes=lora_adapter_bytes,
-                loss_dtype_bytes=loss_dtype_bytes,
-                trainable_layers=trainable_layers,
-                frozen_layers_keep_inputs=frozen_layers_keep_inputs,
-                loss_shift=loss_shift,
-                lora_dropout=lora_dropout,
-                liger=hf,
-            ),
-        ),
+        liger_layer_delta=_liger_layer_delta(peak - fused_peak, liger, lambda hf: same_step(liger=hf)),
     )
 
 

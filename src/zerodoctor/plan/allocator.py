@@ -743,6 +743,8 @@ class StepShape:
     fused_ce_rows: int = 0  # Liger's fused linear cross-entropy: rows per chunk (0: transformers' loss on the logits)
     fused_ce_weight_copy: bool = False  # liger_kernel >= 0.6.2: a V x h product and its fp32 copy per chunk
     cut_ce: bool = False  # Apple's Cut Cross-Entropy in place of lm_head and the loss (plan/cce.py)
+    liger_norm: bool = False  # LigerRMSNorm in place of the HF norm (`_rmsnorm_forward`)
+    liger_swiglu: bool = False  # LigerSiLUMulFunction in place of SiLU and the product (`_layer_forward`)
 
 
 class _Builder:
@@ -768,6 +770,13 @@ class _Builder:
             if i is not None:
                 self.events.append(Free(i))
 
+    def rename(self, old: str, new: str) -> None:
+        """`new` is now the name of `old`'s block (an in-place result: the block stays, its owner changes)."""
+        i = self.live.pop(old, None)
+        if i is not None:
+            self.f(new)
+            self.live[new] = i
+
     def mark(self, name: str, *, empty_cache: bool) -> None:
         self.events.append(Mark(name, empty_cache))
 
@@ -775,8 +784,16 @@ class _Builder:
 def _rmsnorm_forward(b: _Builder, s: StepShape, p: str, *, grad: bool) -> None:
     """`LlamaRMSNorm.forward`: x.to(fp32), pow(2).mean, rsqrt, x * rsqrt, .to(bf16), weight * x, in the order
     recorded on the CPU (benchmarks/plan_allocator.py --record). With grad the fp32 copy, rsqrt, bf16 normalised
-    tensor and the output are kept (plan/activations.py); the input stays the caller's."""
+    tensor and the output are kept (plan/activations.py); the input stays the caller's. Under Liger
+    (`LigerRMSNormFunction`, liger_kernel v0.6.2 ops/rms_norm.py `rms_norm_forward`): the output Y in the model dtype
+    and a fp32 RSTD per row, the only new blocks; X (the caller's), W and RSTD are saved."""
     th = s.tokens * s.hidden
+    if s.liger_norm:
+        b.a(f"{p}out", s.d * th)
+        b.a(f"{p}rs", 4 * s.tokens)
+        if not grad:
+            b.f(f"{p}rs")
+        return
     b.a(f"{p}x32", 4 * th)
     b.a(f"{p}pow", 4 * th)
     b.a(f"{p}var", 4 * s.tokens)
@@ -796,9 +813,15 @@ def _rmsnorm_forward(b: _Builder, s: StepShape, p: str, *, grad: bool) -> None:
 def _rmsnorm_backward(b: _Builder, s: StepShape, p: str, gout: str, gin: str) -> None:
     """Gradient of the norm as recorded on the CPU: `weight * x` (the input's gradient and the weight's
     unreduced one), `.to(bf16)` back to fp32, `x * rsqrt`, then `pow`/`mean`/`rsqrt` in fp32, and the cast back
-    to the model dtype."""
+    to the model dtype. Under Liger (`rms_norm_backward`, in_place=True for the Llama-style norms): the input's
+    gradient is written into the incoming one (`dX = dY`) and the weight's is reduced from a fp32 sm_count x h buffer
+    (under 3 MiB, left out)."""
     th = s.tokens * s.hidden
     b.f(f"{p}out")  # freed by its consumer's backward before this one runs
+    if s.liger_norm:
+        b.rename(gout, gin)
+        b.f(f"{p}rs")
+        return
     b.a(f"{p}gxb", s.d * th)
     b.a(f"{p}gw", s.d * th)
     b.f(f"{p}gw", gout, f"{p}xb")
@@ -919,17 +942,20 @@ def _layer_forward(b: _Builder, s: StepShape, i: int, *, grad: bool) -> None:
     if not s.checkpointing:
         b.f(f"h{i}")  # the add keeps nothing; a checkpointed layer keeps its input until its backward
     _rmsnorm_forward(b, s, p + "n2", grad=grad)
-    # down_proj(act_fn(gate_proj(x)) * up_proj(x)): Python evaluates gate, its SiLU, then up, then the product
+    # down_proj(act_fn(gate_proj(x)) * up_proj(x)): Python evaluates gate, its SiLU, then up, then the product;
+    # LigerSwiGLUMLP: down_proj(LigerSiLUMulFunction.apply(gate_proj(x), up_proj(x))), one output block `c` and no
+    # SiLU tensor (liger_kernel v0.6.2 ops/swiglu.py swiglu_forward)
     _gather(b, s, f"W{i}gate", gate)
     b.a(p + "gate", d * t * s.inter)
-    b.a(p + "silu", d * t * s.inter)
-    if not grad:
-        b.f(p + "gate")
+    if not s.liger_swiglu:
+        b.a(p + "silu", d * t * s.inter)
+        if not grad:
+            b.f(p + "gate")
     _gather(b, s, f"W{i}up", up)
     b.a(p + "up", d * t * s.inter)
     b.a(p + "prod", d * t * s.inter)
     if not grad:
-        b.f(p + "silu", p + "up", p + "n2out")
+        b.f(p + "gate", p + "silu", p + "up", p + "n2out")
     _gather(b, s, f"W{i}down", down)
     b.a(p + "down", d * t * s.hidden)
     if not grad:
@@ -956,14 +982,20 @@ def _layer_backward(b: _Builder, s: StepShape, i: int, st: dict[str, list[int]])
     _weight_grad(b, s, down, st)
     b.a(p + "gprod", d * t * s.inter)
     b.f(p + "prod")
-    b.a(p + "gup", d * t * s.inter)
-    b.a(p + "gsilu", d * t * s.inter)
-    b.f(p + "silu", p + "up", p + "gprod")
+    if s.liger_swiglu:  # swiglu_backward writes the gate's and up's gradients into their saved outputs, in place
+        b.rename(p + "up", p + "gup")
+        b.rename(p + "gate", p + "ggate")
+        b.f(p + "gprod")
+    else:
+        b.a(p + "gup", d * t * s.inter)
+        b.a(p + "gsilu", d * t * s.inter)
+        b.f(p + "silu", p + "up", p + "gprod")
     _weight_grad(b, s, up, st)
     b.a(p + "gn2a", d * t * s.hidden)
     b.f(p + "gup")
-    b.a(p + "ggate", d * t * s.inter)
-    b.f(p + "gate", p + "gsilu")
+    if not s.liger_swiglu:
+        b.a(p + "ggate", d * t * s.inter)
+        b.f(p + "gate", p + "gsilu")
     _weight_grad(b, s, gate, st)
     b.a(p + "gn2b", d * t * s.hidden)
     b.f(p + "ggate")
@@ -1265,6 +1297,7 @@ def step_shape(
     batch = t.micro_batch * (2 if t.paired_inputs else 1)
     liger = phases.liger_for(inputs, t, zero)
     cut = phases.cce_for(inputs, t, zero) is not None
+    fused = liger is not None and liger.fused_linear_ce
     d = t.param_bytes
     by_name = {
         lin.name: lin.in_features * lin.out_features + (lin.out_features if lin.bias else 0)
@@ -1390,8 +1423,10 @@ def step_shape(
         adamw_temporary=(not zero.optimizer_from_config if torch_adamw is None else torch_adamw)
         and t.optimizer == "adamw",
         loss_shift=loss_shift_for(inputs.transformers_version),
-        fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if liger is not None else 0,
-        fused_ce_weight_copy=liger is not None and liger.weight_grad_copy,
+        fused_ce_rows=flce_chunk_rows(batch * seq, p.hidden_size, p.vocab_size) if fused else 0,
+        fused_ce_weight_copy=fused and liger is not None and liger.weight_grad_copy,
+        liger_norm=liger is not None and liger.rms_norm,
+        liger_swiglu=liger is not None and liger.swiglu,
         cut_ce=cut,
     )
 

@@ -146,6 +146,12 @@ class Training:
     """Apple's Cut Cross-Entropy patched in (axolotl's CutCrossEntropyPlugin, `cut_cross_entropy`): the loss from the
     final hidden states and the head weight without logits, in training and evaluation (`zerodoctor.plan.cce`); with
     `liger_kernel` on as well, Liger's fused loss is the one that runs (`phases.cce_for`)."""
+    liger_kernel_config: tuple[tuple[str, bool], ...] = ()
+    """transformers `liger_kernel_config` as stated (`zerodoctor.plan.liger.LIGER_CONFIG_KEYS`: a kernel switched
+    on or off against its `apply_liger_kernel_to_<type>` default); () = the defaults."""
+    liger_at_load: bool = False
+    """Liger is patched in when the model is loaded, before PEFT wraps it (TRL < 0.16 SFTConfig `use_liger`:
+    `AutoLigerKernelForCausalLM`), not by the Trainer on the built model (`liger.TRANSFORMERS_PATCHES_PEFT_FROM`)."""
 
     @property
     def param_bytes(self) -> int:
@@ -416,6 +422,9 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         kbit_preparation=_kbit_preparation(run),
         liger_kernel=bool(run.liger_kernel.value) if run.liger_kernel is not None else False,
         cut_cross_entropy=bool(run.cut_cross_entropy.value) if run.cut_cross_entropy is not None else False,
+        liger_kernel_config=run.liger_kernel_config.value if run.liger_kernel_config is not None else (),
+        # TRL < 0.16 SFTConfig `use_liger` loads through AutoLigerKernelForCausalLM (trl sft_trainer.py)
+        liger_at_load=run.liger_kernel is not None and run.liger_kernel.origin.key == "use_liger",
     )
     notes = list(run.notes)
     quant = model.quantization

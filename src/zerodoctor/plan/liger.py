@@ -3,16 +3,22 @@
 Read in linkedin/Liger-Kernel at v0.5.10 (2025-05-22) and v0.6.1 / v0.6.2 / v0.8.2 where they differ; pure
 arithmetic: no torch, no liger_kernel import.
 
-How a run gets the kernels: transformers' Trainer (>= 4.45, `TrainingArguments.use_liger_kernel`; TRL and ms-swift
-take the same argument) calls `integrations/liger.py apply_liger_kernel` -> liger_kernel
-`_apply_liger_kernel_to_instance(model, **liger_kernel_config)`, which patches the model only when its
-`model_type` is a key of `MODEL_TYPE_TO_APPLY_LIGER_FN` (otherwise it logs "no Liger kernels supported" and changes
-nothing). LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py `apply_liger_kernel`) calls the
-same per-model `apply_liger_kernel_to_<type>` functions, with `fused_linear_cross_entropy=False` for the stages that
-need logits (model/loader.py: `require_logits=(finetuning_args.stage not in ["pt", "sft"])`); the planner models
-Liger only outside preference training (`phases.liger_for`). Their defaults for the dense SwiGLU families (llama, mistral, qwen2,
-qwen3; v0.5.10 monkey_patch.py) are `rope=True, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True,
-cross_entropy=False`.
+How a run gets the kernels: transformers' Trainer with `TrainingArguments.use_liger_kernel` (TRL and ms-swift take
+the same argument) calls liger_kernel `_apply_liger_kernel_to_instance(model, ...)`: in the 4.x releases from
+`Trainer.__init__` (code inline there; from 4.45 to 4.48 with the default configuration and only for a
+`PreTrainedModel`, so a LoRA run's PeftModel got nothing: `TRANSFORMERS_PATCHES_PEFT_FROM`); in 5.23 (read) from
+`Trainer.train` through `integrations/liger.py apply_liger_kernel(model, liger_kernel_config)`, which unwraps a
+PeftModel and passes `liger_kernel_config` (TrainingArguments, huggingface/transformers#38911; the first release
+with it was not read) as keyword arguments. The model is patched only when its
+`model_type` is a key of `MODEL_TYPE_TO_APPLY_LIGER_FN` (otherwise liger_kernel logs "no Liger kernels supported" and
+changes nothing). TRL's SFTConfig `use_liger` (before 0.16) loads the model through `AutoLigerKernelForCausalLM`, before
+PEFT wraps it. LLaMA-Factory's `enable_liger_kernel` (model/model_utils/liger_kernel.py `apply_liger_kernel`) calls the
+same per-model `apply_liger_kernel_to_<type>` functions before loading, with `fused_linear_cross_entropy=False` for the
+stages that need logits (model/loader.py: `require_logits=(finetuning_args.stage not in ["pt", "sft"])`, from
+v0.9.1); preference runs are planned with the logits and the RMSNorm/SwiGLU patches (`phases.liger_plan`). The
+defaults of the dense SwiGLU families (llama, mistral, qwen2, qwen3; v0.5.10 monkey_patch.py) are `rope=True,
+fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, cross_entropy=False`; Granite's are
+`fused_linear_cross_entropy=False, cross_entropy=True` (`FUSED_CE_OFF_TYPES`).
 
 What each patched module keeps for the backward, against the HF module (`zerodoctor.plan.activations`):
 
@@ -40,24 +46,32 @@ What each patched module keeps for the backward, against the HF module (`zerodoc
 * RoPE (`LigerRopeFunction`, ops/rope.py): rotates q and k in place and saves only cos and sin; the rotated q and k
   that attention keeps are the same bytes as HF's, so nothing changes in the saved tensors.
 
-Evaluation is charged as without Liger: `lce_forward` fuses the loss only when `skip_logits` is true, by default
-`self.training and labels is not None`, so an evaluation forward materialises the logits and runs transformers'
-loss on them (v0.5.10 / v0.6.1 model/qwen2.py). transformers 5.23's `prediction_step` passes `skip_logits=True` for
-a loss-only evaluation with `use_liger_kernel` (huggingface/transformers#44981, #43039); the release that first did
-is not pinned here, so the eval phase keeps the larger, materialised case.
+Evaluation is charged as without Liger: `lce_forward` fuses the loss only in training -- v0.5.10 tests `self.training
+and (labels is not None or shift_labels is not None)`; from v0.6.0 (`skip_logits`, linkedin/Liger-Kernel#704) the
+default is `self.training and labels is not None` -- so an evaluation forward materialises the logits and runs
+transformers' loss on them. transformers 5.23's `prediction_step` passes `skip_logits=True` for a loss-only evaluation
+with `use_liger_kernel` (huggingface/transformers#44981, #43039); the release that first did is not pinned here, so
+the eval phase keeps the larger, materialised case.
 
 Under ZeRO-3 the head weight that `lce_forward` reads becomes an external parameter of the whole model: gathered
 again by the model's pre-backward hook and released only at the end of the backward (DeepSpeed
 partitioned_param_coordinator.py `release_sub_module` / `release_backward_leftovers`); the allocator replay holds
 it that long (plan/allocator.py `_fused_linear_ce`).
 
-Not modelled: preference losses (TRL's Liger DPO/KTO/ORPO losses chunk differently), `liger_kernel_config`
-switching single kernels off, a PEFT `modules_to_save` head (planned frozen).
+Not modelled: TRL's chunked Liger preference losses (DPO/KTO/ORPO `use_liger_loss`, or DPO with `use_liger_kernel`):
+their logits are planned, an upper bound; a PEFT `modules_to_save` head (planned frozen); LigerCrossEntropyLoss
+(Granite's default) against transformers' loss (planned as transformers' loss). The allocator replay
+(plan/allocator.py) allocates as LigerRMSNorm and LigerSiLUMulFunction do (no fp32 copies, no SiLU tensor, input
+gradients written in place); its reserved-but-unallocated gap under Liger (Llama-3-8B full ZeRO-3, 4 GPUs, mb2 x 4096:
+9.4 GiB against 3.6 GiB without Liger) is not the layers' doing (replaying Liger's ops raised it from 8.95 GiB); the
+optimizer step's fp32 sub-group blocks no longer fitting the freed logits' segments is the suspected cause, not
+checked. No GPU reading has checked a Liger figure yet: every number here comes from the source.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -99,13 +113,35 @@ LIGER_MODEL_TYPES = frozenset(
         "paligemma",
     }
 )
-"""`MODEL_TYPE_TO_APPLY_LIGER_FN` keys in liger_kernel v0.5.10 transformers/monkey_patch.py: the model types
-`_apply_liger_kernel_to_instance` patches (later releases add more; a type outside this set is planned unpatched)."""
+"""`MODEL_TYPE_TO_APPLY_LIGER_FN` keys in liger_kernel v0.5.10 transformers/monkey_patch.py (20 types): the model
+types `_apply_liger_kernel_to_instance` patches. Later releases add more -- v0.6.2: llama4, llama4_text, glm4v,
+smollm3, qwen2_vl_text, qwen2_5_vl_text; v0.8.2 (50 types): among others gpt_oss, olmo3, qwen3_5, qwen3_next,
+qwen3_vl, gemma4, ministral, nemotron, exaone4, falcon_h1 -- and LLaMA-Factory maps model_type "glm" to glm4. A type
+outside this set is planned unpatched: the larger case when a newer liger_kernel does patch it."""
 
 NORM_SWIGLU_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 """Dense SwiGLU families whose `apply_liger_kernel_to_<type>` swaps every decoder RMSNorm (and the final norm) for
 `LigerRMSNorm` and every MLP for `LigerSwiGLUMLP` by default, and whose decoder layer the activation model counts
 as the Llama layer (v0.5.10 monkey_patch.py). MoE and GeGLU families keep the HF saved-tensor count here."""
+
+FUSED_CE_OFF_TYPES = frozenset({"granite"})
+"""Types whose `apply_liger_kernel_to_<type>` defaults to `fused_linear_cross_entropy=False, cross_entropy=True`
+(monkey_patch.py `apply_liger_kernel_to_granite` at v0.5.10, v0.6.2 and v0.8.2; every other type of
+`LIGER_MODEL_TYPES` defaults to the fused loss): the logits are materialised and `LigerCrossEntropyLoss` runs on them,
+planned as transformers' loss on the logits (its upper bound)."""
+
+LIGER_CONFIG_KEYS = ("fused_linear_cross_entropy", "rms_norm", "swiglu")
+"""The `liger_kernel_config` keys (transformers TrainingArguments, passed as `**kernel_config` to
+`_apply_liger_kernel_to_instance`) that change what the planner charges; `rope` and `cross_entropy` do not."""
+
+TRANSFORMERS_PATCHES_PEFT_FROM = "4.49.0"
+"""The HF Trainer's `use_liger_kernel` hook (in `Trainer.__init__` from 4.45) patched only `isinstance(model,
+PreTrainedModel)`: a PeftModel logged "The model is not an instance of PreTrainedModel. No liger kernels will be
+applied." and trained unpatched (huggingface/transformers#34016, on 4.45.1). huggingface/transformers#35680 added the
+`model.get_base_model()` branch; it was reviewed on 2025-01-14, after v4.48.0 (2025-01-10), so 4.49.0 is the first
+release with it (the 4.48.x patch releases were not read). A run that patches before PEFT wraps the model
+(LLaMA-Factory `enable_liger_kernel`, TRL < 0.16 `use_liger` loading through `AutoLigerKernelForCausalLM`) is not
+affected."""
 
 WEIGHT_GRAD_COPY_FROM = "0.6.2"
 """From liger_kernel 0.6.2 (`accum_dtype` option, linkedin/Liger-Kernel#830) each chunk accumulates the head's
@@ -132,19 +168,31 @@ class LigerKernels:
     fused loss then does not charge it a second time."""
 
 
-def liger_kernels(model_type: str, liger_version: str | None) -> LigerKernels | None:
-    """The kernels `use_liger_kernel` applies to a model of `model_type` with its default configuration; None when
-    liger_kernel has no patch for the type (it then trains as the HF model)."""
+def liger_kernels(
+    model_type: str, liger_version: str | None, config: Mapping[str, bool] | None = None
+) -> LigerKernels | None:
+    """The kernels liger_kernel applies to a model of `model_type`: each `apply_liger_kernel_to_<type>` default
+    (`FUSED_CE_OFF_TYPES`), overridden by the `config` a run passes (`liger_kernel_config`: its
+    fused_linear_cross_entropy / rms_norm / swiglu keys); None when liger_kernel has no patch for the type (it then
+    trains as the HF model)."""
     if model_type not in LIGER_MODEL_TYPES:
         return None
+    cfg = config or {}
     v = parse_version(liger_version)
     dense = model_type in NORM_SWIGLU_MODEL_TYPES
     return LigerKernels(
-        fused_linear_ce=True,
-        rms_norm=dense,
-        swiglu=dense,
+        fused_linear_ce=bool(cfg.get("fused_linear_cross_entropy", model_type not in FUSED_CE_OFF_TYPES)),
+        rms_norm=dense and bool(cfg.get("rms_norm", True)),
+        swiglu=dense and bool(cfg.get("swiglu", True)),
         weight_grad_copy=v is None or v >= Version(WEIGHT_GRAD_COPY_FROM),
     )
+
+
+def trainer_patches_peft_model(transformers_version: str | None) -> bool:
+    """Whether the HF Trainer's `use_liger_kernel` hook patches the base model of a PeftModel
+    (`TRANSFORMERS_PATCHES_PEFT_FROM`); False for an unknown version, the larger case."""
+    v = parse_version(transformers_version)
+    return v is not None and v >= Version(TRANSFORMERS_PATCHES_PEFT_FROM)
 
 
 def flce_chunk_rows(tokens: int, hidden: int, vocab: int) -> int:

@@ -41,7 +41,15 @@ from zerodoctor.plan.activations import (
 from zerodoctor.plan.cce import CCE_PATCH_TYPES, CCE_SOURCE, CutCrossEntropy
 from zerodoctor.plan.inputs import GIB, Cluster, PlanInputs, Training, ZeroSettings
 from zerodoctor.plan.kbit_prep import KbitPreparation, kbit_preparation
-from zerodoctor.plan.liger import LIGER_SOURCE, NORM_SWIGLU_SOURCE, LigerKernels, liger_kernels
+from zerodoctor.plan.liger import (
+    LIGER_CONFIG_KEYS,
+    LIGER_SOURCE,
+    NORM_SWIGLU_SOURCE,
+    TRANSFORMERS_PATCHES_PEFT_FROM,
+    LigerKernels,
+    liger_kernels,
+    trainer_patches_peft_model,
+)
 from zerodoctor.versions import in_range, parse_version
 
 PHASES = ("load", "first_step", "steady", "eval", "save")
@@ -510,6 +518,21 @@ def qlora_unquantised_params(inputs: PlanInputs, training: Training) -> int:
     return spec.params.total - quantized
 
 
+def _head_largest_layer_tensor(inputs: PlanInputs, training: Training) -> int | None:
+    """Full fine-tuning with Liger's fused loss whose largest trainable tensor is the head or the embedding: the
+    largest decoder-layer Linear (`offload_norm_items`); None otherwise. Only under Liger (review R2 of issue 9):
+    there the backward moment is the activation peak, so charging the head's slice beside the recomputed layer
+    overcharges (Llama-3-8B full ZeRO-2 offload, 8 GPUs, mb4 x 4096: 3.91 GiB); without it the same change lowers
+    Yi-34B ZeRO-2 offload plans, a reported OOM among them, by 1.7 GiB, and no GPU reading backs that."""
+    p = inputs.model.params
+    if training.method != "full" or _largest_trainable_tensor(inputs, training) not in (p.lm_head, p.embedding):
+        return None
+    kernels, _ = liger_plan(inputs, training)
+    if kernels is None or not kernels.fused_linear_ce:
+        return None
+    return _largest_trainable_tensor(inputs, replace(training, method="freeze"))
+
+
 def _largest_trainable_tensor(inputs: PlanInputs, training: Training) -> int:
     p = inputs.model.params
     if training.method == "full":
@@ -809,7 +832,11 @@ def plan_strategy(
     if t.method == "qlora":
         fwd_extra.append(dequantised_weight_item(inputs, t))
     if zero.stage in (1, 2) and zero.offload_optimizer == "cpu" and trainable:
-        fwd_extra.extend(offload_norm_items(act, _largest_trainable_tensor(inputs, t), -(-trainable // world)))
+        fwd_extra.extend(
+            offload_norm_items(
+                act, _largest_trainable_tensor(inputs, t), -(-trainable // world), _head_largest_layer_tensor(inputs, t)
+            )
+        )
     elif zero.stage == 3 and zero.offload_optimizer != "none" and trainable:
         fwd_extra.extend(zero3_offload_grad_items(act, -(-_largest_trainable_tensor(inputs, t) // world), pb))
     act_items = activation_items(act, t, inputs)
@@ -1115,26 +1142,38 @@ NORM_BYTES = 8
 """`get_norm_dtype()` is fp64 on CUDA (DeepSpeed <= 0.1x wrote `.double()`), 8 bytes per element."""
 
 
-def _over_activation_peak(act: ActivationEstimate, transient: int) -> tuple[int, str]:
+def _over_activation_peak(act: ActivationEstimate, transient: int, *, at_head: bool = False) -> tuple[int, str]:
     """What a tensor held during backward adds over the activation peak: backward holds the layers' saved tensors and
     the recomputed layer (`ActivationEstimate.in_backward`), not the loss's peak -- the head's saved tensors (the
     log-probabilities, the final norm's input, a NormHead copy) were freed when the head's backward ran, before any
-    decoder-layer gradient reaches a bucket -- so only the excess over the peak is charged. Returns the bytes and the
-    detail's tail."""
-    beside = act.in_backward
+    decoder-layer gradient reaches a bucket -- so only the excess over the peak is charged. `at_head`: the head's or
+    the embedding's gradient, normed before the first layer is recomputed (the head's, when the final norm's gradient
+    flushes the bucket) or after the last one (the embedding's): beside the layers' kept tensors only, without the
+    recomputed layer. Returns the bytes and the detail's tail."""
+    beside = act.in_backward - act.backward_transient if at_head else act.in_backward
     extra = max(0, beside + transient - act.peak)
     return extra, f"beside {beside / GIB:.2f} GiB of activations: {extra / GIB:.2f} GiB over the activation peak"
 
 
-def offload_norm_items(act: ActivationEstimate, largest_trainable: int, partition: int) -> list[Item]:
+def offload_norm_items(
+    act: ActivationEstimate, largest_trainable: int, partition: int, largest_layer_tensor: int | None = None
+) -> list[Item]:
     """ZeRO-1/2 with `offload_optimizer`: when a gradient bucket is reduced during backward, each gradient's slice in
     this rank's partition is cast to fp64 on the GPU for its norm (`set_norm_for_param_grad_in_gpu`:
     `accumulated_grad.data.double().norm(2)`, 0.11; `.to(get_norm_dtype()).norm(2)` in `copy_grads_in_partition`,
     0.19) before its fp32 copy goes to the host. The largest one is the largest trainable tensor, or the partition
     when the tensor is larger. It happens during backward, where the activations are the saved tensors plus the
-    recomputed layer, not at the loss: only what it adds over the activation peak is charged."""
+    recomputed layer, not at the loss: only what it adds over the activation peak is charged. `largest_layer_tensor`
+    (full fine-tuning, where the largest tensor is the head or the embedding): that slice is normed outside any
+    layer's backward (`_over_activation_peak` at_head), and the largest decoder-layer tensor's slice beside the
+    recomputed layer; the larger of the two is charged."""
     slice_numel = min(largest_trainable, partition)
-    extra, beside = _over_activation_peak(act, slice_numel * NORM_BYTES)
+    extra, beside = _over_activation_peak(act, slice_numel * NORM_BYTES, at_head=largest_layer_tensor is not None)
+    if largest_layer_tensor is not None:
+        layer_slice = min(largest_layer_tensor, partition)
+        layer_extra, layer_beside = _over_activation_peak(act, layer_slice * NORM_BYTES)
+        if layer_extra > extra:
+            slice_numel, extra, beside = layer_slice, layer_extra, layer_beside
     return [
         Item(
             "offload_optimizer: a gradient slice in fp64 for its norm",
@@ -1346,16 +1385,13 @@ def _head_grad_charged(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> b
 
 
 def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKernels | None:
-    """The Liger kernels of a run with `liger_kernel` on (`plan/liger.py`): None when it is off, when liger_kernel does
-    not patch the model type, or for preference training (its fused DPO/KTO losses are not modelled). Under ZeRO-2/3
-    the head's gradient that the fused loss makes in the forward is the very tensor the "full-size gradient before
-    reduce-scatter" item charges when the head is the largest trainable tensor: it is charged there only."""
-    if not t.liger_kernel or t.paired_inputs or t.reference_model:
-        return None
-    kernels = liger_kernels(inputs.model.model_type, inputs.liger_version)
+    """The Liger kernels of a run with `liger_kernel` on (`liger_plan`). Under ZeRO-2/3 the head's gradient that the
+    fused loss makes in the forward is the very tensor the "full-size gradient before reduce-scatter" item charges
+    when the head is the largest trainable tensor: it is charged there only."""
+    kernels, _ = liger_plan(inputs, t)
     if kernels is None:
         return None
-    return replace(kernels, head_grad_charged=_head_grad_charged(inputs, t, zero))
+    return replace(kernels, head_grad_charged=kernels.fused_linear_ce and _head_grad_charged(inputs, t, zero))
 
 
 def cce_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> CutCrossEntropy | None:
@@ -1366,9 +1402,51 @@ def cce_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> CutCrossEntr
     if not t.cut_cross_entropy or t.paired_inputs or t.reference_model:
         return None
     spec = inputs.model
-    if "remote code" in spec.count_method or liger_for(inputs, t, zero) is not None:
+    liger = liger_for(inputs, t, zero)
+    if "remote code" in spec.count_method or (liger is not None and liger.fused_linear_ce):
         return None
     return CutCrossEntropy(head_grad_charged=_head_grad_charged(inputs, t, zero))
+
+
+def liger_plan(inputs: PlanInputs, t: Training) -> tuple[LigerKernels | None, str]:
+    """The Liger kernels a run gets (`plan/liger.py`) and, for the activations item, why they differ from the type's
+    defaults, in the run's own values. None when Liger is off, when liger_kernel has no patch for the model type, or
+    when the HF Trainer of a transformers release before `TRANSFORMERS_PATCHES_PEFT_FROM` gets a PeftModel and patches
+    nothing. An unknown transformers version is planned as such a release: the larger case, as `host_save` plans an
+    unknown version's save (a wrong guess the other way would show a LoRA run fitting by the logits it really
+    materialises, 16.9 against 42.1 GiB in review R2's Llama-3-8B case); `--env` gives the version. Paired and
+    reference-model runs keep the logits: LLaMA-Factory turns the fused loss off for every stage but pt/sft
+    (`require_logits`), TRL's DPO computes its log-probabilities from the logits (its own chunked Liger DPO loss is
+    not modelled: the logits are its upper bound); the RMSNorm and SwiGLU patches stay."""
+    if not t.liger_kernel:
+        return None, ""
+    mt = inputs.model.model_type
+    v = inputs.transformers_version
+    if t.is_peft and not t.liger_at_load and inputs.framework != "llamafactory" and not trainer_patches_peft_model(v):
+        why = f"transformers {v}" if v else "transformers' version unknown (pass --env to read it), planned as"
+        return None, (
+            f"; Liger Kernel off: {why} before {TRANSFORMERS_PATCHES_PEFT_FROM}, whose Trainer patches only a "
+            "PreTrainedModel, and a LoRA run hands it a PeftModel (\"No liger kernels will be applied\", "
+            "huggingface/transformers#34016): planned as HF"
+        )
+    config = {k: on for k, on in t.liger_kernel_config if k in LIGER_CONFIG_KEYS}
+    kernels = liger_kernels(mt, inputs.liger_version, config if inputs.framework != "llamafactory" else None)
+    if kernels is None:
+        return None, f"; Liger Kernel not applied: liger_kernel has no patch for model_type '{mt}': planned as HF"
+    if (t.paired_inputs or t.reference_model) and kernels.fused_linear_ce:
+        loss = "paired (chosen/rejected) inputs" if t.paired_inputs else "a reference model"
+        return replace(kernels, fused_linear_ce=False), (
+            f"; Liger fused loss off: a loss with {loss} needs the logits (LLaMA-Factory require_logits; TRL's own "
+            "Liger preference loss is not modelled): logits planned, their upper bound"
+        )
+    if not kernels.fused_linear_ce:
+        why = (
+            "liger_kernel_config fused_linear_cross_entropy: false"
+            if config.get("fused_linear_cross_entropy") is False
+            else f"apply_liger_kernel_to_{mt} defaults to fused_linear_cross_entropy=False"
+        )
+        return kernels, f"; Liger fused loss off ({why}): logits planned"
+    return kernels, ""
 
 
 KBIT_PARAMS_ITEM = "k-bit preparation: unquantised weights upcast to fp32"
@@ -1611,14 +1689,14 @@ def dequantised_weight_item(inputs: PlanInputs, t: Training) -> Item:
     )
 
 
-def activation_item(act: ActivationEstimate, t: Training) -> Item:
-    liger = ""
-    if t.liger_kernel and act.fused_loss is None:
-        liger = "; Liger Kernel not applied (its patches do not cover this model type or loss): planned as " + (
-            "Cut Cross-Entropy" if act.cut_loss is not None else "HF"
+def activation_item(act: ActivationEstimate, t: Training, inputs: PlanInputs) -> Item:
+    liger = liger_plan(inputs, t)[1]
+    if act.cut_loss is not None:  # Liger's fused loss is off, and Cut Cross-Entropy's runs (`cce_for`)
+        liger = liger.replace(": planned as HF", ": planned as Cut Cross-Entropy").replace(
+            ": logits planned", ": Cut Cross-Entropy planned"
         )
-    elif act.liger_layer_delta:
-        liger = (
+    if act.liger_layer_delta:
+        liger += (
             f"; Liger RMSNorm and SwiGLU save {act.liger_layer_delta / GIB:.2f} GiB less than the HF modules at this "
             "moment (input + fp32 rstd per norm, gate and up outputs per MLP)"
         )
@@ -1704,7 +1782,7 @@ def activation_items(act: ActivationEstimate, t: Training, inputs: PlanInputs) -
     """The activations item, and beside it what an older transformers adds to the activation peak at the loss
     (`activations.loss_shift_for`): the shifted contiguous fp32 copy of the logits before 4.49; and Baichuan2's
     normalised head copy (`activations.remote_norm_head`), alive at the loss on top of the (gathered) head."""
-    items = [activation_item(act, t)]
+    items = [activation_item(act, t, inputs)]
     for fused in (liger_loss_item(act, inputs), cce_loss_item(act, inputs)):
         if fused is not None:
             items.append(fused)

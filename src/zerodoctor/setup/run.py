@@ -16,6 +16,7 @@ Nothing here imports torch, transformers or DeepSpeed.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -263,7 +264,11 @@ class RunDescription:
     `compute_accuracy`); otherwise HF Trainer.evaluate keeps only the loss when no compute_metrics is passed."""
     liger_kernel: Known[bool] | None = None
     """Liger Kernel on or off as stated: `--liger-kernel`, HF TrainingArguments / TRL / ms-swift `use_liger_kernel`,
-    LLaMA-Factory `enable_liger_kernel` (None: not stated, off as in every one of them)."""
+    LLaMA-Factory `enable_liger_kernel`, TRL < 0.16 SFTConfig `use_liger` (None: not stated, off as in every one of
+    them)."""
+    liger_kernel_config: Known[tuple[tuple[str, bool], ...]] | None = None
+    """transformers TrainingArguments `liger_kernel_config`: each kernel it switches on or off (True / False), as
+    `_apply_liger_kernel_to_instance(**kernel_config)` receives them (None: not stated, or no boolean in it)."""
     cut_cross_entropy: Known[bool] | None = None
     """Cut Cross-Entropy on or off as stated: `--cut-cross-entropy`, or an arguments file's `cut_cross_entropy` /
     `plugins` list (axolotl's keys, read generically: `_cut_cross_entropy`). None: not stated, off."""
@@ -775,6 +780,13 @@ def describe_run(
         else Known(False, _default("PYTORCH_CUDA_ALLOC_CONF without expandable_segments"))
     )
 
+    liger_loss = rd.arg("use_liger_loss")
+    if liger_loss is not None and truthy(liger_loss.value):
+        notes.append(
+            f"use_liger_loss ({liger_loss.origin.describe()}): TRL's chunked Liger preference loss is not modelled; "
+            "the logits and log-probabilities are planned instead (their upper bound)"
+        )
+
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
     if traits.name is None and setup.ds_written is not None:
@@ -832,6 +844,7 @@ def describe_run(
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
         cut_cross_entropy=_first(fl("cut_cross_entropy", flags.cut_cross_entropy), _cut_cross_entropy(rd)),
+        liger_kernel_config=_liger_kernel_config(rd),
     )
 
 
@@ -888,9 +901,11 @@ def _eval_keeps_logits(rd: _Reader) -> Known[bool] | None:
 
 def _liger_kernel(rd: _Reader) -> Known[bool] | None:
     """Liger Kernel from the arguments: `use_liger_kernel` (transformers TrainingArguments >= 4.45, which TRL's
-    configs and ms-swift's arguments extend) or `enable_liger_kernel` (LLaMA-Factory ModelArguments); a value that
-    is not a boolean is left unknown."""
-    k = rd.arg("use_liger_kernel", "enable_liger_kernel")
+    configs and ms-swift's arguments extend), `enable_liger_kernel` (LLaMA-Factory ModelArguments) or `use_liger`
+    (TRL SFTConfig before 0.16, deprecated by huggingface/trl#2949); a value that is not a boolean is left unknown.
+    TRL's `use_liger_loss` (DPO/ORPO/GKD configs) swaps only the preference loss, which the planner does not model:
+    it is not read, and the run's logits stay planned (their upper bound)."""
+    k = rd.arg("use_liger_kernel", "enable_liger_kernel", "use_liger")
     on = truthy(k.value) if k is not None else None
     return Known(on, k.origin) if k is not None and on is not None else None
 
@@ -915,6 +930,24 @@ def _cut_cross_entropy(rd: _Reader) -> Known[bool] | None:
         if not listed or stated is None:
             return Known(listed, plugins.origin)
     return Known(stated, key.origin) if key is not None and stated is not None else None
+
+
+def _liger_kernel_config(rd: _Reader) -> Known[tuple[tuple[str, bool], ...]] | None:
+    """`liger_kernel_config` (a mapping, or its JSON text on a command line): each kernel it switches on or off (a
+    value that is not a boolean is left out)."""
+    k = rd.arg("liger_kernel_config")
+    if k is None:
+        return None
+    value = k.value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    switches = tuple((str(key), bool(on)) for key, on in value.items() if isinstance(on, bool))
+    return Known(switches, k.origin) if switches else None
 
 
 _WEIGHTS_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "auto": "auto"}
