@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
-from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
+from zerodoctor.diagnose.patterns import (
+    EXTRACTOR_PATTERNS,
+    PCT_BAR_LITERAL,
+    PCT_BAR_REACH,
+    PROGRESS_LITERALS,
+    parse_progress,
+)
 from zerodoctor.diagnose.reader import (
     RECORD_START,
     STANDALONE_LINE,
@@ -286,21 +292,43 @@ def engine(kind: str | None = None) -> _Engine:
 _WINDOW = 64 << 10
 
 
-def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
-    """The last offset in chunk[lo:hi] where a progress literal starts, or -1. Searched in growing windows
-    from the end: a literal a log never prints (mmengine's on an HF run) would otherwise be searched through
-    the whole span for every call."""
-    width = _WINDOW
-    top = hi
-    while top > lo:
-        start = max(lo, top - width)
-        # overlap by the longest literal so one that straddles the window edge is found
-        pos = max(chunk.rfind(lit, start, min(hi, top + _LONGEST)) for lit in PROGRESS_LITERALS)
-        if pos >= 0:
-            return pos
-        top = start
-        width *= 4
-    return -1
+class _LiteralCursor:
+    """The progress literals' start offsets in chunk[lo:hi], last first, as `hi` moves back line by line.
+
+    Each literal's last position is kept and searched again only when `hi` moves below it, in windows that grow
+    from the end: a literal a log never prints (mmengine's on an HF run) is not searched through the whole span
+    for every step, and a literal on many lines that do not parse (`%|` in a download bar in MB/s) costs one
+    short search per line, not one search of every literal over a window per line (that walk was quadratic)."""
+
+    def __init__(self, chunk: bytes, lo: int, hi: int) -> None:
+        self.chunk, self.lo = chunk, lo
+        self.floor = hi  # (every literal's last start in [floor, hi) is known)
+        self.width = _WINDOW
+        self.last = dict.fromkeys(PROGRESS_LITERALS, -1)
+
+    def next_before(self, hi: int) -> int:
+        """The last offset below `hi` (<= the previous `hi`) where a literal starts and ends, or -1."""
+        for lit, pos in self.last.items():
+            if pos >= 0 and pos + len(lit) > hi:
+                self.last[lit] = self.chunk.rfind(lit, self.floor, hi)
+        while True:
+            pos = max(self.last.values())
+            if pos >= 0 or self.floor <= self.lo:
+                return pos
+            start = max(self.lo, self.floor - self.width)
+            # overlap by the longest literal so one that straddles the window edge is found
+            top = min(hi, self.floor + _LONGEST)
+            for lit in PROGRESS_LITERALS:
+                self.last[lit] = self.chunk.rfind(lit, start, top)
+            self.floor = start
+            self.width *= 4
+
+    def pct_only(self, start: int, pos: int) -> bool:
+        """Whether chunk[start:] is a line that only a `%|` past a cut bar's reach made a candidate (it cannot
+        parse: a bar in other units, `246MB/s]`, that a download or `datasets` prints on every update)."""
+        if pos - start <= PCT_BAR_REACH or not self.chunk.startswith(PCT_BAR_LITERAL, pos) or self.floor > start:
+            return False
+        return all(p < start for lit, p in self.last.items() if lit != PCT_BAR_LITERAL)
 
 
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
@@ -327,14 +355,19 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
     counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
     the cost per MB does not grow with the number of hits (counting from the chunk start was quadratic)."""
     top = hi  # (the line numbers count from the line at the first `hi`: the search below moves `hi` back)
+    cursor = _LiteralCursor(chunk, lo, hi)
     while hi > lo:
-        pos = _rfind_any(chunk, lo, hi)
+        pos = cursor.next_before(hi)
         if pos < 0:
             return None
         start = chunk.rfind(b"\n", lo, pos) + 1
         end = chunk.find(b"\n", pos, limit)
         end = limit if end < 0 else end
-        parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
+        parsed = (
+            None
+            if cursor.pct_only(max(start, lo), pos)
+            else parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
+        )
         if parsed is not None:
             kind, step, total, epoch = parsed
             return Progress(
