@@ -438,13 +438,12 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
     # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
     b"time per iteration (ms): ",
-    # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
-    # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start
-    PCT_BAR_LITERAL := b"%|",
 )
-# (the farthest the `%|` of a cut bar stands from its line's start, `^\s{0,4}\d{1,3}`: on any other line, a bar
-# in other units, `42%|███| 42M/10000M [00:01<00:01, 246MB/s]`, this literal alone is no progress line)
-PCT_BAR_REACH = 4 + 3
+# a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
+# without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start. Found by this
+# regex, the lines _PCT_BAR reads, not by the literal `%|`: every bar holds that, and a download's or a dataset map's
+# bar in other units (`42%|███| 42M/10000M [00:01<00:01, 246MB/s]`, one line per update) is no progress line
+CUT_BAR_LINE = re.compile(rb"(?m)^[ \t\r\f\v]{0,4}\d{1,3}(?P<bar>%\|)[^|\n]*$")
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 # (a bar with no description whose counts were cut off: its percentage is all it shows)
 _PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")

@@ -43,13 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
-from zerodoctor.diagnose.patterns import (
-    EXTRACTOR_PATTERNS,
-    PCT_BAR_LITERAL,
-    PCT_BAR_REACH,
-    PROGRESS_LITERALS,
-    parse_progress,
-)
+from zerodoctor.diagnose.patterns import CUT_BAR_LINE, EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
 from zerodoctor.diagnose.reader import (
     RECORD_START,
     STANDALONE_LINE,
@@ -296,39 +290,38 @@ class _LiteralCursor:
     """The progress literals' start offsets in chunk[lo:hi], last first, as `hi` moves back line by line.
 
     Each literal's last position is kept and searched again only when `hi` moves below it, in windows that grow
-    from the end: a literal a log never prints (mmengine's on an HF run) is not searched through the whole span
-    for every step, and a literal on many lines that do not parse (`%|` in a download bar in MB/s) costs one
-    short search per line, not one search of every literal over a window per line (that walk was quadratic)."""
+    from the end (each starting at a line start): a literal a log never prints (mmengine's on an HF run) is not
+    searched through the whole span for every step, and no line is searched twice. A cut tqdm bar has no literal
+    of its own: its lines (patterns.CUT_BAR_LINE) are listed once per window."""
 
     def __init__(self, chunk: bytes, lo: int, hi: int) -> None:
         self.chunk, self.lo = chunk, lo
         self.floor = hi  # (every literal's last start in [floor, hi) is known)
         self.width = _WINDOW
         self.last = dict.fromkeys(PROGRESS_LITERALS, -1)
+        self.cut: list[int] = []  # the cut bars' `%|` offsets in [floor, hi), ascending
 
     def next_before(self, hi: int) -> int:
         """The last offset below `hi` (<= the previous `hi`) where a literal starts and ends, or -1."""
         for lit, pos in self.last.items():
             if pos >= 0 and pos + len(lit) > hi:
                 self.last[lit] = self.chunk.rfind(lit, self.floor, hi)
+        while self.cut and self.cut[-1] + 2 > hi:
+            self.cut.pop()
         while True:
-            pos = max(self.last.values())
+            pos = max(max(self.last.values()), self.cut[-1] if self.cut else -1)
             if pos >= 0 or self.floor <= self.lo:
                 return pos
             start = max(self.lo, self.floor - self.width)
+            if start > self.lo:  # (from a line's start: a cut bar is read from its line's start)
+                start = max(self.lo, self.chunk.rfind(b"\n", self.lo, start) + 1)
             # overlap by the longest literal so one that straddles the window edge is found
             top = min(hi, self.floor + _LONGEST)
             for lit in PROGRESS_LITERALS:
                 self.last[lit] = self.chunk.rfind(lit, start, top)
+            self.cut = [m.start("bar") for m in CUT_BAR_LINE.finditer(self.chunk, start, self.floor)]
             self.floor = start
             self.width *= 4
-
-    def pct_only(self, start: int, pos: int) -> bool:
-        """Whether chunk[start:] is a line that only a `%|` past a cut bar's reach made a candidate (it cannot
-        parse: a bar in other units, `246MB/s]`, that a download or `datasets` prints on every update)."""
-        if pos - start <= PCT_BAR_REACH or not self.chunk.startswith(PCT_BAR_LITERAL, pos) or self.floor > start:
-            return False
-        return all(p < start for lit, p in self.last.items() if lit != PCT_BAR_LITERAL)
 
 
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
@@ -363,11 +356,7 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
         start = chunk.rfind(b"\n", lo, pos) + 1
         end = chunk.find(b"\n", pos, limit)
         end = limit if end < 0 else end
-        parsed = (
-            None
-            if cursor.pct_only(max(start, lo), pos)
-            else parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
-        )
+        parsed = parse_progress(chunk[max(start, lo) : end].decode("utf-8", "replace"))
         if parsed is not None:
             kind, step, total, epoch = parsed
             return Progress(
