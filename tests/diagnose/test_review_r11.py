@@ -64,11 +64,12 @@ def test_the_progress_search_over_bars_in_other_units_is_linear():
 
 
 def test_a_training_bar_above_bars_in_other_units_is_still_found():
-    """Near miss: the walk back skips the download bars and finds the training bar above them, with its line."""
+    """Near miss: the walk back skips the download bars and finds the training bar or the cut bar above them, with
+    its line number."""
     bar = b" 30%|###       | 3/10 [00:03<00:07, 1.00it/s]\n"
     cut = b" 40%|####\n"  # (a cut bar: its `%|` within reach of the line's start)
     down = b"model.safetensors:  42%|##   | 42M/100M [00:01<00:01, 246MB/s]\n" * 3000
-    for head, step in ((bar, 3), (bar + cut, 40)):
+    for head, step in ((bar, 3), (bar + cut, 40), (cut, 40)):  # (the last: a cut bar on the chunk's first line)
         chunk = head + down
         found = _last_progress(chunk, 0, len(chunk), head.count(b"\n") + 3001, len(chunk))
         assert found is not None and found.step == step and found.lineno == head.count(b"\n")

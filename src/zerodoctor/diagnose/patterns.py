@@ -443,7 +443,9 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
 # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start. Found by this
 # regex, the lines _PCT_BAR reads, not by the literal `%|`: every bar holds that, and a download's or a dataset map's
 # bar in other units (`42%|███| 42M/10000M [00:01<00:01, 246MB/s]`, one line per update) is no progress line
-CUT_BAR_LINE = re.compile(rb"(?m)^[ \t\r\f\v]{0,4}\d{1,3}(?P<bar>%\|)[^|\n]*$")
+_CUT_BAR = rb"[ \t\r\f\v]{0,4}\d{1,3}(?P<bar>%\|)[^|\n]*(?=\n|\Z)"
+CUT_BAR_LINE = re.compile(rb"\n" + _CUT_BAR)  # (a line found by its newline: ten times as fast as `(?m)^`)
+CUT_BAR_HEAD = re.compile(_CUT_BAR)  # (a chunk's first line)
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 # (a bar with no description whose counts were cut off: its percentage is all it shows)
 _PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")

@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
-from zerodoctor.diagnose.patterns import CUT_BAR_LINE, EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
+from zerodoctor.diagnose.patterns import (
+    CUT_BAR_HEAD,
+    CUT_BAR_LINE,
+    EXTRACTOR_PATTERNS,
+    PROGRESS_LITERALS,
+    parse_progress,
+)
 from zerodoctor.diagnose.reader import (
     RECORD_START,
     STANDALONE_LINE,
@@ -286,6 +292,13 @@ def engine(kind: str | None = None) -> _Engine:
 _WINDOW = 64 << 10
 
 
+def _cut_bars(chunk: bytes, start: int, end: int) -> list[int]:
+    """The offsets of `%|` on the lines in chunk[start:end] that are cut tqdm bars (`start`: a line's start)."""
+    head = CUT_BAR_HEAD.match(chunk, 0, end) if start == 0 else None
+    found = [m.start("bar") for m in CUT_BAR_LINE.finditer(chunk, max(start - 1, 0), end)]
+    return [head.start("bar"), *found] if head is not None else found
+
+
 class _LiteralCursor:
     """The progress literals' start offsets in chunk[lo:hi], last first, as `hi` moves back line by line.
 
@@ -319,7 +332,7 @@ class _LiteralCursor:
             top = min(hi, self.floor + _LONGEST)
             for lit in PROGRESS_LITERALS:
                 self.last[lit] = self.chunk.rfind(lit, start, top)
-            self.cut = [m.start("bar") for m in CUT_BAR_LINE.finditer(self.chunk, start, self.floor)]
+            self.cut = _cut_bars(self.chunk, start, self.floor)
             self.floor = start
             self.width *= 4
 
