@@ -106,6 +106,14 @@ def test_a_failure_line_the_run_outlived_or_followed_is_no_failure(tmp_path, tex
     _quiet(tmp_path, text)
 
 
+def test_xtuners_command_error_of_its_failed_child_after_the_end_is_a_failure(tmp_path):
+    """Near miss: xtuner >= 0.2 runs `torchrun` with check=True inside the try that prints the command error; a child
+    that printed its end, then exited 1, is still a failed run."""
+    said = "Command '['torchrun', '--nproc_per_node=8', 'train.py']' returned non-zero exit status 1."
+    top = _run(tmp_path, RUN + FIN + f"WARNING: command error: '{said}'!\n").findings[0]
+    assert top.severity is Severity.ERROR
+
+
 def test_a_lone_nvcc_fatal_line_is_no_build_failure(tmp_path):
     """Near miss of the build-failure rule: nvcc's line with no compile (no nvcc command, no torch build) before it."""
     d = _run(tmp_path, "nvcc fatal   : Unsupported gpu architecture 'compute_90'\n")

@@ -163,6 +163,7 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
 # (commands/launch.py simple_launcher) and wrapper scripts raise it for the training process
+_CHILD_FAILED = re.compile(r"returned non-zero exit status -?\d+|died with <Signals\.")
 _CALLED_PROCESS_SIGNAL = re.compile(
     r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|non-zero exit status -(\d{1,3})\b"
 )
@@ -1125,7 +1126,7 @@ class Extractor:
         self._cc_stopped: dict[str, int] = {}
         self._nvcc_cmd: dict[str, int] = {}  # source -> seq of its first nvcc command line
         # failure lines that are the run's failure only if the run did not go on or finish before them (finish)
-        self._unless_outlived: list[tuple[str, LogLine, Hit, str, int | None]] = []
+        self._unless_outlived: list[tuple[str, LogLine, Hit, str, int | None, bool]] = []
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
         self._hang_main: dict[
             int, Traceback
@@ -1234,7 +1235,14 @@ class Extractor:
             x = _XTUNER_CMD_ERROR.search(line.text)
             if x is not None and len(self._quoted_imports) < MAX_EVENTS:
                 # (the exception's str() only: its type is not printed; finish decides, as for argparse's refusal)
-                self._quoted_imports.append((line, hit, f"xtuner command error: {x.group(1).strip()}"))
+                said = f"xtuner command error: {x.group(1).strip()}"
+                if _CHILD_FAILED.search(x.group(1)):
+                    # xtuner >= 0.2 runs its train mode as `subprocess.run([...torchrun...], check=True)` in that
+                    # try: the CalledProcessError of a child that failed after it printed its end is still that
+                    # run's failure
+                    self._defer("exception", line, hit, said, ends=False)
+                else:
+                    self._quoted_imports.append((line, hit, said))
         if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
             ka = _KERNEL_ASSERT.search(line.text)
             if ka:  # one event per log: every GPU thread prints the same assertion
@@ -1717,9 +1725,9 @@ class Extractor:
                     self.facts.version_lines.append(line)
                 return
 
-    def _outlived(self, line: LogLine, hit: Hit) -> bool:
-        """Whether the run trained or reached another phase after this line, or had printed its end before it
-        (`train_runtime`, `Training completed`: a line quoted after a finished run) and no training started since."""
+    def _outlived(self, line: LogLine, hit: Hit, *, ends: bool = True) -> bool:
+        """Whether the run trained or reached another phase after this line, or (`ends`) had printed its end before
+        it (`train_runtime`, `Training completed`: a line quoted after a finished run) and no training started since."""
         ended = False
         for kind, m_line, m_seq in self.facts.markers:
             if m_line.source != line.source:
@@ -1727,7 +1735,7 @@ class Extractor:
             if m_seq > hit.seq:
                 return True
             ended = kind == "finished" or (ended and kind != "train")
-        return ended or self.facts.last_progress != hit.progress
+        return (ended and ends) or self.facts.last_progress != hit.progress
 
     def _child_signal(self, line: LogLine, hit: Hit, text: str) -> None:
         """A child process a signal ended: the spawn context's `process N terminated with signal SIGKILL` (N: the
@@ -1766,10 +1774,12 @@ class Extractor:
             return
         self._defer("exception", err_line, err_hit, f"c10::Error: {message}"[:300])
 
-    def _defer(self, kind: str, line: LogLine, hit: Hit, detail: str, exit_code: int | None = None) -> None:
-        """An event for finish to add unless the run went on or had finished before it (_outlived)."""
+    def _defer(
+        self, kind: str, line: LogLine, hit: Hit, detail: str, exit_code: int | None = None, *, ends: bool = True
+    ) -> None:
+        """An event for finish to add unless the run went on or (`ends`) had finished before it (_outlived)."""
         if len(self._unless_outlived) < MAX_EVENTS:
-            self._unless_outlived.append((kind, line, hit, detail, exit_code))
+            self._unless_outlived.append((kind, line, hit, detail, exit_code, ends))
 
     def _event(
         self,
@@ -1906,8 +1916,8 @@ class Extractor:
         for line, hit, said in self._quoted_imports:
             if not self._outlived(line, hit):
                 self._event("exception", line, hit, said[:300])
-        for kind, line, hit, said, code in self._unless_outlived:
-            if not self._outlived(line, hit) and not any(
+        for kind, line, hit, said, code, past_end in self._unless_outlived:
+            if not self._outlived(line, hit, ends=past_end) and not any(
                 e.line.source == line.source and e.line.lineno == line.lineno for e in self.facts.events
             ):
                 self._event(kind, line, hit, said, exit_code=code)
