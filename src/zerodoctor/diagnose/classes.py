@@ -1516,7 +1516,8 @@ _RAY_CAUSE_LINES = 400  # (the task's traceback printed below the wrapper's line
 
 def _ray_cause(facts: Facts, first: Event) -> Event | None:
     """The exception a `RayTaskError(X)` first failure wraps: the first later `X:` line of the same log within the
-    task's traceback (None when the log does not hold it)."""
+    task's traceback (None when the log does not hold it): a line past a later progress update or phase marker is
+    another failure, not the one the wrapper printed."""
     m = _RAY_WRAPPED.search(first.detail.split(":", 1)[0])
     if m is None:
         return None
@@ -1528,17 +1529,25 @@ def _ray_cause(facts: Facts, first: Event) -> Event | None:
             and 0 < ev.line.lineno - first.line.lineno <= _RAY_CAUSE_LINES
             and ev.detail.split(":", 1)[0].rsplit(".", 1)[-1] == cause
         ):
-            return ev
+            moved = ev.progress is not None and (first.progress is None or ev.progress.lineno > first.progress.lineno)
+            marked = any(
+                m_line.source == ev.line.source and first.seq < m_seq < ev.seq for _k, m_line, m_seq in facts.markers
+            )
+            return None if moved or marked else ev
     return None
 
 
 def _run_end_before(facts: Facts, ev: Event) -> LogLine | None:
     """The last line before a failure that says its run reached its end (the trainer's `train_runtime` summary,
-    `Training completed`, `Training finished`: patterns.py `phase-finished`), in the same log; None if there is none."""
+    `Training completed`, `Training finished`: patterns.py `phase-finished`), in the same log; None if there is none,
+    or if a training loop started after it (a second run: its loop start, a bar of its own short of its total)."""
     found: LogLine | None = None
     for kind, m_line, m_seq in facts.markers:
-        if kind == "finished" and m_line.source == ev.line.source and m_seq < ev.seq:
-            found = m_line
+        if m_line.source == ev.line.source and m_seq < ev.seq and kind in ("finished", "train"):
+            found = m_line if kind == "finished" else None
+    p = ev.progress
+    if found is not None and p is not None and p.lineno > found.lineno and (p.step or 0) < (p.total or 0):
+        return None
     return found
 
 

@@ -163,6 +163,7 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
 # subprocess.CalledProcessError's text for a child a signal ended (CPython Lib/subprocess.py __str__: `died with
 # <Signals.SIGKILL: 9>.`, or `returned non-zero exit status -9.` where signal names are unknown); accelerate launch
 # (commands/launch.py simple_launcher) and wrapper scripts raise it for the training process
+_CHILD_FAILED = re.compile(r"returned non-zero exit status -?\d+|died with <Signals\.")
 _CALLED_PROCESS_SIGNAL = re.compile(
     r"died with <Signals\.SIG[A-Z]+: (\d{1,3})>|non-zero exit status -(\d{1,3})\b"
 )
@@ -279,7 +280,15 @@ _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(
 _ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?")
 _ELASTIC_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG[A-Z]+)\) received by PID (\d+)")
-_DEATH_SIGNAL = re.compile(r"Received (\d{1,3}) death signal")
+_DEATH_SIGNAL = re.compile(r"Received (?:(\d{1,3})|Signals\.(SIG[A-Z]{2,8})) death signal")
+
+
+def _signal_number(name: str) -> int | None:
+    """A signal's number from its name (`SIGTERM`), or None for a name this platform does not know."""
+    number = getattr(signal.Signals, name, None)
+    return int(number) if number is not None else None
+
+
 _MPIRUN = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _VERSION_LINES = (
     (re.compile(r"DeepSpeed info: version=([0-9][\w.+-]*)"), "deepspeed"),
@@ -1115,6 +1124,9 @@ class Extractor:
         )
         # source -> seq of gcc's `compilation terminated.` (the compiler stopping on a fatal error)
         self._cc_stopped: dict[str, int] = {}
+        self._nvcc_cmd: dict[str, int] = {}  # source -> seq of its first nvcc command line
+        # failure lines that are the run's failure only if the run did not go on or finish before them (finish)
+        self._unless_outlived: list[tuple[str, LogLine, Hit, str, int | None, bool]] = []
         self._dumps: list[tuple[StackDump, Hit]] = []  # faulthandler / py-spy stack dumps
         self._hang_main: dict[
             int, Traceback
@@ -1223,7 +1235,14 @@ class Extractor:
             x = _XTUNER_CMD_ERROR.search(line.text)
             if x is not None and len(self._quoted_imports) < MAX_EVENTS:
                 # (the exception's str() only: its type is not printed; finish decides, as for argparse's refusal)
-                self._quoted_imports.append((line, hit, f"xtuner command error: {x.group(1).strip()}"))
+                said = f"xtuner command error: {x.group(1).strip()}"
+                if _CHILD_FAILED.search(x.group(1)):
+                    # xtuner >= 0.2 runs its train mode as `subprocess.run([...torchrun...], check=True)` in that
+                    # try: the CalledProcessError of a child that failed after it printed its end is still that
+                    # run's failure
+                    self._defer("exception", line, hit, said, ends=False)
+                else:
+                    self._quoted_imports.append((line, hit, said))
         if "x:cuda-kernel-assert" in keys and line.source not in self._kernel_assert:
             ka = _KERNEL_ASSERT.search(line.text)
             if ka:  # one event per log: every GPU thread prints the same assertion
@@ -1289,7 +1308,14 @@ class Extractor:
             and (self._tool_fail is None or self._tool_fail[1].seq < self._build_seq.get(line.source, -1))
         ):
             self._tool_fail = (line, hit)
-        if "x:toolchain-failed" in keys and _CC_STOPPED.search(line.text):
+        if "x:nvcc-cmd" in keys:
+            self._nvcc_cmd.setdefault(line.source, hit.seq)
+        stopped = _CC_STOPPED.search(line.text) if "x:toolchain-failed" in keys else None
+        if stopped is not None and (
+            stopped.group(0).startswith("compilation")
+            or min(self._build_seq.get(line.source, hit.seq), self._nvcc_cmd.get(line.source, hit.seq)) < hit.seq
+        ):
+            # (nvcc's own fatal line counts where a compile shows before it: quoted alone, it is advice)
             self._cc_stopped[line.source] = hit.seq
         if "x:ds-backend-unset" in keys and not _EXC.match(line.text):
             d = _DS_BACKEND.search(line.text)
@@ -1635,7 +1661,7 @@ class Extractor:
             self._teardown = (line, hit)
         if "x:launch-death-signal" in keys:
             d = _DEATH_SIGNAL.search(text)
-            sig = log_int(d.group(1)) if d else None
+            sig = (log_int(d.group(1)) if d.group(1) else _signal_number(d.group(2))) if d else None
             if sig is not None:
                 if sig == 2 and len(self.facts.interrupts) < MAX_EVENTS:
                     self.facts.interrupts.append(line)  # SIGINT: the user's Ctrl-C
@@ -1699,11 +1725,17 @@ class Extractor:
                     self.facts.version_lines.append(line)
                 return
 
-    def _outlived(self, line: LogLine, hit: Hit) -> bool:
-        """Whether the run trained or reached another phase after this line."""
-        return self.facts.last_progress != hit.progress or any(
-            m_seq > hit.seq and m_line.source == line.source for _k, m_line, m_seq in self.facts.markers
-        )
+    def _outlived(self, line: LogLine, hit: Hit, *, ends: bool = True) -> bool:
+        """Whether the run trained or reached another phase after this line, or (`ends`) had printed its end before
+        it (`train_runtime`, `Training completed`: a line quoted after a finished run) and no training started since."""
+        ended = False
+        for kind, m_line, m_seq in self.facts.markers:
+            if m_line.source != line.source:
+                continue
+            if m_seq > hit.seq:
+                return True
+            ended = kind == "finished" or (ended and kind != "train")
+        return (ended and ends) or self.facts.last_progress != hit.progress
 
     def _child_signal(self, line: LogLine, hit: Hit, text: str) -> None:
         """A child process a signal ended: the spawn context's `process N terminated with signal SIGKILL` (N: the
@@ -1711,8 +1743,8 @@ class Extractor:
         kernel's OOM killer sends (loky's own message names "excessive memory usage" as a cause)."""
         spawn = _CHILD_SIGNAL.search(text)
         if spawn is not None:
-            number = getattr(signal.Signals, spawn.group("name"), None)
-            code = -int(number) if number is not None else None
+            number = _signal_number(spawn.group("name"))
+            code = -number if number is not None else None
             self._event(
                 "exit", line, hit, text.strip()[:300], exit_code=code, rank=log_int(spawn.group("index"))
             )
@@ -1722,7 +1754,7 @@ class Extractor:
             # (the whole `CalledProcessError: Command ... died with` line is the exception's event: _exception)
             number = log_int(died.group(1))
             if not _EXC.match(text) and "CalledProcessError" not in text and number:
-                self._event("exit", line, hit, text.strip()[-300:], exit_code=-number)
+                self._defer("exit", line, hit, text.strip()[-300:], -number)
             return
         codes = [log_int(m.group("code")) for m in _LOKY_EXIT_CODES.finditer(text)]
         known = [c for c in codes if c is not None]
@@ -1740,7 +1772,14 @@ class Extractor:
         err_line, err_hit, message = got
         if any(e.line.source == err_line.source and e.line.lineno == err_line.lineno for e in self.facts.events[-8:]):
             return
-        self._event("exception", err_line, err_hit, f"c10::Error: {message}"[:300])
+        self._defer("exception", err_line, err_hit, f"c10::Error: {message}"[:300])
+
+    def _defer(
+        self, kind: str, line: LogLine, hit: Hit, detail: str, exit_code: int | None = None, *, ends: bool = True
+    ) -> None:
+        """An event for finish to add unless the run went on or (`ends`) had finished before it (_outlived)."""
+        if len(self._unless_outlived) < MAX_EVENTS:
+            self._unless_outlived.append((kind, line, hit, detail, exit_code, ends))
 
     def _event(
         self,
@@ -1877,6 +1916,11 @@ class Extractor:
         for line, hit, said in self._quoted_imports:
             if not self._outlived(line, hit):
                 self._event("exception", line, hit, said[:300])
+        for kind, line, hit, said, code, past_end in self._unless_outlived:
+            if not self._outlived(line, hit, ends=past_end) and not any(
+                e.line.source == line.source and e.line.lineno == line.lineno for e in self.facts.events
+            ):
+                self._event(kind, line, hit, said, exit_code=code)
         if self._teardown is not None and not self.facts.events:
             # the launcher killed its ranks because one failed, and nothing else says which or how: the failure is
             # that teardown (its exit code was cut from the paste or printed elsewhere)

@@ -104,8 +104,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     "launch-mpirun": r"mpirun noticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+",
     "launch-child-failed": r"ChildFailedError",
     # torchrun's agent stopped by a signal sent to it (torch/distributed/elastic/agent/server/api.py: `Received %s death
-    # signal, shutting down workers` on SignalException): a scheduler's SIGTERM, a user's Ctrl-C (2)
-    "launch-death-signal": r"Received \d+ death signal, shutting down workers",
+    # signal, shutting down workers` on SignalException): a scheduler's SIGTERM, a user's Ctrl-C (2); `%s` of the
+    # signal.Signals it holds prints `15` on Python >= 3.11 and `Signals.SIGTERM` on Python <= 3.10 (IntEnum's str)
+    "launch-death-signal": r"Received (?:\d+|Signals\.SIG[A-Z]{2,8}) death signal, shutting down workers",
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar; in a GitHub
     # comment often in Markdown emphasis, `**Killed**`), zsh `[1]    26478 killed     python train.py`, and a
     # non-interactive bash's job report (jobs.c notify_of_job_status: `/bin/bash: line 27: 318 Killed  sh start.sh`)
@@ -320,6 +321,9 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # a JIT op build: the extension's name on ninja's compile command (torch/utils/cpp_extension.py
     # _write_ninja_file_to_build_library puts -DTORCH_EXTENSION_NAME={name} on every compile line)
     "ninja-ext": r"-DTORCH_EXTENSION_NAME=\w+",
+    # nvcc's command line as torch's cpp_extension builds it (_get_cuda_arch_flags: `-gencode=arch=compute_86,code=...`
+    # for every architecture): a CUDA compile ran in this log
+    "nvcc-cmd": r"-gencode[= ]arch=compute_\d",
     # ninja's report of the build step that failed (ninja src/status_printer.cc BuildEdgeFinished: `FAILED: ` then the
     # step's outputs; ninja >= 1.12 adds `[code=N] `), for a C++/CUDA object or the extension library
     "ninja-failed": r"FAILED: (?:\[code=-?\d+\] )?\S+\.(?:o|so|obj|pyd)\b",
@@ -434,10 +438,14 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
     # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
     b"time per iteration (ms): ",
-    # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
-    # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start
-    b"%|",
 )
+# a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
+# without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start. Found by this
+# regex, the lines _PCT_BAR reads, not by the literal `%|`: every bar holds that, and a download's or a dataset map's
+# bar in other units (`42%|███| 42M/10000M [00:01<00:01, 246MB/s]`, one line per update) is no progress line
+_CUT_BAR = rb"[ \t\r\f\v]{0,4}\d{1,3}(?P<bar>%\|)[^|\n]*(?=\n|\Z)"
+CUT_BAR_LINE = re.compile(rb"\n" + _CUT_BAR)  # (a line found by its newline: ten times as fast as `(?m)^`)
+CUT_BAR_HEAD = re.compile(_CUT_BAR)  # (a chunk's first line)
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 # (a bar with no description whose counts were cut off: its percentage is all it shows)
 _PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")

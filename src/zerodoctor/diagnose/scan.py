@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from zerodoctor.diagnose import rundir
 from zerodoctor.diagnose.guardfile import guard_error_source, without_guard_duplicates
-from zerodoctor.diagnose.patterns import EXTRACTOR_PATTERNS, PROGRESS_LITERALS, parse_progress
+from zerodoctor.diagnose.patterns import (
+    CUT_BAR_HEAD,
+    CUT_BAR_LINE,
+    EXTRACTOR_PATTERNS,
+    PROGRESS_LITERALS,
+    parse_progress,
+)
 from zerodoctor.diagnose.reader import (
     RECORD_START,
     STANDALONE_LINE,
@@ -286,21 +292,49 @@ def engine(kind: str | None = None) -> _Engine:
 _WINDOW = 64 << 10
 
 
-def _rfind_any(chunk: bytes, lo: int, hi: int) -> int:
-    """The last offset in chunk[lo:hi] where a progress literal starts, or -1. Searched in growing windows
-    from the end: a literal a log never prints (mmengine's on an HF run) would otherwise be searched through
-    the whole span for every call."""
-    width = _WINDOW
-    top = hi
-    while top > lo:
-        start = max(lo, top - width)
-        # overlap by the longest literal so one that straddles the window edge is found
-        pos = max(chunk.rfind(lit, start, min(hi, top + _LONGEST)) for lit in PROGRESS_LITERALS)
-        if pos >= 0:
-            return pos
-        top = start
-        width *= 4
-    return -1
+def _cut_bars(chunk: bytes, start: int, end: int) -> list[int]:
+    """The offsets of `%|` on the lines in chunk[start:end] that are cut tqdm bars (`start`: a line's start)."""
+    head = CUT_BAR_HEAD.match(chunk, 0, end) if start == 0 else None
+    found = [m.start("bar") for m in CUT_BAR_LINE.finditer(chunk, max(start - 1, 0), end)]
+    return [head.start("bar"), *found] if head is not None else found
+
+
+class _LiteralCursor:
+    """The progress literals' start offsets in chunk[lo:hi], last first, as `hi` moves back line by line.
+
+    Each literal's last position is kept and searched again only when `hi` moves below it, in windows that grow
+    from the end (each starting at a line start): a literal a log never prints (mmengine's on an HF run) is not
+    searched through the whole span for every step, and no line is searched twice. A cut tqdm bar has no literal
+    of its own: its lines (patterns.CUT_BAR_LINE) are listed once per window."""
+
+    def __init__(self, chunk: bytes, lo: int, hi: int) -> None:
+        self.chunk, self.lo = chunk, lo
+        self.floor = hi  # (every literal's last start in [floor, hi) is known)
+        self.width = _WINDOW
+        self.last = dict.fromkeys(PROGRESS_LITERALS, -1)
+        self.cut: list[int] = []  # the cut bars' `%|` offsets in [floor, hi), ascending
+
+    def next_before(self, hi: int) -> int:
+        """The last offset below `hi` (<= the previous `hi`) where a literal starts and ends, or -1."""
+        for lit, pos in self.last.items():
+            if pos >= 0 and pos + len(lit) > hi:
+                self.last[lit] = self.chunk.rfind(lit, self.floor, hi)
+        while self.cut and self.cut[-1] + 2 > hi:
+            self.cut.pop()
+        while True:
+            pos = max(max(self.last.values()), self.cut[-1] if self.cut else -1)
+            if pos >= 0 or self.floor <= self.lo:
+                return pos
+            start = max(self.lo, self.floor - self.width)
+            if start > self.lo:  # (from a line's start: a cut bar is read from its line's start)
+                start = max(self.lo, self.chunk.rfind(b"\n", self.lo, start) + 1)
+            # overlap by the longest literal so one that straddles the window edge is found
+            top = min(hi, self.floor + _LONGEST)
+            for lit in PROGRESS_LITERALS:
+                self.last[lit] = self.chunk.rfind(lit, start, top)
+            self.cut = _cut_bars(self.chunk, start, self.floor)
+            self.floor = start
+            self.width *= 4
 
 
 _LONGEST = max(len(lit) for lit in PROGRESS_LITERALS)
@@ -327,8 +361,9 @@ def _last_progress(chunk: bytes, lo: int, hi: int, lineno_at_hi: int, limit: int
     counting the newlines between it and `hi` only, so the work is bounded by the bytes between two hits and
     the cost per MB does not grow with the number of hits (counting from the chunk start was quadratic)."""
     top = hi  # (the line numbers count from the line at the first `hi`: the search below moves `hi` back)
+    cursor = _LiteralCursor(chunk, lo, hi)
     while hi > lo:
-        pos = _rfind_any(chunk, lo, hi)
+        pos = cursor.next_before(hi)
         if pos < 0:
             return None
         start = chunk.rfind(b"\n", lo, pos) + 1
