@@ -149,12 +149,14 @@ OTHER = "plugins:\n  - axolotl.integrations.liger.LigerPlugin\n"
     ("text", "on", "key"),
     [
         (AXOLOTL + "cut_cross_entropy: true\n", True, "cut_cross_entropy"),
-        (AXOLOTL + PLUGIN, True, "plugins"),  # the plugin's default since axolotl v0.9.0
+        (AXOLOTL + PLUGIN, False, "plugins"),  # on by default from axolotl v0.9.0 only: version unknown, off
         (AXOLOTL + PLUGIN + "cut_cross_entropy: true\n", True, "cut_cross_entropy"),
         (AXOLOTL + PLUGIN + "cut_cross_entropy: false\n", False, "cut_cross_entropy"),
         (AXOLOTL + OTHER + "cut_cross_entropy: true\n", False, "plugins"),  # no plugin: axolotl never patches
         (AXOLOTL + OTHER, False, "plugins"),
-        (AXOLOTL + "plugins: axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n", True, "plugins"),
+        (AXOLOTL + "plugins: axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n", False, "plugins"),
+        (AXOLOTL + "plugins: axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\ncut_cross_entropy: 1\n",
+         True, "cut_cross_entropy"),
         (AXOLOTL + 'cut_cross_entropy: "false"\n', False, "cut_cross_entropy"),
         (AXOLOTL, False, None),
     ],
@@ -173,6 +175,49 @@ def test_reader_forms(tmp_path: Path, text: str, on: bool, key: str | None) -> N
     else:
         assert known is not None and known.value is on and "axolotl.yaml" in known.origin.describe()
     assert (CCE_LOSS_ITEM in {i.name for i in plan_strategy(inputs, ZeroSettings(stage=3)).phase("steady").gpu}) is on
+
+
+@pytest.mark.parametrize(("axolotl", "on"), [("0.9.0", True), ("0.12.2", True), ("0.8.1", False), (None, False)])
+def test_plugin_default_by_axolotl_release(tmp_path: Path, axolotl: str | None, on: bool) -> None:
+    """`cut_cross_entropy` unwritten with the plugin listed: axolotl's default, None (off) in v0.6.0-v0.8.x and true
+    from v0.9.0 (#2562); with no release known, planned off and the note says what turns it on."""
+    from zerodoctor.env.model import Environment, PackageInfo
+
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    args = tmp_path / "axolotl.yaml"
+    args.write_text(AXOLOTL + PLUGIN)
+    env = Environment(python="3.11", platform="linux", packages={"axolotl": PackageInfo("axolotl", axolotl)}) if (
+        axolotl
+    ) else None  # fmt: skip
+    opts = PlanOptions(files=(str(args),), model=MODEL, gpus_per_node=4, gpu_memory_gib=80, host_ram_gib=512)
+    inputs = load_inputs(opts, env=env)
+    assert inputs.training.cut_cross_entropy is on
+    assert inputs.run is not None
+    note = [n for n in inputs.run.notes if "CutCrossEntropyPlugin is listed" in n]
+    if axolotl is None:
+        assert len(note) == 1 and "axolotl.yaml" in note[0]
+        assert "cut_cross_entropy: true" in note[0] and ">= 0.9.0" in note[0]
+    else:
+        assert not note
+        known = inputs.run.cut_cross_entropy
+        assert known is not None and f"axolotl {axolotl}" in known.origin.describe()
+
+
+def test_llamafactory_has_no_cut_cross_entropy(tmp_path: Path) -> None:
+    """LLaMA-Factory's parser refuses `cut_cross_entropy` (lint HF004): the run never gets CCE, nothing is read."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    args = tmp_path / "lf.yaml"
+    args.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: alpaca_en_demo\ntemplate: qwen\ncutoff_len: 4096\nper_device_train_batch_size: 1\n"
+        "bf16: true\noutput_dir: out\ndeepspeed: ds.json\ncut_cross_entropy: true\n"
+    )
+    opts = PlanOptions(files=(str(args),), model=MODEL, gpus_per_node=4, gpu_memory_gib=80, host_ram_gib=512)
+    inputs = load_inputs(opts)
+    assert inputs.framework == "llamafactory"
+    assert inputs.run is not None and inputs.run.cut_cross_entropy is None
+    assert not inputs.training.cut_cross_entropy
+    assert CCE_LOSS_ITEM not in {i.name for i in plan_strategy(inputs, ZeroSettings(stage=3)).phase("steady").gpu}
 
 
 def test_the_flag_wins(run_cli, tmp_path: Path) -> None:
@@ -222,3 +267,63 @@ def test_liger_without_its_fused_loss_leaves_cut_cross_entropy_running() -> None
     steady = {i.name: i for i in plan.phase("steady").gpu}
     assert CCE_LOSS_ITEM in steady and LIGER_LOSS_ITEM not in steady
     assert "planned as HF" not in steady["activations + logits/loss"].detail
+
+
+def test_each_reason_named_and_remote_code_by_type() -> None:
+    """`_cce_note` names the one reason of the user's run; remote code is `ModelSpec.remote_code`, not a text."""
+    zero = ZeroSettings(stage=3)
+    remote = _inputs(cce=True, model="internlm2-7b")
+    assert remote.model.remote_code and not _spec().remote_code
+    act = {i.name: i for i in plan_strategy(remote, zero).phase("steady").gpu}["activations + logits/loss"].detail
+    assert "remote-code internlm2, not a type of the CCE fork" in act and "preference" not in act
+    paired = _inputs(cce=True)
+    paired = replace(paired, training=replace(paired.training, paired_inputs=True))
+    act = {i.name: i for i in plan_strategy(paired, zero).phase("steady").gpu}["activations + logits/loss"].detail
+    assert "not applied (preference training" in act and "remote" not in act
+
+
+def test_fork_types_have_their_own_forward() -> None:
+    """qwen3 has its own `cce_forward` in axolotl's fork: no "generic llama-like patch" label."""
+    zero = ZeroSettings(stage=3)
+    for model, generic in (("qwen3-0.6b", False), (MODEL, False)):
+        steady = {i.name: i for i in plan_strategy(_inputs(cce=True, model=model), zero).phase("steady").gpu}
+        assert ("generic llama-like patch" in steady[CCE_LOSS_ITEM].detail) is generic
+
+
+def test_modules_to_save_head_trains() -> None:
+    """LoRA with `modules_to_save: [lm_head]`: the copy's weight requires grad, so CCE's backward makes dc."""
+    zero = ZeroSettings(stage=0)
+    base = _inputs(cce=True, method="lora")
+    saved = replace(base, training=replace(base.training, lora_rank=8, trainable_modules=("lm_head",)))
+    plain = replace(base, training=replace(base.training, lora_rank=8))
+    got = cce_for(saved, saved.training, zero)
+    assert got is not None and got.head_trains
+    assert not cce_for(plain, plain.training, zero).head_trains  # type: ignore[union-attr]
+    items = {i.name: i for i in plan_strategy(saved, zero).phase("steady").gpu}
+    detail = items[CCE_LOSS_ITEM].detail
+    assert "frozen head" not in detail and "dc (the head's gradient)" in detail
+    frozen = {i.name: i for i in plan_strategy(plain, zero).phase("steady").gpu}
+    assert "frozen head: no dc" in frozen[CCE_LOSS_ITEM].detail
+    kw = {"micro_batch": 1, "seq_len": 8192, "attn_impl": "flash", "gradient_checkpointing": True, "lora_rank": 8}
+    with_dc = activation_bytes(_spec(), cut_ce=got, **kw).cut_loss  # type: ignore[arg-type]
+    no_dc = activation_bytes(_spec(), cut_ce=CutCrossEntropy(), **kw).cut_loss  # type: ignore[arg-type]
+    p = _spec().params
+    assert with_dc is not None and no_dc is not None
+    assert (with_dc.grad_weight, no_dc.grad_weight) == (D * p.vocab_size * p.hidden_size, 0)
+
+
+LIGER_PLUGIN = "  - axolotl.integrations.liger.LigerPlugin\n"
+
+
+@pytest.mark.parametrize(("plugins", "on"), [(PLUGIN + LIGER_PLUGIN, False), ("plugins:\n" + LIGER_PLUGIN +
+                                             PLUGIN.split("\n", 1)[1], True)])  # fmt: skip
+def test_axolotl_plugin_order_with_liger(tmp_path: Path, plugins: str, on: bool) -> None:
+    """Both plugins patch the forward in `pre_model_load`, in list order: the last one's loss runs."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
+    args = tmp_path / "axolotl.yaml"
+    args.write_text(AXOLOTL + plugins + "cut_cross_entropy: true\nliger_fused_linear_cross_entropy: true\n")
+    opts = PlanOptions(files=(str(args),), model=MODEL, gpus_per_node=4, gpu_memory_gib=80, host_ram_gib=512)
+    inputs = load_inputs(opts)
+    assert inputs.training.cut_cross_entropy is on
+    assert inputs.run is not None
+    assert any("LigerPlugin is listed after" in n for n in inputs.run.notes) is not on

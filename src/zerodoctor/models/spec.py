@@ -252,6 +252,12 @@ class ModelSpec:
     from its hub id's suffix when the id resolves to its 16-bit base (`resolve_model`). The counts are the 16-bit
     architecture's; what a quantized weight occupies is the planner's business."""
 
+    @property
+    def remote_code(self) -> bool:
+        """The model type needs `trust_remote_code` (its modeling file is not in transformers): counted
+        analytically only (`_ANALYTIC_ONLY`)."""
+        return self.model_type in _ANALYTIC_ONLY
+
     def linear_modules(self, *, components: Iterable[str] | None = None) -> tuple[LinearModule, ...]:
         """Every kind of `nn.Linear` in the model, with in/out features and how many there are.
 

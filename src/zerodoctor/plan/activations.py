@@ -606,12 +606,12 @@ def activation_bytes(
     if fused is None and cut_ce is not None and any_grad:
         # Cut Cross-Entropy (plan/cce.py): no logits at all; the final hidden states stay for its backward, which
         # allocates their gradient (and the head's)
-        head_trainable = full_ft and not freeze
+        norm_trains = full_ft and not freeze
         cut = cut_ce_bytes(
             tokens=t.tokens, batch=t.batch, hidden=t.hidden, vocab=t.vocab, dtype_bytes=t.d,
-            head_trainable=head_trainable, cce=cut_ce,
+            head_trainable=norm_trains or cut_ce.head_trains, cce=cut_ce,
         )  # fmt: skip
-        saved_total = layers_kept + extras + _norm_saved(t, trainable_weight=head_trainable) + cut.saved
+        saved_total = layers_kept + extras + _norm_saved(t, trainable_weight=norm_trains) + cut.saved
         logits_and_loss = cut.transient
         at_loss = saved_total + cut.transient
         notes.append(f"Cut Cross-Entropy: no {t.tokens} x {t.vocab:,} logits, the LSE per label row only")

@@ -9,11 +9,17 @@ v0.6.0, #2091) calls `cce_patch(cfg.model_config_type)` in `pre_model_load` when
 the plugin's default since v0.9.0 (#2562; before it the key had to be written). Nothing else in axolotl applies it.
 `cce_patch` rebinds `<Model>ForCausalLM.forward` to `cce_forward` for the types of `PATCH_FNS` (apple: llama, phi3,
 gemma2, mistral, then qwen2 from 24fbe4b); since axolotl v0.12.0 (#2908) any other type gets the llama
-`cce_forward` through `patch_llama_like` ("experimental"). Remote-code models are outside both (the import of
-`transformers.models.<type>` fails), so the planner plans them without CCE. With Liger's fused linear cross-entropy
-also on, Liger's loss is the one that runs: transformers' Trainer applies Liger at its init
-(`apply_liger_kernel_to_<type>` rebinds the same `<Model>ForCausalLM.forward`), after the plugin's pre-model-load
-patch; axolotl refuses the pair since v0.13 (#3330, `check_cross_entropy_conflicts`).
+`cce_forward` through `patch_llama_like` ("experimental"). A remote-code model (`trust_remote_code`): since axolotl
+v0.13.1 (#3257) `cce_patch(..., remote_model_id=base_model)` patches the remote modeling file of the fork's types,
+and for any other type `patch_generic` raises a RuntimeError (the run stops at start); before it the import of
+`transformers.models.<type>` fails. With the axolotl release unknown the planner plans a remote-code model without
+CCE (the larger case). With Liger's fused linear cross-entropy also on, the last patch of
+`<Model>ForCausalLM.forward` runs: transformers' Trainer applies Liger at its init (`use_liger_kernel`), after the
+plugin's pre-model-load patch, so Liger's loss runs; axolotl's own LigerPlugin (`liger_fused_linear_cross_entropy`)
+patches in the same `pre_model_load` hook, so of the two plugins the one listed last in `plugins` wins
+(`setup/run.py _cut_cross_entropy` reads the order; Liger last: planned without CCE, its logits the upper bound of
+Liger's chunked loss); axolotl refuses the pair when `cut_cross_entropy` is written,
+from v0.13.1 (#3330, `check_cross_entropy_conflicts`).
 
 What it keeps (`cce.py LinearCrossEntropyFunction`): `cce_forward` never calls `lm_head`; it hands the final hidden
 states `e` (T x H, model dtype) and `lm_head.weight` `c` (V x H) to `linear_cross_entropy(..., shift=True)`. The
@@ -48,15 +54,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CCE_SOURCE = (
-    "apple/ml-cross-entropy d42911f cut_cross_entropy/cce.py LinearCrossEntropyFunction "
+    "apple/ml-cross-entropy d42911f and axolotl-ai-cloud/ml-cross-entropy 5f0c7a7 cut_cross_entropy/cce.py "
+    "LinearCrossEntropyFunction "
     "(ctx.save_for_backward(e, c, bias, lse, targets, valids, logit_avg)), cce_lse_forward.py, cce_backward.py "
     "cce_backward_kernel (de = zeros_like(e), dc = zeros_like(c)), transformers/utils.py PatchOptions.use_lce; "
     "axolotl src/axolotl/integrations/cut_cross_entropy (pre_model_load -> cce_patch)"
 )
 
-CCE_PATCH_TYPES = frozenset({"llama", "phi3", "gemma2", "mistral", "qwen2"})
-"""`PATCH_FNS` of apple's `cce_patch` (d42911f): the model types with their own `cce_forward`; axolotl >= 0.12.0
-patches any other transformers type with the llama one (`patch_llama_like`, experimental)."""
+CCE_PATCH_TYPES = frozenset(
+    {
+        "afmoe", "apertus", "arcee", "cohere", "cohere2", "cohere2_moe", "deepseek_v2", "deepseek_v3",
+        "deepseek_v4", "exaone4", "exaone4_5", "exaone_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n",
+        "gemma3n_text", "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "glm", "glm4", "glm4_moe",
+        "glm4_moe_lite", "glm_moe_dsa", "glm46v", "glm4v", "glm_image", "glm4v_moe", "gpt_oss", "granite",
+        "granitemoe", "granitemoeshared", "granitemoehybrid", "hunyuan_v1_dense", "hunyuan_v1_moe", "internvl",
+        "kimi_linear", "lfm2", "lfm2_moe", "lfm2_vl", "llama", "llama4", "llava", "llama4_text", "minimax",
+        "minimax_m2", "ministral", "ministral3", "mistral", "mistral3", "mistral4", "mixtral", "mllama",
+        "nemotron_h", "olmo", "olmo2", "olmo3", "olmoe", "phi", "phi3", "phi4_multimodal", "qwen2", "qwen2_moe",
+        "qwen2_vl", "qwen2_5_vl", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+        "qwen3_moe", "qwen3_vl", "qwen3_vl_moe", "qwen3_next", "smollm3", "seed_oss", "step3p5", "step3p7",
+        "voxtral",
+    }
+)
+"""`PATCH_FNS` of axolotl's fork `cut_cross_entropy/transformers/patch.py` at 5f0c7a7 (the pin of the newest axolotl releases;
+the fork replaced apple's package in axolotl v0.11.0, #2813): the model types with their own `cce_forward`. axolotl
+>= 0.12.0 patches any other transformers type with the llama one (`patch_llama_like`, experimental); an older pin
+lists fewer types (865b899: 25), which changes only that label, not the bytes."""
+
 
 FP32 = 4
 INT32 = 4
@@ -73,7 +97,10 @@ class CutCrossEntropy:
 
     head_grad_charged: bool = False
     """The head's V x H gradient `dc` is charged by the planner's "full-size gradient before reduce-scatter" item
-    (ZeRO-2/3, full fine-tuning, the head is the largest trainable tensor): not a second time here."""
+    (ZeRO-2/3, a trainable head that is the largest trainable tensor): not a second time here."""
+    head_trains: bool = False
+    """The head trains outside full fine-tuning: a PEFT `modules_to_save` copy of `lm_head` (or of the tied
+    embedding), whose `c.requires_grad` makes the backward allocate `dc` (`phases.cce_for`)."""
 
 
 @dataclass(frozen=True)

@@ -1381,7 +1381,19 @@ def _head_grad_charged(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> b
     reduce-scatter" item charges when the head is the largest trainable tensor."""
     p = inputs.model.params
     head = p.embedding if p.tied_embeddings else p.lm_head
-    return zero.stage >= 2 and zero.fsdp is None and t.method == "full" and head >= _largest_trainable_tensor(inputs, t)
+    trains = t.method == "full" or _head_saved(inputs, t)
+    return zero.stage >= 2 and zero.fsdp is None and trains and head >= _largest_trainable_tensor(inputs, t)
+
+
+def _head_saved(inputs: PlanInputs, t: Training) -> bool:
+    """A LoRA run trains a copy of the output layer: `modules_to_save` names it (or the embedding it is tied to)."""
+    if t.method == "full" or not t.trainable_modules:
+        return False
+    wanted, tied = set(t.trainable_modules), inputs.model.params.tied_embeddings
+    return any(
+        _named_module(m, wanted) and (is_output_layer(m.path) or (tied and m.kind == "embedding"))
+        for m in inputs.model.modules
+    )
 
 
 def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKernels | None:
@@ -1397,15 +1409,18 @@ def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKerne
 def cce_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> CutCrossEntropy | None:
     """Cut Cross-Entropy of a run with `cut_cross_entropy` on (`plan/cce.py`): None when it is off; when Liger's fused
     loss runs instead (Trainer applies Liger after the plugin's pre-model-load patch: `liger_for`); for a remote-code
-    model (outside `cce_patch` and axolotl's generic patch); and for preference training, whose forward passes no
-    labels (TRL's DPO/KTO compute the log-probabilities from the logits), so `use_lce` is false."""
+    model (`ModelSpec.remote_code`: patched only by axolotl >= 0.13.1 and only for its CCE fork's types, so the
+    larger case with the release unknown); and for preference training, whose forward passes no labels (TRL's
+    DPO/KTO compute the log-probabilities from the logits), so `use_lce` is false."""
     if not t.cut_cross_entropy or t.paired_inputs or t.reference_model:
         return None
     spec = inputs.model
     liger = liger_for(inputs, t, zero)
-    if "remote code" in spec.count_method or (liger is not None and liger.fused_linear_ce):
+    if spec.remote_code or (liger is not None and liger.fused_linear_ce):
         return None
-    return CutCrossEntropy(head_grad_charged=_head_grad_charged(inputs, t, zero))
+    return CutCrossEntropy(
+        head_grad_charged=_head_grad_charged(inputs, t, zero), head_trains=_head_saved(inputs, t)
+    )
 
 
 def liger_plan(inputs: PlanInputs, t: Training) -> tuple[LigerKernels | None, str]:
@@ -1707,22 +1722,30 @@ def activation_item(act: ActivationEstimate, t: Training, inputs: PlanInputs) ->
         f"{act.attention_used or t.attn}, "
         "gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}; saved {act.saved_total / GIB:.2f} GiB, "
-        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger + _cce_note(act, t),
+        f"logits/loss {act.logits_and_loss / GIB:.2f} GiB" + liger + _cce_note(act, t, inputs),
         "plan/activations.py" + ("; " + NORM_SWIGLU_SOURCE if act.liger_layer_delta else ""),
     )
 
 
-
-def _cce_note(act: ActivationEstimate, t: Training) -> str:
-    """Why `cut_cross_entropy` changed nothing, when it did not (`cce_for`)."""
+def _cce_note(act: ActivationEstimate, t: Training, inputs: PlanInputs) -> str:
+    """Why `cut_cross_entropy` changed nothing, when it did not (`cce_for`): the one reason that applies."""
     if not t.cut_cross_entropy or act.cut_loss is not None:
         return ""
     if act.fused_loss is not None:
         return "; Cut Cross-Entropy not applied: Liger's fused loss replaces the same forward, later (Trainer init)"
-    return (
-        "; Cut Cross-Entropy not applied (a remote-code model, or preference training, whose forward passes no "
-        "labels): planned as HF"
-    )
+    if t.paired_inputs or t.reference_model:
+        why = "preference training: its forward passes no labels, so `use_lce` is false"
+    elif inputs.model.model_type in CCE_PATCH_TYPES:
+        why = (
+            f"remote-code {inputs.model.model_type}: axolotl patches its remote modeling file from v0.13.1 only "
+            "(#3257); with the release unknown, the larger case"
+        )
+    else:
+        why = (
+            f"remote-code {inputs.model.model_type}, not a type of the CCE fork: axolotl >= 0.13.1 stops at start "
+            "(`patch_generic` raises), older releases never patch it"
+        )
+    return f"; Cut Cross-Entropy not applied ({why}): planned as HF"
 
 
 def cce_loss_item(act: ActivationEstimate, inputs: PlanInputs) -> Item | None:

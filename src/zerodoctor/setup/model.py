@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 FRAMEWORKS = ("hf", "llamafactory", "accelerate", "xtuner", "deepspeed")
 # Frameworks that fill DeepSpeed's "auto" placeholders before DeepSpeed sees them.
 FILLS_AUTO = {"hf", "llamafactory", "accelerate", "xtuner"}
+MODEL_REF_KEYS = ("model_name_or_path", "base_model")
+"""The arguments file's model: HF / TRL / LLaMA-Factory `model_name_or_path`, axolotl `base_model`."""
 
 
 @dataclass
@@ -330,7 +332,7 @@ def build_setup(
     if s.args_doc is not None:
         given = dict(s.args_doc.data)
         s.args = effective_args(given)
-        s.model_ref = given.get("model_name_or_path")
+        s.model_ref = next((given[k] for k in MODEL_REF_KEYS if given.get(k)), None)
         _read_quantization_from_args(s, given)
     if s.xtuner_doc is not None:
         _read_xtuner(s)
@@ -415,7 +417,9 @@ def _read_quantization_from_args(s: TrainingSetup, given: dict[str, Any]) -> Non
         "bnb_4bit_compute_dtype",
         given.get("bnb_4bit_compute_dtype", given.get("torch_dtype", given.get("dtype"))),
     )
-    peft = any(given.get(k) for k in ("use_peft_lora", "use_peft", "lora_r", "lora_target_modules"))
+    peft = any(given.get(k) for k in ("use_peft_lora", "use_peft", "lora_r", "lora_target_modules")) or str(
+        given.get("adapter", "")
+    ).lower() in ("lora", "qlora")  # axolotl's `adapter`
     if _truthy(load4):
         # TRL's ModelConfig (`load_in_4bit` at top level, no block): its get_quantization_config has passed
         # bnb_4bit_quant_storage=torch_dtype in some releases and its own bnb_4bit_quant_storage argument in

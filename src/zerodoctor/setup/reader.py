@@ -22,6 +22,9 @@ DEEPSPEED_KEYS = DEEPSPEED_TOP_KEYS - {
     "gradient_accumulation_steps",
     "dataloader_drop_last",
 }
+# DeepSpeed keys that count only with a mapping value (DeepSpeed's `{"type": ..., "params": ...}` blocks): axolotl's
+# YAML has `optimizer: adamw_torch_fused` and `lr_scheduler`-style strings under the same names.
+DEEPSPEED_BLOCK_KEYS = {"optimizer", "scheduler"}
 # Keys only the accelerate config file has.
 ACCELERATE_KEYS = {
     "compute_environment",
@@ -90,8 +93,8 @@ def detect_kind(path: Path, data: Any, text: str) -> str | None:
         str(data.get("stage", "")).lower() in LLAMAFACTORY_STAGES and "finetuning_type" in keys
     ):
         return "llamafactory"
-    ds_blocks = any(isinstance(data.get(k), dict) for k in ("fp16", "bf16", "bfloat16"))
-    if keys & DEEPSPEED_KEYS or ds_blocks:
+    ds_blocks = any(isinstance(data.get(k), dict) for k in ("fp16", "bf16", "bfloat16", *DEEPSPEED_BLOCK_KEYS))
+    if keys & (DEEPSPEED_KEYS - DEEPSPEED_BLOCK_KEYS) or ds_blocks:
         return "deepspeed"
     if keys & HF_KEYS:
         return "hf"

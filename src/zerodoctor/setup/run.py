@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from packaging.version import Version
+
 from zerodoctor.errors import SetupError
 from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.findings import Evidence
@@ -33,7 +35,8 @@ from zerodoctor.setup.hf_args import (
     hf_auto_bucket,
     hf_fsdp_options,
 )
-from zerodoctor.setup.model import FILLS_AUTO, TrainingSetup, normalize_dtype
+from zerodoctor.setup.model import FILLS_AUTO, MODEL_REF_KEYS, TrainingSetup, normalize_dtype
+from zerodoctor.versions import parse_version
 
 if TYPE_CHECKING:
     from zerodoctor.env.model import Environment
@@ -687,7 +690,7 @@ def describe_run(
     micro_k = _first(
         fl("micro_batch", flags.micro_batch),
         rd.xt(("train_dataloader", "batch_size"), "batch_size"),
-        rd.arg("per_device_train_batch_size"),
+        rd.arg("per_device_train_batch_size", "micro_batch_size"),  # HF / LLaMA-Factory, axolotl
         rd.ds("train_micro_batch_size_per_gpu", concrete=True),
     ) or _micro_default(setup)
     micro = check.count(micro_k, "micro batch")
@@ -701,7 +704,7 @@ def describe_run(
     seq_k = _first(
         fl("seq_len", flags.seq_len),
         rd.xt("max_length"),
-        rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length"),
+        rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length", "sequence_len"),
     ) or Known(
         DEFAULT_SEQ_LEN,
         _default(f"{DEFAULT_SEQ_LEN}: not given (pass --seq-len; LLaMA-Factory's cutoff_len default)"),
@@ -787,6 +790,10 @@ def describe_run(
             "the logits and log-probabilities are planned instead (their upper bound)"
         )
 
+    cce = fl("cut_cross_entropy", flags.cut_cross_entropy)
+    if flags.cut_cross_entropy is None:
+        cce = _cut_cross_entropy(rd, traits.name, env, notes)
+
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
     if traits.name is None and setup.ds_written is not None:
@@ -843,7 +850,7 @@ def describe_run(
         eval_micro_batch=_eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
-        cut_cross_entropy=_first(fl("cut_cross_entropy", flags.cut_cross_entropy), _cut_cross_entropy(rd)),
+        cut_cross_entropy=cce,
         liger_kernel_config=_liger_kernel_config(rd),
     )
 
@@ -914,22 +921,73 @@ CCE_PLUGIN = "CutCrossEntropyPlugin"
 """The class name of axolotl's plugin (`axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin`)."""
 
 
-def _cut_cross_entropy(rd: _Reader) -> Known[bool] | None:
+CCE_DEFAULT_ON_SINCE = "0.9.0"
+"""The axolotl release whose plugin args make `cut_cross_entropy` default true (#2562; `Optional[bool] = None`, off,
+in v0.6.0-v0.8.x: read at the tags)."""
+
+
+def _cut_cross_entropy(
+    rd: _Reader, framework: str | None, env: Environment | None, notes: list[str]
+) -> Known[bool] | None:
     """Cut Cross-Entropy from the arguments file. zerodoctor does not model axolotl as a framework: its YAML is read
-    as a generic arguments file, and only these two keys are taken from it. Axolotl applies CCE only through its
+    as a generic arguments file, and only these keys are taken from it (with LigerPlugin's
+    `liger_fused_linear_cross_entropy`: `_axolotl_liger_after_cce`). Axolotl applies CCE only through its
     plugin (integrations/cut_cross_entropy `pre_model_load`), when `cut_cross_entropy` is true -- the plugin's
-    default since v0.9.0 (#2562). So: a `plugins` list without the plugin is off whatever `cut_cross_entropy` says;
-    with it, on unless `cut_cross_entropy` is false; without a `plugins` key, `cut_cross_entropy` as written (a value
-    that is not a boolean is left unknown)."""
+    default since v0.9.0 (#2562), off before. So: a `plugins` list without the plugin is off whatever
+    `cut_cross_entropy` says; with it, as written, or unwritten: on where `--env` shows axolotl >= 0.9.0, else off
+    (an older or unknown release: the larger case, as `phases.liger_plan` plans an unknown version) with a note;
+    without a `plugins` key, `cut_cross_entropy` as written (a value that is not a boolean is left unknown).
+    LLaMA-Factory has no such argument (its parser refuses it: lint HF004): nothing is read there."""
+    if framework == "llamafactory":
+        return None
     key = rd.arg("cut_cross_entropy")
     stated = truthy(key.value) if key is not None else None
     plugins = rd.arg("plugins")
-    if plugins is not None:
-        names = [plugins.value] if isinstance(plugins.value, str) else plugins.value
-        listed = isinstance(names, list) and any(str(n).rsplit(".", 1)[-1] == CCE_PLUGIN for n in names)
-        if not listed or stated is None:
-            return Known(listed, plugins.origin)
-    return Known(stated, key.origin) if key is not None and stated is not None else None
+    if plugins is None:
+        return Known(stated, key.origin) if key is not None and stated is not None else None
+    names = [plugins.value] if isinstance(plugins.value, str) else plugins.value
+    listed = isinstance(names, list) and any(str(n).rsplit(".", 1)[-1] == CCE_PLUGIN for n in names)
+    if not listed:
+        return Known(False, plugins.origin)
+    liger = _axolotl_liger_after_cce(rd, names)
+    if liger is not None:
+        notes.append(
+            f"{plugins.origin.describe()}: axolotl's LigerPlugin is listed after {CCE_PLUGIN} with "
+            f"liger_fused_linear_cross_entropy ({liger.origin.describe()}): both patch the model's forward in "
+            "pre_model_load and the last one listed wins, so Liger's fused loss runs, not Cut Cross-Entropy; "
+            "planned without it (the logits, the upper bound of Liger's chunked loss)"
+        )
+        return Known(False, liger.origin)
+    if stated is not None and key is not None:
+        return Known(stated, key.origin)
+    installed = env.version_of("axolotl") if env is not None else None
+    version = parse_version(installed)
+    on = version is not None and version >= Version(CCE_DEFAULT_ON_SINCE)
+    if version is None:
+        notes.append(
+            f"{plugins.origin.describe()}: {CCE_PLUGIN} is listed and cut_cross_entropy is not written: axolotl "
+            f"turns it on by default from v{CCE_DEFAULT_ON_SINCE} only, and its version is not known here, so it "
+            "is planned off (the larger case); write `cut_cross_entropy: true`, pass --env from an environment with "
+            f"axolotl >= {CCE_DEFAULT_ON_SINCE} or --cut-cross-entropy to plan it on"
+        )
+    why = f"axolotl {installed}: cut_cross_entropy default {'on' if on else 'off'} (on from v{CCE_DEFAULT_ON_SINCE})"
+    return Known(on, replace(plugins.origin, detail=why) if version is not None else plugins.origin)
+
+
+LIGER_PLUGIN = "LigerPlugin"
+"""axolotl's `axolotl.integrations.liger.LigerPlugin` (its `liger_fused_linear_cross_entropy` key)."""
+
+
+def _axolotl_liger_after_cce(rd: _Reader, names: list[Any]) -> Known[Any] | None:
+    """axolotl's `liger_fused_linear_cross_entropy` when its LigerPlugin is listed after CutCrossEntropyPlugin:
+    both rebind `<Model>ForCausalLM.forward` in `pre_model_load`, in the order of `plugins`, so the later one's loss
+    runs (axolotl refuses the pair only from v0.13.1 and only with `cut_cross_entropy` written, #3330)."""
+    short = [str(n).rsplit(".", 1)[-1] for n in names]
+    flce = rd.arg("liger_fused_linear_cross_entropy")
+    if LIGER_PLUGIN not in short or flce is None or not truthy(flce.value):
+        return None
+    last = {n: i for i, n in enumerate(short)}
+    return flce if last[LIGER_PLUGIN] > last.get(CCE_PLUGIN, len(short)) else None
 
 
 def _liger_kernel_config(rd: _Reader) -> Known[tuple[tuple[str, bool], ...]] | None:
@@ -991,8 +1049,9 @@ def _world_origin(s: TrainingSetup) -> Origin:
 def _model_ref_from_files(s: TrainingSetup) -> Known[Any] | None:
     if not s.model_ref:
         return None
-    if s.args_doc is not None and s.args_doc.has("model_name_or_path"):
-        return Known(s.model_ref, Origin.of_evidence(s.args_doc.evidence(("model_name_or_path",))))
+    key = next((k for k in MODEL_REF_KEYS if s.args_doc is not None and s.args_doc.has(k)), None)
+    if s.args_doc is not None and key is not None:
+        return Known(s.model_ref, Origin.of_evidence(s.args_doc.evidence((key,))))
     if s.xtuner_doc is not None and s.xtuner_doc.has("pretrained_model_name_or_path"):
         return Known(
             s.model_ref, Origin.of_evidence(s.xtuner_doc.evidence(("pretrained_model_name_or_path",)))
@@ -1215,7 +1274,7 @@ def _attn(s: TrainingSetup, rd: _Reader) -> Known[str] | None:
         if "flash" in low or low in ("fa2", "fa3"):
             return Known("flash", k.origin)
         return Known("eager" if low in ("eager", "disabled") else "sdpa", k.origin)
-    k = rd.arg("use_flash_attn")
+    k = rd.arg("use_flash_attn", "flash_attention")  # axolotl: `flash_attention: true`
     if k is not None and truthy(k.value):
         return Known("flash", k.origin)
     sp = rd.xt("sequence_parallel_size")
