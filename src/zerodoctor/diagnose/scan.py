@@ -703,7 +703,7 @@ def _bar_run_key(chunk: bytes, start: int, stop: int, heads: dict[bytes, BarKey 
     if (
         m is None
         or chunk.find(b"ank", m.end(1), stop) >= 0
-        or _DATE.search(chunk, start, stop) is not None
+        or (chunk.find(b"-", start, stop) >= 0 and _DATE.search(chunk, start, stop) is not None)
     ):
         return None
     pct = m.end(1)
@@ -752,28 +752,40 @@ def scan_source(
             base_line -= 1  # the first line here is the last line of the previous piece
         per_line: dict[tuple[int, int], set[int]] = {}
         skipped = 0
+        # the last line found whole (from newline to newline, not cut at `\r` by _line_bounds): a match that ends in
+        # it or on its newline is on that line (a bar line holds several matches, found in the order they end)
+        here, line_start, line_stop = (-1, -1), -1, -2
         for pid, end in matches:
             if pid in saturated:
                 skipped += 1
                 continue
-            per_line.setdefault(_line_bounds(chunk, end, limit), set()).add(pid)
+            if not line_start <= end - 1 <= line_stop:
+                here = _line_bounds(chunk, end, limit)
+                line_start, line_stop = here
+                if line_stop - line_start > LONG_LINE or not (
+                    (line_start == 0 or chunk[line_start - 1] == 10) and (line_stop == limit or chunk[line_stop] == 10)
+                ):
+                    line_start, line_stop = -1, -2
+            per_line.setdefault(here, set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
         joined_to = 0
         bounds = sorted(per_line)
+        last = len(bounds) - 1
         # the bar key (_bar_run_key) of bounds[ahead_at], computed one line ahead
         ahead_at, ahead_key = -1, None
         for i, (start, stop) in enumerate(bounds):
             pids = per_line[(start, stop)]
-            if pids <= bar_ids and i + 1 < len(bounds) and per_line[bounds[i + 1]] == pids:
+            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] == pids:
                 key = ahead_key if ahead_at == i else _bar_run_key(chunk, start, stop, heads)
                 if key is not None:
-                    ahead_at, ahead_key = i + 1, _bar_run_key(chunk, *bounds[i + 1], heads)
+                    ahead_at, ahead_key = i + 1, _bar_run_key(chunk, nxt[0], nxt[1], heads)
                     if ahead_key == key:
                         # a bar that the next hit line repeats: read as that line (see BAR_MARKER_KEYS), which is not
                         # joined onto it as the rest of a terminal-wrapped line (that would read the run again)
-                        joined_to = max(joined_to, bounds[i + 1][0] + 1)
+                        if joined_to <= nxt[0]:
+                            joined_to = nxt[0] + 1
                         continue
             if saturated and pids <= saturated:  # saturated earlier in this chunk
                 skipped += len(pids)
