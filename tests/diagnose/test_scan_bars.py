@@ -16,14 +16,16 @@ OOM = (
     "anon-rss:498765432kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:987654kB oom_score_adj:0\n"
 )
 RUN = 100  # bar lines per run
+SEP = "Tokenizing train dataset\n"  # (a marker line with no bar, read on its own: it ends a run)
 
 
-def _bars(lines: int, prefix: str = "") -> str:
+def _bars(lines: int, prefix: str = "", sep: str = "") -> str:
+    """`lines` bars, tokenization's then checkpoint loading's in each run of RUN, `sep` after each run."""
     out: list[str] = []
     for i in range(lines):
         p = i % 100
         bar = ("\u2588" * (p // 10)).ljust(10)
-        if (i // RUN) % 2 == 0:
+        if i % RUN < RUN // 2:
             out.append(
                 f"{prefix}Map (num_proc=8): {p:3d}%|{bar}| {p * 500}/50000 [00:{p % 60:02d}<00:05, 8{p}.5 examples/s]\n"
             )
@@ -31,6 +33,8 @@ def _bars(lines: int, prefix: str = "") -> str:
             out.append(
                 f"{prefix}Loading checkpoint shards: {p:3d}%|{bar}| {p % 5}/4 [00:0{p % 10}<00:02,  1.{p % 10}s/it]\n"
             )
+        if i % RUN == RUN - 1:
+            out.append(sep)
     return "".join(out)
 
 
@@ -48,20 +52,28 @@ def parse_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_runs_of_bars_reach_the_per_hit_path_once_per_run(tmp_path: Path, parse_calls: list[int]) -> None:
     log = tmp_path / "bars.log"
-    log.write_text(_bars(10_000) + OOM, encoding="utf-8")
+    log.write_text(_bars(10_000, sep=SEP) + OOM, encoding="utf-8")
     result = diagnose([str(log)])
     runs = 10_000 // RUN
-    # once per run and for the OOM line (every line of the 10,000 went through it before issue 10)
-    assert runs <= len(parse_calls) <= runs + 5, len(parse_calls)
-    # what the runs said is kept: the marker of each run, the phase the run ended in
-    kinds = [kind for kind, _line, _seq in result.facts.markers]
-    assert kinds == ["data", "load"] * (runs // 2)
-    # (the last bar of a run is read alone, not joined with the bars of its width above it as a wrapped line)
-    assert [m[1].lineno for m in result.facts.markers[-2:]] == [10_000 - RUN, 10_000]
+    # the last bar of each run, each marker line between runs, the OOM line (before issue 10: all 10,000 bars too)
+    assert len(parse_calls) == 2 * runs + 1, len(parse_calls)
+    # what the runs said is kept: the last marker of each run (at its own line: not joined with the bars of its width
+    # above it as a terminal-wrapped line), the marker between runs, the phase the log ended in
+    assert [kind for kind, _line, _seq in result.facts.markers] == ["load", "data"] * runs
+    assert [m[1].lineno for m in result.facts.markers[:2]] == [RUN, RUN + 1]
+    assert result.facts.events[0].phase == "tokenization"
+
+
+def test_the_last_bar_of_a_log_names_its_phase(tmp_path: Path, parse_calls: list[int]) -> None:
+    log = tmp_path / "bars.log"
+    log.write_text(_bars(10_000) + OOM, encoding="utf-8")
+    result = diagnose([str(log)])
+    assert len(parse_calls) == 2
+    assert [(m[0], m[1].lineno) for m in result.facts.markers] == [("load", 10_000)]
     assert result.facts.events[0].phase == "load"
 
 
-def test_a_run_is_cut_where_the_rank_or_the_marker_changes(tmp_path: Path, parse_calls: list[int]) -> None:
+def test_a_run_is_cut_where_the_rank_changes(tmp_path: Path, parse_calls: list[int]) -> None:
     log = tmp_path / "ranks.log"
     # rank 0 and rank 1 print the same tokenization bar in turns: no line repeats the one before it
     text = "".join(
@@ -71,7 +83,7 @@ def test_a_run_is_cut_where_the_rank_or_the_marker_changes(tmp_path: Path, parse
     log.write_text(text + _bars(2 * RUN, "[rank0]: ") + OOM, encoding="utf-8")
     result = diagnose([str(log)])
     assert result.facts.ranks_in_log == {0, 1}
-    assert 200 <= len(parse_calls) <= 200 + 2 + 5
+    assert len(parse_calls) == 200 + 1 + 1
     assert [kind for kind, _line, _seq in result.facts.markers][-2:] == ["data", "load"]
 
 
@@ -82,5 +94,5 @@ def test_a_bar_with_text_glued_behind_it_is_read_alone(tmp_path: Path, parse_cal
     )
     log.write_text(_bars(RUN) + glued + _bars(RUN) + OOM, encoding="utf-8")
     diagnose([str(log)])
-    assert RUN + 1 in parse_calls  # (a line that is no plain bar is read on its own, as before)
-    assert len(parse_calls) <= 4 + 5
+    # (a line that is no plain bar is read on its own, as before: it ends the run before it)
+    assert parse_calls == [RUN, RUN + 1, 2 * RUN + 1, 2 * RUN + 2]

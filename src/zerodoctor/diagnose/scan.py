@@ -678,8 +678,10 @@ def _matches(
 # `Running tokenizer on dataset` bars, `Loading checkpoint shards`): each is a hit of a phase marker and nothing else.
 # What the diagnosis takes from such a line is its marker (the phase the run was in, and that it was still running) and
 # its rank; a run of them read line by line cost ~0.65 CPU s per MB, 30x grep's time (issue 10). So a run of
-# consecutive hit lines that are plain bars with the same marker patterns and the same rank and host prefixes is read
-# as its last line: the lines before it would add the same marker, earlier, and the same rank.
+# consecutive hit lines that are plain bars with only these markers and the same rank and host prefixes is read as its
+# last line. The lines before it would add markers, earlier, and the same rank: what reads the markers (extract.py,
+# classes.py) asks for the last marker before a line, whether one follows a line, or for kinds no bar prints (`finished`,
+# `guard`, `engine`), so the last line answers for the run; and no other hit stands between them.
 BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
 _BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read as always)
 # one bar, nothing glued behind it, no carriage return or colour code: `PREFIXES DESC: NN%|BAR| COUNTS [TIMES, RATE]`
@@ -777,7 +779,7 @@ def scan_source(
         ahead_at, ahead_key = -1, None
         for i, (start, stop) in enumerate(bounds):
             pids = per_line[(start, stop)]
-            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] == pids:
+            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] <= bar_ids:
                 key = ahead_key if ahead_at == i else _bar_run_key(chunk, start, stop, heads)
                 if key is not None:
                     ahead_at, ahead_key = i + 1, _bar_run_key(chunk, nxt[0], nxt[1], heads)
