@@ -84,6 +84,18 @@ def test_a_run_is_cut_where_the_rank_changes(tmp_path: Path, parse_calls: list[i
     result = diagnose([str(log)])
     assert result.facts.ranks_in_log == {0, 1}
     assert len(parse_calls) == 200 + 1 + 1
+    parse_calls.clear()
+    # (and the host: pdsh's `host-1: ` in front of a bar with no description)
+    log.write_text(
+        "".join(
+            f"node-{i % 2}:  {i % 100:2d}%|{'#' * 10}| {i}/50000 [00:01<00:05, 812.5 examples/s]\n"
+            for i in range(50)
+        )
+        + OOM,
+        encoding="utf-8",
+    )
+    diagnose([str(log)])
+    assert len(parse_calls) == 50 + 1
     assert [kind for kind, _line, _seq in result.facts.markers][-2:] == ["data", "load"]
 
 

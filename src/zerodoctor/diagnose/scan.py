@@ -709,7 +709,7 @@ def _bar_run_key(chunk: bytes, start: int, stop: int, heads: dict[bytes, BarKey 
     ):
         return None
     pct = m.end(1)
-    head = chunk[start:pct].rstrip(b"0123456789 ")
+    head = chunk[start:pct].rstrip(b"0123456789")  # (the blanks before the percentage stay: `host-1: ` is a prefix)
     if head in heads:
         return heads[head]
     key: BarKey | None = None
