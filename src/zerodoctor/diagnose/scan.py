@@ -709,6 +709,54 @@ def _matches(
     return eng, matches
 
 
+# A job that prepares data or loads a model prints a progress bar on nearly every line (datasets' `Map` / `Filter` /
+# `Running tokenizer on dataset` bars, `Loading checkpoint shards`): each is a hit of a phase marker and nothing else.
+# What the diagnosis takes from such a line is its marker (the phase the run was in, and that it was still running) and
+# its rank; a run of them read line by line cost ~0.65 CPU s per MB, 30x grep's time (issue 10). So a run of
+# consecutive hit lines that are plain bars with only these markers and the same rank and host prefixes is read as its
+# last line. The lines before it would add markers, earlier, and the same rank: what reads the markers (extract.py,
+# classes.py) asks for the last marker before a line, whether one follows a line, or for kinds no bar prints (`finished`,
+# `guard`, `engine`), so the last line answers for the run; and no other hit stands between them.
+BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
+_BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read as always)
+# one bar, nothing glued behind it, no carriage return or colour code: `PREFIXES DESC: NN%|BAR| COUNTS [TIMES, RATE]`
+_PLAIN_BAR = re.compile(
+    rb"([^\r\x1b%]*(?:%(?!\|)[^\r\x1b%]*)*)%\|[^\r\x1b\[\]%]*(?:%(?!\|)[^\r\x1b\[\]%]*)*\[[^\r\x1b\[\]]*\]"
+)
+# (a line that holds a date: its time may be read, see classes._stamp)
+_DATE = re.compile(rb"\d{4}-\d\d-\d\d")
+# (what a line's prefixes name, by the bytes before the bar's percentage: a few distinct heads per log)
+_HEADS_MAX = 4096
+BarKey = tuple[int | None, str | None]
+
+
+def _bar_run_key(chunk: bytes, start: int, stop: int, heads: dict[bytes, BarKey | None]) -> BarKey | None:
+    """(rank, host) of the line chunk[start:stop] when it is one plain tqdm bar (_PLAIN_BAR) with no date and no rank
+    in its text; else None (the line is read on its own)."""
+    if stop - start > _BAR_LINE_MAX:
+        return None
+    m = _PLAIN_BAR.fullmatch(chunk, start, stop)
+    # (`[rank3]`, `[Rank 3]`, `rank=3` in the text name a rank: reader._RANK_IN_TEXT)
+    if (
+        m is None
+        or chunk.find(b"ank", m.end(1), stop) >= 0
+        or (chunk.find(b"-", start, stop) >= 0 and _DATE.search(chunk, start, stop) is not None)
+    ):
+        return None
+    pct = m.end(1)
+    head = chunk[start:pct].rstrip(b"0123456789")  # (the blanks before the percentage stay: `host-1: ` is a prefix)
+    if head in heads:
+        return heads[head]
+    key: BarKey | None = None
+    if head[:1] not in (b"*", b"_", b"`", b">"):  # (Markdown quoting reads the line's end: reader._PREFIXES)
+        text, rank, host, stamp = split_prefixes(head.decode("utf-8", "replace"))
+        key = (rank, host) if stamp is None and (rank is not None or "ank" not in text) else None
+    if len(heads) >= _HEADS_MAX:
+        heads.clear()
+    heads[head] = key
+    return key
+
+
 def scan_source(
     src: Source,
     file_index: int,
@@ -730,6 +778,8 @@ def scan_source(
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     frame_ids = {i for i, keys in enumerate(ps.keys) if set(keys) <= {"x:tb-frame", "x:tb-frame-ipy"}}
+    bar_ids = {i for i, keys in enumerate(ps.keys) if set(keys) <= BAR_MARKER_KEYS}
+    heads: dict[bytes, BarKey | None] = {}
     pending = False  # the previous piece ended inside the line this one continues
     # Each piece is chunk[:limit]: the bytes after `limit` belong to the next piece (`source.iter_spans`).
     for chunk, limit, continues, started in _pieces_ahead(src, chunk_bytes, state):
@@ -739,17 +789,41 @@ def scan_source(
             base_line -= 1  # the first line here is the last line of the previous piece
         per_line: dict[tuple[int, int], set[int]] = {}
         skipped = 0
+        # the last line found whole (from newline to newline, not cut at `\r` by _line_bounds): a match that ends in
+        # it or on its newline is on that line (a bar line holds several matches, found in the order they end)
+        here, line_start, line_stop = (-1, -1), -1, -2
         for pid, end in matches:
             if pid in saturated:
                 skipped += 1
                 continue
-            per_line.setdefault(_line_bounds(chunk, end, limit), set()).add(pid)
+            if not line_start <= end - 1 <= line_stop:
+                here = _line_bounds(chunk, end, limit)
+                line_start, line_stop = here
+                if line_stop - line_start > LONG_LINE or not (
+                    (line_start == 0 or chunk[line_start - 1] == 10) and (line_stop == limit or chunk[line_stop] == 10)
+                ):
+                    line_start, line_stop = -1, -2
+            per_line.setdefault(here, set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
         joined_to = 0
-        for start, stop in sorted(per_line):
+        bounds = sorted(per_line)
+        last = len(bounds) - 1
+        # the bar key (_bar_run_key) of bounds[ahead_at], computed one line ahead
+        ahead_at, ahead_key = -1, None
+        for i, (start, stop) in enumerate(bounds):
             pids = per_line[(start, stop)]
+            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] <= bar_ids:
+                key = ahead_key if ahead_at == i else _bar_run_key(chunk, start, stop, heads)
+                if key is not None:
+                    ahead_at, ahead_key = i + 1, _bar_run_key(chunk, nxt[0], nxt[1], heads)
+                    if ahead_key == key:
+                        # a bar that the next hit line repeats: read as that line (see BAR_MARKER_KEYS), which is not
+                        # joined onto it as the rest of a terminal-wrapped line (that would read the run again)
+                        if joined_to <= nxt[0]:
+                            joined_to = nxt[0] + 1
+                        continue
             if saturated and pids <= saturated:  # saturated earlier in this chunk
                 skipped += len(pids)
                 continue
