@@ -55,13 +55,12 @@ def test_runs_of_bars_reach_the_per_hit_path_once_per_run(tmp_path: Path, parse_
     log.write_text(_bars(10_000, sep=SEP) + OOM, encoding="utf-8")
     result = diagnose([str(log)])
     runs = 10_000 // RUN
-    # the last bar of each phase's stretch in each run (tokenization's, then loading's), each marker line between
-    # runs, the OOM line (before issue 10: all 10,000 bars too)
-    assert len(parse_calls) == 3 * runs + 1, len(parse_calls)
-    # what the runs said is kept: the last marker of each phase's stretch (at its own line: not joined with the bars
-    # of its width above it as a terminal-wrapped line), the marker between runs, the phase the log ended in
-    assert [kind for kind, _line, _seq in result.facts.markers] == ["data", "load", "data"] * runs
-    assert [m[1].lineno for m in result.facts.markers[:3]] == [RUN // 2, RUN, RUN + 1]
+    # the last bar of each run, each marker line between runs, the OOM line (before issue 10: all 10,000 bars too)
+    assert len(parse_calls) == 2 * runs + 1, len(parse_calls)
+    # what the runs said is kept: the last marker of each run (at its own line: not joined with the bars of its width
+    # above it as a terminal-wrapped line), the marker between runs, the phase the log ended in
+    assert [kind for kind, _line, _seq in result.facts.markers] == ["load", "data"] * runs
+    assert [m[1].lineno for m in result.facts.markers[:2]] == [RUN, RUN + 1]
     assert result.facts.events[0].phase == "tokenization"
 
 
@@ -69,10 +68,8 @@ def test_the_last_bar_of_a_log_names_its_phase(tmp_path: Path, parse_calls: list
     log = tmp_path / "bars.log"
     log.write_text(_bars(10_000) + OOM, encoding="utf-8")
     result = diagnose([str(log)])
-    # each stretch of one phase's bars is read as its last line: 100 runs of a tokenization then a loading stretch
-    assert len(parse_calls) == 2 * (10_000 // RUN) + 1
-    assert [m[0] for m in result.facts.markers] == ["data", "load"] * (10_000 // RUN)
-    assert (result.facts.markers[-1][0], result.facts.markers[-1][1].lineno) == ("load", 10_000)
+    assert len(parse_calls) == 2
+    assert [(m[0], m[1].lineno) for m in result.facts.markers] == [("load", 10_000)]
     assert result.facts.events[0].phase == "load"
 
 
@@ -86,8 +83,7 @@ def test_a_run_is_cut_where_the_rank_changes(tmp_path: Path, parse_calls: list[i
     log.write_text(text + _bars(2 * RUN, "[rank0]: ") + OOM, encoding="utf-8")
     result = diagnose([str(log)])
     assert result.facts.ranks_in_log == {0, 1}
-    # every alternating bar, then rank 0's four one-phase stretches (tokenization, loading, twice), the OOM line
-    assert len(parse_calls) == 200 + 4 + 1
+    assert len(parse_calls) == 200 + 1 + 1
     parse_calls.clear()
     # (and the host: pdsh's `host-1: ` in front of a bar with no description)
     log.write_text(
@@ -111,5 +107,4 @@ def test_a_bar_with_text_glued_behind_it_is_read_alone(tmp_path: Path, parse_cal
     log.write_text(_bars(RUN) + glued + _bars(RUN) + OOM, encoding="utf-8")
     diagnose([str(log)])
     # (a line that is no plain bar is read on its own, as before: it ends the run before it)
-    # (each run: its tokenization stretch's last bar, its loading stretch's last bar)
-    assert parse_calls == [RUN // 2, RUN, RUN + 1, RUN + 1 + RUN // 2, 2 * RUN + 1, 2 * RUN + 2]
+    assert parse_calls == [RUN, RUN + 1, 2 * RUN + 1, 2 * RUN + 2]

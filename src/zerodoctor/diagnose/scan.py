@@ -814,9 +814,7 @@ def scan_source(
         ahead_at, ahead_key = -1, None
         for i, (start, stop) in enumerate(bounds):
             pids = per_line[(start, stop)]
-            # (the next hit line must hit the very same markers: a run ends where its phase changes, so every phase a
-            # run of bars went through keeps its marker)
-            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] == pids:
+            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] <= bar_ids:
                 key = ahead_key if ahead_at == i else _bar_run_key(chunk, start, stop, heads)
                 if key is not None:
                     ahead_at, ahead_key = i + 1, _bar_run_key(chunk, nxt[0], nxt[1], heads)
