@@ -714,9 +714,11 @@ def _matches(
 # What the diagnosis takes from such a line is its marker (the phase the run was in, and that it was still running) and
 # its rank; a run of them read line by line cost ~0.65 CPU s per MB, 30x grep's time (issue 10). So a run of
 # consecutive hit lines that are plain bars with only these markers and the same rank and host prefixes is read as its
-# last line. The lines before it would add markers, earlier, and the same rank: what reads the markers (extract.py,
-# classes.py) asks for the last marker before a line, whether one follows a line, or for kinds no bar prints (`finished`,
-# `guard`, `engine`), so the last line answers for the run; and no other hit stands between them.
+# last line. The lines before it would add markers, earlier, and the same rank -- possibly of the other phase (a run
+# may pass from tokenization bars to checkpoint-shard bars and keeps only the last one's marker; cutting runs there
+# tripled the cost of a log whose bars alternate, review R4): what reads the markers (extract.py, classes.py) asks for
+# the last marker before a line, whether one follows a line, or for kinds no bar prints (`finished`, `guard`,
+# `engine`), so the last line answers for the run; and no other hit stands between them.
 BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
 _BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read as always)
 # one bar, nothing glued behind it, no carriage return or colour code: `PREFIXES DESC: NN%|BAR| COUNTS [TIMES, RATE]`
