@@ -1408,7 +1408,9 @@ def liger_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> LigerKerne
 
 def cce_for(inputs: PlanInputs, t: Training, zero: ZeroSettings) -> CutCrossEntropy | None:
     """Cut Cross-Entropy of a run with `cut_cross_entropy` on (`plan/cce.py`): None when it is off; when Liger's fused
-    loss runs instead (Trainer applies Liger after the plugin's pre-model-load patch: `liger_for`); for a remote-code
+    loss runs instead (`liger_for`: the HF Trainer applies Liger after the plugin's pre-model-load patch; in axolotl
+    both plugins patch at pre_model_load and the one listed last wins, which the run reader resolves,
+    `setup/run.py _axolotl_liger_after_cce`); for a remote-code
     model (`ModelSpec.remote_code`: patched only by axolotl >= 0.13.1 and only for its CCE fork's types, so the
     larger case with the release unknown); and for preference training, whose forward passes no labels (TRL's
     DPO/KTO compute the log-probabilities from the logits), so `use_lce` is false."""
