@@ -88,6 +88,9 @@ KNOWN_MISSES = {
     # chunked loss), a zephyr-7b full DPO under ZeRO-3 on 8 A40 whose reporter did not state everything he ran
     "litgpt-restab-llama2-13b-lora-fsdp-2xa100-40g-mb1-oom",
     "ah22-zephyr-7b-dpo-full-z3-8xa40-bs1-oom",
+    # batch 14 (collected and scored blind during session 12 at its start 5d4b626): universal-llm-trainer's Gemma-2-9B
+    # QLoRA on one H100 at 8192 tokens (its trainer keeps the non-quantised parts in fp32: torch_dtype float32 for 4-bit)
+    "ullmt-readme-gemma2-9b-qlora-r8-all-1xh100-8192-bs2-oom",
 }
 """Real OOMs the planner still calls a fit (no warning at all)."""
 
