@@ -1134,6 +1134,7 @@ class Extractor:
         self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
+        self._last_other_seq = -1  # the seq of the last hit that was not one phase marker alone (_marker)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -1367,9 +1368,25 @@ class Extractor:
             elif k.startswith("x:msg-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_MESSAGE_PHASE[k[len("x:msg-") :]], line))
             if k.startswith("x:phase-"):
-                self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
-                if len(self.facts.markers) > 4 * MAX_EVENTS:
-                    del self.facts.markers[:MAX_EVENTS]
+                self._marker(k[len("x:phase-") :], line, hit.seq, plain=len(keys) == 1)
+        if len(keys) != 1 or not next(iter(keys)).startswith("x:phase-"):
+            self._last_other_seq = hit.seq
+
+    def _marker(self, kind: str, line: LogLine, seq: int, *, plain: bool) -> None:
+        """Keep a phase marker. A line that is only a marker, of the kind and log of the marker before it with no
+        other hit between them, replaces that marker: what reads the markers asks for the last one before a line or
+        whether one follows a line, and both answer the same; a run of bars that do not collapse in the scan
+        (interleaved ranks' `[rankN]:` bars, CRLF bars) would otherwise push the markers before a failure out of the
+        bounded list and leave it without a phase (review R4). The guard's markers are each read (`_guard_lines`)."""
+        markers = self.facts.markers
+        if plain and kind != "guard" and markers:
+            last_kind, last_line, last_seq = markers[-1]
+            if last_kind == kind and last_line.source == line.source and self._last_other_seq < last_seq:
+                markers[-1] = (kind, line, seq)
+                return
+        markers.append((kind, line, seq))
+        if len(markers) > 4 * MAX_EVENTS:
+            del markers[:MAX_EVENTS]
 
     def _warning(self, entry: str, line: LogLine) -> None:
         """Keep the first occurrence of each distinct warning text the KB marks as mattering."""
