@@ -3,13 +3,21 @@ built from the library's own message text (patterns.py / extract.py / classes.py
 
 - extract.py keeps its phase markers in a bounded list: a run of bars that the scan does not collapse (interleaved
   ranks' `[rankN]:` bars) after a failure must not push out the markers before the failure (review R4 item 1).
+- a tool's report of an exit status 137 (kubectl exec, docker compose, PyCharm) after the run printed its end is named
+  as an exit after the end; one the run outlived (a note about an earlier attempt) is no failure (review R1 item 9).
+- progress in other forms: tqdm bars whose unit is a step (`5.00step/s`, `2.00s/step`: tqdm's format_meter), mmf's
+  `progress: N/M, ... num_updates: N` log line (mmf/utils/logger.py summarize_report) (review R1 item 9, R4's note).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from zerodoctor.diagnose import diagnose
+from zerodoctor.diagnose.patterns import parse_progress
+from zerodoctor.findings import Severity
 
 OOM_RANK1 = (
     "[rank1]: Traceback (most recent call last):\n"
@@ -59,3 +67,82 @@ def test_each_guard_line_is_kept(tmp_path):
         "[rank1]: RuntimeError: something unusual happened\n"
     )
     assert _top(tmp_path, text).data["phase"] == "checkpoint_save"
+
+
+# ---- an exit status 137 that a tool reports (review R1 item 9) ------------------------------------------------
+RUN_START = (
+    "***** Running training *****\n"
+    "  Num examples = 100\n"
+    "  0%|          | 0/10 [00:00<?, ?it/s]\n"
+    " 10%|#         | 1/10 [00:01<00:09, 1.00it/s]\n"
+)
+RUN_END = (
+    "{'train_runtime': 12.3, 'train_samples_per_second': 8.1, 'train_loss': 1.15, 'epoch': 1.0}\n"
+    "100%|##########| 10/10 [00:10<00:00, 1.00it/s]\n"
+    "Training completed. Do not forget to share your model on huggingface.co/models =)\n"
+)
+
+
+def test_an_exit_137_after_the_run_printed_its_end_is_named_after_the_end(tmp_path):
+    # kubectl exec's report of the command's exit status (k8s.io/kubectl pkg/cmd/util/helpers.go)
+    top = _top(tmp_path, RUN_START + RUN_END + "command terminated with exit code 137\n")
+    assert top.severity == Severity.ERROR
+    assert top.data["failure_class"]["id"] == "class:crash", top
+    assert "code 137 (SIGKILL" in top.title and "after the run had finished" in top.title, top.title
+
+
+def test_an_exit_137_during_training_is_still_a_kill(tmp_path):
+    # (negative: with no end before it, the SIGKILL is the host OOM kill it always was)
+    top = _top(tmp_path, RUN_START + "train-1 exited with code 137\n")
+    assert top.data["failure_class"]["id"] == "class:host-oom-kill", top
+
+
+def test_an_exit_137_the_run_outlived_is_no_failure(tmp_path):
+    # (negative: a note about an earlier attempt, then a run that trains and finishes)
+    text = "Pod restarted: previous container command terminated with exit code 137; now with more memory\n"
+    d = _run(tmp_path, text + RUN_START + RUN_END)
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+
+
+# ---- progress lines of other forms (review R1 item 9, review R4's note) -------------------------------------------
+STOP = "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers\n"
+
+
+@pytest.mark.parametrize(
+    ("bar", "step"),
+    [
+        # tqdm's format_meter with unit="step" / "steps" (std.py rate_noinv_fmt / rate_inv_fmt, tqdm 4.x)
+        ("Training:  50%|#####     | 50/100 [00:10<00:10,  5.00step/s]", 50),
+        ("Training:   5%|5         | 5/100 [00:30<09:30,  6.00s/steps]", 5),
+        ("Training:   5%|5         | 5/100 [00:10<03:10,  2.00s/step, loss=1.2]", 5),
+        ("Steps:  50%|#####     | 50/100 [00:10<00:10,  5.00steps/s, loss=1, lr=1e-05]", 50),
+        ("Training:   0%|          | 0/100 [00:00<?, ?step/s]", 0),
+        # mmf's training log line (mmf/utils/logger.py summarize_report -> log_progress, `simple` and `json` formats)
+        (
+            "2021-03-04T10:01:00 | mmf.trainers.callbacks.logistics: progress: 100/22000, train/total_loss: 2.7313, "
+            "train/total_loss/avg: 3.1254, max mem: 5423.0, experiment: run, epoch: 1, num_updates: 100, "
+            "iterations: 100, max_updates: 22000, lr: 0.00005, ups: 1.67, time: 01m 00s 123ms",
+            100,
+        ),
+        ('{"progress": "300/22000", "train/total_loss": 2.7, "epoch": 1, "num_updates": 300, "max_updates": 22000}', 300),
+    ],
+)
+def test_progress_forms_are_read(tmp_path, bar, step):
+    parsed = parse_progress(bar)
+    assert parsed is not None and parsed[1] == step, parsed
+    top = _top(tmp_path, f"{bar}\n{bar}\n" + STOP)
+    assert top.data["phase"] == ("first_optimizer_step" if step == 0 else "training_step"), top
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # (negatives: a dataset map's bar in steps is data preparation; Keras' Progbar is no tqdm bar; a `progress:`
+        # line without mmf's num_updates is anyone's)
+        "Map:  50%|#####     | 50/100 [00:10<00:10,  5.00steps/s]",
+        "100/100 [==============================] - 10s 100ms/step - loss: 0.1",
+        "Download progress: 3/10, please wait",
+    ],
+)
+def test_near_miss_progress_forms_are_not_progress(line):
+    assert parse_progress(line) is None

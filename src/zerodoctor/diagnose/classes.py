@@ -164,6 +164,7 @@ _SIGNAL_NAMES = {
     8: "SIGFPE: an arithmetic fault in native code",
     11: "SIGSEGV: a segmentation fault in native code",
 }
+_SIGKILL_SENDERS = "sent by the kernel's OOM killer, a scheduler or a user"
 _VERSION_WORD = re.compile(r"\bversions?\b")
 _SETTING_WORDS = ("config", "argument", "option", "setting", "parameter", "flag", "plugin")
 
@@ -1644,6 +1645,10 @@ def classify(
         oom is not None and first.kind == "exception" and oom.line.rank == first.rank
     ):
         return _gpu_oom(first, oom)
+    if first.kind == "exit" and first.exit_code in (-9, 9, 137) and (end := _run_end_before(facts, first)) is not None:
+        # a SIGKILL after the run printed its end (review R1): named as the other exits after the end are, with the
+        # senders a SIGKILL has (the OOM killer during a final save or teardown, a scheduler, a user)
+        return _exit_after_end(first, f"code {first.exit_code} (SIGKILL: {_SIGKILL_SENDERS})", end, facts)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
     # a message printed below Python (a CUDA/HIP runtime error, a driver Xid, ROCr, InfiniBand, gloo, glibc's malloc):

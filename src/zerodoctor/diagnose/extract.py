@@ -1698,7 +1698,10 @@ class Extractor:
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
         if "x:launch-exit-137" in keys:
-            self._event("exit", line, hit, text.strip()[-300:], exit_code=137)
+            # the tool prints it when the process it ran has ended (kubectl exec, docker compose, PyCharm: patterns.py
+            # `launch-exit-137`): a run that trained on after the line was not that process (a note about an earlier
+            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it)
+            self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
 
     def _pip_build(self, line: LogLine, hit: Hit) -> None:
         if "Successfully installed " in line.text:

@@ -438,6 +438,17 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
     # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
     b"time per iteration (ms): ",
+    # mmf's training log (mmf/utils/logger.py summarize_report -> log_progress, since MMF's rename in 2020: the dict
+    # `{"progress": f"{num_updates}/{max_updates}", <meter>, <extra>}` joined as `key: value, ...` or dumped as JSON,
+    # its extra holding `num_updates` - trainers/callbacks/logistics.py on_update_end / on_validation_end)
+    b"num_updates: ",
+    b'num_updates": ',
+    # a tqdm bar whose unit is a step (`tqdm(..., unit="step")` in training scripts): tqdm's format_meter prints its
+    # rate as `{rate:5.2f}{unit}/s` or, slower than one per second, `{1/rate:5.2f}s/{unit}` (std.py rate_noinv_fmt,
+    # rate_inv_fmt; tqdm 4.x): `5.00step/s`, `6.00s/steps`
+    b"step/s",
+    b"steps/s",
+    b"s/step",
 )
 # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
 # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start. Found by this
@@ -449,7 +460,7 @@ CUT_BAR_HEAD = re.compile(_CUT_BAR)  # (a chunk's first line)
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 # (a bar with no description whose counts were cut off: its percentage is all it shows)
 _PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")
-_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
+_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:(?:it|steps?)/s|s/(?:it|steps?))(?:,[^\[\]]*)?\]")
 _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
@@ -457,6 +468,7 @@ _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 _METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 # (Megatron's iteration counts optimizer steps: one global batch each)
 _MEGATRON = re.compile(r"\biteration\s{1,12}(\d{1,12})\s{0,12}/\s{0,12}(\d{1,12}) \|")
+_MMF = re.compile(r"(?:\bprogress: |\"progress\": \")(\d{1,12})/(\d{1,12})[,\"]")
 _LITGPT = re.compile(r"\biter (\d{1,12}) step (\d{1,12})(?::| \|) loss\b.{0,120}\b(?:iter|train) time: ")
 
 
@@ -505,6 +517,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
         m8 = _MEGATRON.search(text)
         if m8:
             return ("megatron", log_int(m8.group(1)), log_int(m8.group(2)), None)
+    if "num_updates" in text:
+        m9 = _MMF.search(text)
+        if m9:  # (mmf counts optimizer updates: num_updates of max_updates)
+            return ("mmf", log_int(m9.group(1)), log_int(m9.group(2)), None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):
