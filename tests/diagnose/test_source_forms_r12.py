@@ -146,3 +146,93 @@ def test_progress_forms_are_read(tmp_path, bar, step):
 )
 def test_near_miss_progress_forms_are_not_progress(line):
     assert parse_progress(line) is None
+
+
+# ---- an exception quoted in double quotes inside prose (tune misses r1v132, acc2821, llava901) ---------------------
+@pytest.mark.parametrize(
+    ("text", "top_id"),
+    [
+        # vLLM's default_weight_loader (model_loader/weight_utils.py: `assert param.size() == loaded_weight.size(),
+        # f"Attempted to load weight ({loaded_weight.size()}) into parameter ({param.size()})"`) given a ZeRO-3 policy's
+        # empty partitioned weight; in bold, with torchrun's rank prefix inside the quotes
+        (
+            'After the first step, this error appears: **"[rank0]: AssertionError: Attempted to load weight '
+            '(torch.Size([0])) into parameter (torch.Size([1280, 3, 2, 14, 14]))"**.\n',
+            "z3-empty-partition-outside-engine",
+        ),
+        # (the releases that raise it as a ValueError; typographic quotes)
+        (
+            "the weight sync fails with \u201cValueError: Attempted to load weight (torch.Size([0])) into parameter "
+            "(torch.Size([151936, 1536]))\u201d every time\n",
+            "z3-empty-partition-outside-engine",
+        ),
+        # transformers' refusal to move a bitsandbytes model (modeling_utils.py PreTrainedModel.to), quoted in prose
+        (
+            'However, there is always happening: "ValueError: .to is not supported for 4-bit or 8-bit models. Please '
+            'use the model as it is, since the model has already been set to the correct devices and casted to the '
+            'correct dtype"\n',
+            "class:crash",
+        ),
+    ],
+)
+def test_an_exception_quoted_in_double_quotes_is_the_failure(tmp_path, text, top_id):
+    top = _top(tmp_path, "I made the deepspeed config with accelerate config.\n\n" + text + "\nHow to solve?\n")
+    assert top.id == top_id and top.severity == Severity.ERROR, top
+
+
+def test_the_trainer_refusing_to_resume_is_a_resume_failure(tmp_path):
+    # transformers' Trainer.train with resume_from_checkpoint=True (trainer.py: `raise ValueError(f"No valid checkpoint
+    # found in output directory ({args.output_dir})")`), the whole line quoted, and as a traceback's last line
+    for text in (
+        '### Question\n\nwhen i resume from the save checkpoint i got this error:\n"ValueError: No valid checkpoint '
+        'found in output directory"\n',
+        '  File "/opt/transformers/trainer.py", line 1557, in train\n    raise ValueError(f"No valid checkpoint found '
+        'in output directory ({args.output_dir})")\nValueError: No valid checkpoint found in output directory (./ckpt)\n',
+    ):
+        top = _top(tmp_path, text)
+        assert top.severity == Severity.ERROR and top.data["phase"] == "resume", top
+
+
+def test_an_exception_quoted_before_a_run_that_finished_is_no_failure(tmp_path):
+    # (negative: the quote is what an earlier attempt said; this run trains and prints its end)
+    text = 'Last time it said "ValueError: No valid checkpoint found in output directory", now it works:\n'
+    d = _run(tmp_path, text + RUN_START + RUN_END)
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+
+
+def test_a_quoted_line_without_an_exception_is_nothing(tmp_path):
+    # (negative: a quoted span that names no exception type, a JSON value, a vLLM load of a non-empty weight)
+    text = (
+        'the log says "loading weights: done" and {"status": "ok", "note": "no Error here"}\n'
+        "AssertionError: Attempted to load weight (torch.Size([4096])) into parameter (torch.Size([5120]))\n"
+    )
+    d = _run(tmp_path, text)
+    assert d.findings and d.findings[0].id != "z3-empty-partition-outside-engine", d.findings
+
+
+# ---- deepspeed.initialize's config assertions pasted without their type (tune miss megads386) ----------------------
+@pytest.mark.parametrize(
+    "said",
+    [
+        # deepspeed/__init__.py initialize, 0.3 to 0.19.8 (cut by the user after `deepspeed.`)
+        "I meet an assertion error：Not sure how to proceed, we were given deepspeed configs in the deepspeed "
+        "arguments and deepspeed. the script I used is run.sh",
+        # (the release whose string continued with a backslash: its blanks inside the message)
+        "Not sure how to proceed, we were given deepspeed configs in the deepspeed             arguments and "
+        "deepspeed.initialize() function call",
+        "Not sure how to proceed, we were given both a deepscale_config and deepspeed_config",
+        "DeepSpeed requires --deepspeed_config to specify configuration file",
+    ],
+)
+def test_deepspeed_initialize_config_assertions_are_named(tmp_path, said):
+    top = _top(tmp_path, f"hello, when I run the script to train a gpt model: {said}\n")
+    # (an assertion inside DeepSpeed; where its message names the config, DeepSpeed's refusal of the configuration)
+    assert top.id in ("class:library-assertion", "class:config-rejected"), top
+    assert top.data["phase"] == "engine_init", top
+
+
+def test_a_deepspeed_initialize_assertion_quoted_before_a_finished_run_is_no_failure(tmp_path):
+    # (negative: the message quoted as the problem of an earlier attempt, then a run that finished)
+    text = "Fixed 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config' by dropping args\n"
+    d = _run(tmp_path, text + RUN_START + RUN_END)
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings

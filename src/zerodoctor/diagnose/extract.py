@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose import native_messages
-from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
+from zerodoctor.diagnose.patterns import ACCUM, DS_INIT_ASSERT, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
@@ -131,12 +131,16 @@ _QUOTED_KWARG = re.compile(
 #  - a Markdown code span (`` `ValueError: Can't find a valid checkpoint at X` ``, or a flattened traceback in one:
 #    `` `raise RuntimeError('...'.format( RuntimeError: Error(s) in loading state_dict for Sequential:` ``): the last
 #    `Type: message` inside the span, the message ending where the span does (CommonMark's code span)
+#  - a double-quoted span (`this error appears: "[rank0]: AssertionError: Attempted to load weight ..."`, a whole line
+#    `"ValueError: No valid checkpoint found in output directory"`): the same act as a code span in prose that is not
+#    Markdown, read the same way (the last `Type: message` inside the quotes, the message ending where they close)
 #  - right after CJK text with no space (`报错如下FileNotFoundError: [Errno 2] ...`): CJK prose puts no space before a
 #    Latin word, so the exception's name starts there
 #  - OSError's own str() (CPython Objects/exceptions.c OSError_str: `[Errno N] strerror`, `: 'filename'`, ` -> 'filename2'`
 #    for os.rename/os.replace), which is certain wherever it stands
 _EXC_NAME = r"[A-Za-z_][\w.]{0,120}(?:Error|Exception)"
 _CODE_SPAN = re.compile(r"`([^`\n]{4,600})`")
+_QUOTE_SPAN = re.compile(r'["\u201c]([^"\u201c\u201d\n]{4,600})["\u201d]')
 _LAST_EXC_IN_SPAN = re.compile(rf".*(?<![\w.])({_EXC_NAME}): (\S.{{0,300}})$")
 _EXC_AFTER_CJK = re.compile(
     rf"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f])({_EXC_NAME}): (\S.{{0,300}})"
@@ -153,6 +157,11 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
         m = _LAST_EXC_IN_SPAN.match(span.group(1))
         if m is not None:
             return m.group(1), m.group(2).strip()
+    if '"' in text or "\u201c" in text:
+        for span in _QUOTE_SPAN.finditer(text):
+            m = _LAST_EXC_IN_SPAN.match(span.group(1))
+            if m is not None:
+                return m.group(1), m.group(2).strip()
     m = _EXC_AFTER_CJK.search(text) or _ERRNO_EXC.search(text)
     if m is not None:
         return m.group(1), m.group(2).strip()
@@ -331,6 +340,10 @@ _MESSAGE_PHASE = {
     "load": "load",
     # HF datasets' map losing a worker process: Dataset.map(num_proc=N) is the dataset's tokenization/preprocessing
     "tokenize": "tokenization",
+    # deepspeed.initialize's checks of where its config came from (patterns.DS_INIT_ASSERT): building the engine
+    "engine": "engine_init",
+    # the Trainer's refusal to resume with no checkpoint folder: raised only on the resume path of Trainer.train
+    "resume": "resume",
 }
 # The detail of a failure read from a traceback whose exception line was cut from the paste.
 CUT_TRACEBACK = "last frame (the exception line is not in the log): "
@@ -408,6 +421,7 @@ _TOOLCHAIN_FAILED = re.compile(
 # own fatal error (`nvcc fatal   : Unsupported gpu architecture 'compute_86'`, `nvcc fatal   : Value 'sm_90' is not
 # defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
 _CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
+_DS_INIT = re.compile(rf"(?:{DS_INIT_ASSERT})(?: file|\s+and deepspeed\.?(?:initialize\(\) function call)?)?")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -1322,6 +1336,15 @@ class Extractor:
             d = _DS_BACKEND.search(line.text)
             if d:  # the assertion's message pasted alone
                 self._event("exception", line, hit, f"AssertionError: {d.group(0)}")
+        if (
+            "x:ds-init-assert" in keys
+            and not _EXC.match(line.text)
+            and quoted_exception(line.text, line.raw) is None
+            and len(self._quoted_imports) < MAX_EVENTS
+        ):
+            d = _DS_INIT.search(line.text)
+            if d:  # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import)
+                self._quoted_imports.append((line, hit, f"AssertionError: {d.group(0)}"))
         if "x:fh-head" in keys:
             self._dump_head(line, hit)
         if "x:fh-frame" in keys:

@@ -15,6 +15,16 @@ import re
 from zerodoctor.diagnose import native_messages
 from zerodoctor.diagnose.reader import log_float, log_int
 
+# deepspeed.initialize's own checks of where its config came from (deepspeed/__init__.py, 0.3 to 0.19.8: `assert config
+# is None, "Not sure how to proceed, we were given deepspeed configs in the deepspeed arguments and deepspeed.initialize()
+# function call"` - one release continued the string with a backslash, so blanks stand inside it -, `... we were given
+# both a deepscale_config and deepspeed_config`, `DeepSpeed requires --deepspeed_config to specify configuration
+# file`): messages users paste without their `AssertionError: `, raised only while the engine is being built
+DS_INIT_ASSERT = (
+    r"Not sure how to proceed, we were given (?:deepspeed configs in the deepspeed\s+arguments"
+    r"|both a deepscale_config and deepspeed_config)|DeepSpeed requires --deepspeed_config to specify configuration"
+)
+
 # name -> pattern. The name's prefix says which extractor reads the line.
 EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
@@ -409,6 +419,12 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # arrow_dataset.py Dataset.map: RuntimeError("One of the subprocesses has abruptly died during map operation.To debug the
     # error, disable multiprocessing.")): the frameworks' dataset tokenization / preprocessing
     "msg-tokenize": r"One of the subprocesses has abruptly died during map operation",
+    "msg-engine": DS_INIT_ASSERT,
+    # transformers' Trainer.train with resume_from_checkpoint=True and no `checkpoint-N` folder in the output directory
+    # (trainer.py: `raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")`, 4.x-5.x)
+    "msg-resume": r"No valid checkpoint found in output directory",
+    # (the same deepspeed.initialize assertions, read as the failure when pasted without their type: extract)
+    "ds-init-assert": DS_INIT_ASSERT,
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     # the Trainer's save / eval interval (extract.INTERVAL reads the number)
     "interval": r"(save|eval)_steps\"?( ?= ?|[ =]+|: ?)\d",
