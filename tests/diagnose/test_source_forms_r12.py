@@ -236,3 +236,89 @@ def test_a_deepspeed_initialize_assertion_quoted_before_a_finished_run_is_no_fai
     text = "Fixed 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config' by dropping args\n"
     d = _run(tmp_path, text + RUN_START + RUN_END)
     assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+
+
+# ---- VS Code's exception widget: the type on one line, its message below (tune miss qwen3vl1414) -----------------
+def test_vscode_exception_widget_names_the_exception_and_its_message(tmp_path):
+    # src/vs/workbench/contrib/debug/browser/exceptionWidget.ts: `Exception has occurred: {0}` (the type), then
+    # the exception's str(); torch's ProcessGroupWrapper message below it (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    text = (
+        "`\nException has occurred: RuntimeError\nDetected mismatch between collectives on ranks. Rank 1 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=6088, OpType=ALLREDUCE, TensorShape=[4096], TensorDtypes="
+        "BFloat16), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=6088, OpType=ALLREDUCE, "
+        "TensorShape=[3328], TensorDtypes=BFloat16).\n`\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.id in ("class:collective-timeout", "mllm-z3-divergent-modules-hang"), top
+    assert top.data["first_failure"]["text"].startswith("RuntimeError: Detected mismatch between collectives"), top
+
+
+def test_vscode_exception_widget_with_a_message_of_its_own_kind(tmp_path):
+    # (the message line is a failure of its own - a CUDA OOM - and keeps its own event; a type with no message line)
+    oom = (
+        "Exception has occurred: OutOfMemoryError\nCUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 23.65 GiB of which 1.19 GiB is free.\n"
+    )
+    assert _top(tmp_path, oom).id == "class:gpu-oom"
+    alone = _top(tmp_path, "Exception has occurred: ValueError\n")
+    assert alone.severity == Severity.ERROR and alone.data["first_failure"]["text"] == "ValueError", alone
+
+
+def test_the_words_exception_has_occurred_in_prose_are_nothing(tmp_path):
+    # (negative: not the widget's line - no type follows the colon)
+    d = _run(tmp_path, "An exception has occurred: the run stopped, see below.\n" + RUN_START + RUN_END)
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+
+
+# ---- transformers' Trainer.__init__ refusing the model or its arguments (tune miss lf826) --------------------------
+TRAINER_INIT = (
+    "Traceback (most recent call last):\n"
+    '  File "src/train_bash.py", line 14, in <module>\n'
+    "    main()\n"
+    '  File "/env/lib/python3.9/site-packages/transformers/trainer_seq2seq.py", line 56, in __init__\n'
+    "    super().__init__(\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("frame", "said"),
+    [
+        # trainer.py 4.26-4.30 (the paste's terminal wrap inside words kept)
+        (
+            '  File "/env/lib/python3.9/site-packages/transformers/trainer.py", line 401, in __i\nnit__\n'
+            "    raise ValueError(\n",
+            "ValueError: The model you want to train is loaded in 8-bit precision.  if you want to fine-tune an 8-bit "
+            "mode\nl, please make sure that you have installed `bitsandbytes>=0.37.0`.\n",
+        ),
+        # trainer.py 4.31-4.36
+        (
+            '  File "/env/lib/python3.10/site-packages/transformers/trainer.py", line 412, in __init__\n'
+            "    raise ValueError(\n",
+            "ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters "
+            "on top of the quantized model to correctly perform fine-tuning. Please see: "
+            "https://huggingface.co/docs/transformers/peft for more details\n",
+        ),
+        # trainer.py 5.x
+        (
+            '  File "/env/lib/python3.12/site-packages/transformers/trainer.py", line 474, in __init__\n'
+            "    raise ValueError(\n",
+            "ValueError: Using --fsdp xxx together with --deepspeed is not possible, deactivate one of those flags.\n",
+        ),
+    ],
+)
+def test_the_trainer_constructor_refusing_its_model_or_arguments_is_config_rejected(tmp_path, frame, said):
+    assert _top(tmp_path, TRAINER_INIT + frame + said).id == "class:config-rejected"
+
+
+def test_a_failure_below_the_trainer_constructor_is_not_a_config_refusal(tmp_path):
+    # (negative: the constructor moving the model to the GPU, which ran out of memory below it)
+    text = (
+        TRAINER_INIT
+        + '  File "/env/lib/python3.10/site-packages/transformers/trainer.py", line 495, in __init__\n'
+        "    self._move_model_to_device(model, args.device)\n"
+        '  File "/env/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1145, in to\n'
+        "    return self._apply(convert)\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity "
+        "of 23.65 GiB of which 101.19 MiB is free.\n"
+    )
+    assert _top(tmp_path, text).id == "class:gpu-oom"

@@ -84,6 +84,10 @@ _EXC = re.compile(
 # `python -m pkg.mod` whose module cannot be found prints no traceback, only runpy's one line:
 # `/usr/bin/python: Error while finding module specification for 'axolotl.cli.train' (ModuleNotFoundError: No module
 # named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
+# VS Code's exception widget, which its Python debugger fills (src/vs/workbench/contrib/debug/browser/exceptionWidget.ts:
+# `Exception has occurred: {0}` with the exception's type as its id, the exception's str() on the line below it, then
+# its stack): copied from the editor, the type and its message are on two lines
+_VSCODE_EXC = re.compile(r"^\s*Exception has occurred: ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))\s*$")
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
 )
@@ -1149,6 +1153,7 @@ class Extractor:
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
         self._last_other_seq = -1  # the seq of the last hit that was not one phase marker alone (_marker)
+        self._vscode_head: tuple[LogLine, Hit, str] | None = None  # VS Code's `Exception has occurred: X` (_exception)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -1164,6 +1169,11 @@ class Extractor:
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
             self._bar(line.source, hit.progress)
+        head = self._vscode_head
+        if head is not None and not (head[0].source == line.source and head[0].lineno + 1 == line.lineno):
+            self._vscode_message(None, None)  # (its message line was no hit: the type alone)
+            head = None
+        events_before = len(self.facts.events)
         keys = hit.keys
         warning_sigs = _warning_signatures()
         # sorted: a line that two entries' signatures match (the trace-cache warning) must give the same
@@ -1394,6 +1404,25 @@ class Extractor:
                 self._marker(k[len("x:phase-") :], line, hit.seq, plain=len(keys) == 1)
         if len(keys) != 1 or not next(iter(keys)).startswith("x:phase-"):
             self._last_other_seq = hit.seq
+        if head is not None and self._vscode_head is head:
+            # the line below VS Code's `Exception has occurred: X` is X's message, unless it is a failure of its own
+            if len(self.facts.events) == events_before:
+                self._vscode_message(line, hit)
+            self._vscode_head = None
+
+    def _vscode_message(self, line: LogLine | None, hit: Hit | None) -> None:
+        """The exception VS Code's widget showed: its type's line and the message below it (the type alone when the
+        message line holds nothing the scan hits)."""
+        if self._vscode_head is None:
+            return
+        head_line, head_hit, exc_type = self._vscode_head
+        self._vscode_head = None
+        if line is None or hit is None:
+            self._event("exception", head_line, head_hit, exc_type)
+            return
+        message = line.text.strip()
+        kind = "cuda-oom" if device_oom(exc_type, message) else "exception"
+        self._event(kind, line, hit, f"{exc_type}: {message}"[:300])
 
     def _marker(self, kind: str, line: LogLine, seq: int, *, plain: bool) -> None:
         """Keep a phase marker. A line that is only a marker, of the kind and log of the marker before it with no
@@ -1560,6 +1589,10 @@ class Extractor:
         return True
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
+        vscode = _VSCODE_EXC.match(line.text)
+        if vscode is not None and self._open_tb(line) is None:
+            self._vscode_head = (line, hit, vscode.group(1))  # (its message is the next line: feed joins them)
+            return
         m = _EXC.match(line.text) or _RUNPY.search(line.text)
         if not m and "╯" in line.text:
             # a rich traceback box flattened onto one line (a paste that lost its newlines, a quoted comment): the
@@ -1879,6 +1912,7 @@ class Extractor:
     def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
         """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
         past its last hit line (scan.ScanStats.end_progress)."""
+        self._vscode_message(None, None)
         for tb, exc_type, hit in self._ipy:
             if (
                 tb.exc_type is None
