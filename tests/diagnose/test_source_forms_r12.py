@@ -322,3 +322,33 @@ def test_a_failure_below_the_trainer_constructor_is_not_a_config_refusal(tmp_pat
         "of 23.65 GiB of which 101.19 MiB is free.\n"
     )
     assert _top(tmp_path, text).id == "class:gpu-oom"
+
+
+# ---- a task's CUDA OOM that Ray re-raised on the caller (tune miss orz21) -----------------------------------------
+@pytest.mark.parametrize(
+    "line",
+    [
+        # python/ray/exceptions.py as_instanceof_cause: `name = f"RayTaskError({cause_cls.__name__})"`, the cause a
+        # torch.OutOfMemoryError (the paste cut inside the line, as the thread's is)
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=11992, ip=10.0.0.1, "
+        "actor_id=94eaf50266",
+        "[rank0]: ray.exceptions.RayTaskError(OutOfMemoryError): ray::PolicyActor.fit() (pid=12, ip=10.0.0.2)",
+    ],
+)
+def test_a_ray_task_s_out_of_memory_error_is_a_gpu_oom(tmp_path, line):
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/orz/ppo/trainer.py", line 1289, in _backload_vllm_engines\n'
+        "    await asyncio.gather(*backload_tasks)\n" + line + "\n"
+    )
+    assert _top(tmp_path, text).id == "class:gpu-oom"
+
+
+def test_ray_s_own_out_of_memory_error_stays_a_host_oom(tmp_path):
+    # (negative: Ray's memory monitor killing a task raises its own error, never wrapped in RayTaskError(...))
+    text = (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node (IP: 10.0.0.1, ID: 1a2b) where the task was running was 240.00GB / 251.00GB (0.95)\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.id != "class:gpu-oom", top

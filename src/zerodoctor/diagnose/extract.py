@@ -238,9 +238,17 @@ DEVICE_OOM = re.compile(
 )
 
 
+def _ray_own(exc_type: str) -> bool:
+    """Whether the type is one of Ray's own errors, not a task's exception that Ray re-raised on the caller: Ray
+    names that one `RayTaskError(<the cause's class>)` and never wraps its own errors so (python/ray/exceptions.py
+    RayTaskError.as_instanceof_cause: `if issubclass(cause_cls, RayError): return self  # don't try to wrap ray
+    internal errors`), so `RayTaskError(OutOfMemoryError)` is the task's torch OOM, not Ray's memory monitor."""
+    return exc_type.startswith("ray.") and "RayTaskError(" not in exc_type
+
+
 def device_oom(exc_type: str, message: str) -> bool:
     """Whether an exception (type and message) is a device running out of memory (not Ray's host-memory kill)."""
-    if exc_type.startswith("ray.") or "running low on memory" in message:
+    if _ray_own(exc_type) or "running low on memory" in message:
         return False
     return "OutOfMemoryError" in exc_type or DEVICE_OOM.search(message) is not None
 
@@ -1627,11 +1635,7 @@ class Extractor:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
             if id(tb) in self._ignored_tbs:
                 return  # an exception Python reported as ignored (a finalizer's, a __del__'s): the run went on
-        if (
-            exc_type.startswith("ray.")
-            and "OutOfMemoryError" in exc_type
-            or "running low on memory" in message
-        ):
+        if _ray_own(exc_type) and "OutOfMemoryError" in exc_type or "running low on memory" in message:
             kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
         elif device_oom(exc_type, message):
             kind = "cuda-oom"
