@@ -352,3 +352,40 @@ def test_ray_s_own_out_of_memory_error_stays_a_host_oom(tmp_path):
     )
     top = _top(tmp_path, text)
     assert top.id != "class:gpu-oom", top
+
+
+# ---- FSDP's full state dict failing to copy a gathered parameter: a save (tune phase miss fastchat256) ------------
+FSDP_END = (
+    "{'loss': 1.317, 'learning_rate': 0.0, 'epoch': 1.0}\n"
+    "{'train_runtime': 601.9411, 'train_samples_per_second': 7.029, 'train_steps_per_second': 0.219, "
+    "'train_loss': 1.4777, 'epoch': 1.0}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "warning",
+    [
+        # torch/distributed/fsdp/_state_dict_utils.py _full_post_state_dict_hook (torch 2.x: `on rank N`)
+        "/usr/lib/python3.10/site-packages/torch/distributed/fsdp/_state_dict_utils.py:312: UserWarning: Failed to "
+        "clone() tensor with name lm_head.weight on rank 1. This may mean that this state_dict entry could point to "
+        "invalid memory regions after returning from state_dict() call if this parameter is managed by FSDP. Please "
+        "check clone implementation of lm_head.weight. Error: CUDA out of memory. Tried to allocate 270.00 MiB (GPU 1; "
+        "79.35 GiB total capacity; 76.93 GiB already allocated; 99.19 MiB free; 77.50 GiB reserved in total by PyTorch)",
+        # (a paste that starts inside the warning: its second sentence, then the error)
+        "ayers.39.mlp.gate_proj.weight on rank 1. This may mean that this state_dict entry could point to invalid "
+        "memory regions after returning from state_dict() call if this parameter is managed by FSDP. Please check "
+        "clone implementation of layers.39.mlp.gate_proj.weight. Error: CUDA out of memory. Tried to allocate 270.00 "
+        "MiB (GPU 1; 79.35 GiB total capacity; 76.93 GiB already allocated; 99.19 MiB free; 77.50 GiB reserved in "
+        "total by PyTorch)",
+    ],
+)
+def test_fsdp_failing_to_clone_a_gathered_parameter_is_a_save(tmp_path, warning):
+    top = _top(tmp_path, FSDP_END + "....\n" + warning + "\n")
+    assert top.id == "class:gpu-oom" and top.data["phase"] == "checkpoint_save", top
+
+
+def test_an_oom_after_the_end_without_the_fsdp_warning_is_not_placed_in_a_save(tmp_path):
+    # (negative: the same OOM line after the run's end, with nothing naming the state dict)
+    text = FSDP_END + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 270.00 MiB (GPU 1; 79.35 GiB "
+    text += "total capacity; 76.93 GiB already allocated; 99.19 MiB free; 77.50 GiB reserved in total by PyTorch)\n"
+    assert _top(tmp_path, text).data["phase"] != "checkpoint_save"

@@ -356,6 +356,8 @@ _MESSAGE_PHASE = {
     "engine": "engine_init",
     # the Trainer's refusal to resume with no checkpoint folder: raised only on the resume path of Trainer.train
     "resume": "resume",
+    # FSDP's full state dict failing to copy a gathered parameter (patterns.py msg-save): the gather a save does
+    "save": "checkpoint_save",
 }
 # The detail of a failure read from a traceback whose exception line was cut from the paste.
 CUT_TRACEBACK = "last frame (the exception line is not in the log): "

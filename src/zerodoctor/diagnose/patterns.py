@@ -420,6 +420,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # error, disable multiprocessing.")): the frameworks' dataset tokenization / preprocessing
     "msg-tokenize": r"One of the subprocesses has abruptly died during map operation",
     "msg-engine": DS_INIT_ASSERT,
+    # FSDP's full-state-dict hook failing to copy a gathered parameter (torch/distributed/fsdp/_state_dict_utils.py
+    # _full_post_state_dict_hook's param_hook, torch 2.0-2.13: `Failed to clone() tensor with name {fqn} on rank
+    # {rank}. This may mean that this state_dict entry could point to invalid memory regions after returning from
+    # state_dict() call if this parameter is managed by FSDP. ... Error: {e}`): a full state dict is gathered to save
+    "msg-save": r"Failed to clone\(\) tensor with name |state_dict entry could point to invalid memory regions after",
     # transformers' Trainer.train with resume_from_checkpoint=True and no `checkpoint-N` folder in the output directory
     # (trainer.py: `raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")`, 4.x-5.x)
     "msg-resume": r"No valid checkpoint found in output directory",
