@@ -1,5 +1,5 @@
 """Round 12 (issue 10): fixes from reviews R1 and R4 of round 11, and tune-split misses the log itself proves, each
-built from the library's own message text (patterns.py / extract.py / classes.py name each source beside its rule).
+built from the library's own message text (patterns.py / extract.py / classes.py / the KB entry name each source).
 
 - extract.py keeps its phase markers in a bounded list: a run of bars that the scan does not collapse (interleaved
   ranks' `[rankN]:` bars) after a failure must not push out the markers before the failure (review R4 item 1).
@@ -7,6 +7,12 @@ built from the library's own message text (patterns.py / extract.py / classes.py
   as an exit after the end; one the run outlived (a note about an earlier attempt) is no failure (review R1 item 9).
 - progress in other forms: tqdm bars whose unit is a step (`5.00step/s`, `2.00s/step`: tqdm's format_meter), mmf's
   `progress: N/M, ... num_updates: N` log line (mmf/utils/logger.py summarize_report) (review R1 item 9, R4's note).
+- an exception quoted in double quotes inside prose is read like one in a code span; vLLM's loader refusing a ZeRO-3
+  `torch.Size([0])` weight is the partitioned-weight entry; the Trainer's `No valid checkpoint found in output
+  directory` is a resume; deepspeed.initialize's config assertions pasted without their type are the failure, in
+  engine_init; VS Code's `Exception has occurred: X` widget is read with its message line; transformers'
+  Trainer.__init__ judges a configuration; `RayTaskError(OutOfMemoryError)` is a task's own (GPU) OOM; FSDP's
+  `Failed to clone() tensor with name` warning places its failure in a checkpoint save.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_source_forms_r11 import _run, _top  # (pytest puts this directory on sys.path)
 
-from zerodoctor.diagnose import diagnose
 from zerodoctor.diagnose.patterns import parse_progress
 from zerodoctor.findings import Severity
 
@@ -27,16 +33,9 @@ OOM_RANK1 = (
 )
 
 
-def _run(tmp_path: Path, text: str):
-    log = tmp_path / "run.log"
-    log.write_text(text, encoding="utf-8")
-    return diagnose([str(log)])
-
-
-def _top(tmp_path: Path, text: str):
+def _no_error(tmp_path: Path, text: str) -> None:
     d = _run(tmp_path, text)
-    assert d.findings, "no finding"
-    return d.findings[0]
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
 
 
 # ---- markers kept across a long run of interleaved ranks' bars (review R4 item 1) --------------------------------
@@ -97,13 +96,6 @@ def test_an_exit_137_during_training_is_still_a_kill(tmp_path):
     assert top.data["failure_class"]["id"] == "class:host-oom-kill", top
 
 
-def test_an_exit_137_the_run_outlived_is_no_failure(tmp_path):
-    # (negative: a note about an earlier attempt, then a run that trains and finishes)
-    text = "Pod restarted: previous container command terminated with exit code 137; now with more memory\n"
-    d = _run(tmp_path, text + RUN_START + RUN_END)
-    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
-
-
 # ---- progress lines of other forms (review R1 item 9, review R4's note) -------------------------------------------
 STOP = "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers\n"
 
@@ -124,7 +116,10 @@ STOP = "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death sig
             "iterations: 100, max_updates: 22000, lr: 0.00005, ups: 1.67, time: 01m 00s 123ms",
             100,
         ),
-        ('{"progress": "300/22000", "train/total_loss": 2.7, "epoch": 1, "num_updates": 300, "max_updates": 22000}', 300),
+        (
+            '{"progress": "300/22000", "train/total_loss": 2.7, "epoch": 1, "num_updates": 300, "max_updates": 22000}',
+            300,
+        ),
     ],
 )
 def test_progress_forms_are_read(tmp_path, bar, step):
@@ -169,14 +164,16 @@ def test_near_miss_progress_forms_are_not_progress(line):
         # transformers' refusal to move a bitsandbytes model (modeling_utils.py PreTrainedModel.to), quoted in prose
         (
             'However, there is always happening: "ValueError: .to is not supported for 4-bit or 8-bit models. Please '
-            'use the model as it is, since the model has already been set to the correct devices and casted to the '
+            "use the model as it is, since the model has already been set to the correct devices and casted to the "
             'correct dtype"\n',
             "class:crash",
         ),
     ],
 )
 def test_an_exception_quoted_in_double_quotes_is_the_failure(tmp_path, text, top_id):
-    top = _top(tmp_path, "I made the deepspeed config with accelerate config.\n\n" + text + "\nHow to solve?\n")
+    top = _top(
+        tmp_path, "I made the deepspeed config with accelerate config.\n\n" + text + "\nHow to solve?\n"
+    )
     assert top.id == top_id and top.severity == Severity.ERROR, top
 
 
@@ -193,11 +190,20 @@ def test_the_trainer_refusing_to_resume_is_a_resume_failure(tmp_path):
         assert top.severity == Severity.ERROR and top.data["phase"] == "resume", top
 
 
-def test_an_exception_quoted_before_a_run_that_finished_is_no_failure(tmp_path):
-    # (negative: the quote is what an earlier attempt said; this run trains and prints its end)
-    text = 'Last time it said "ValueError: No valid checkpoint found in output directory", now it works:\n'
-    d = _run(tmp_path, text + RUN_START + RUN_END)
-    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+@pytest.mark.parametrize(
+    "said",
+    [
+        # an exception in double quotes (the Trainer's resume refusal)
+        'Last time it said "ValueError: No valid checkpoint found in output directory", now it works:\n',
+        # deepspeed.initialize's assertion without its type
+        "Fixed 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config' by dropping args\n",
+        # a tool's exit 137 (kubectl exec) about an earlier attempt
+        "Pod restarted: previous container command terminated with exit code 137; now with more memory\n",
+    ],
+)
+def test_a_failure_quoted_before_a_run_that_finished_is_no_failure(tmp_path, said):
+    # (negatives: what an earlier attempt said, then a run that trains and prints its end)
+    _no_error(tmp_path, said + RUN_START + RUN_END)
 
 
 def test_a_quoted_line_without_an_exception_is_nothing(tmp_path):
@@ -231,13 +237,6 @@ def test_deepspeed_initialize_config_assertions_are_named(tmp_path, said):
     assert top.data["phase"] == "engine_init", top
 
 
-def test_a_deepspeed_initialize_assertion_quoted_before_a_finished_run_is_no_failure(tmp_path):
-    # (negative: the message quoted as the problem of an earlier attempt, then a run that finished)
-    text = "Fixed 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config' by dropping args\n"
-    d = _run(tmp_path, text + RUN_START + RUN_END)
-    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
-
-
 # ---- VS Code's exception widget: the type on one line, its message below (tune miss qwen3vl1414) -----------------
 def test_vscode_exception_widget_names_the_exception_and_its_message(tmp_path):
     # src/vs/workbench/contrib/debug/browser/exceptionWidget.ts: `Exception has occurred: {0}` (the type), then
@@ -250,7 +249,9 @@ def test_vscode_exception_widget_names_the_exception_and_its_message(tmp_path):
     )
     top = _top(tmp_path, text)
     assert top.id in ("class:collective-timeout", "mllm-z3-divergent-modules-hang"), top
-    assert top.data["first_failure"]["text"].startswith("RuntimeError: Detected mismatch between collectives"), top
+    assert top.data["first_failure"]["text"].startswith(
+        "RuntimeError: Detected mismatch between collectives"
+    ), top
 
 
 def test_vscode_exception_widget_with_a_message_of_its_own_kind(tmp_path):
@@ -266,8 +267,7 @@ def test_vscode_exception_widget_with_a_message_of_its_own_kind(tmp_path):
 
 def test_the_words_exception_has_occurred_in_prose_are_nothing(tmp_path):
     # (negative: not the widget's line - no type follows the colon)
-    d = _run(tmp_path, "An exception has occurred: the run stopped, see below.\n" + RUN_START + RUN_END)
-    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+    _no_error(tmp_path, "An exception has occurred: the run stopped, see below.\n" + RUN_START + RUN_END)
 
 
 # ---- transformers' Trainer.__init__ refusing the model or its arguments (tune miss lf826) --------------------------
@@ -386,6 +386,9 @@ def test_fsdp_failing_to_clone_a_gathered_parameter_is_a_save(tmp_path, warning)
 
 def test_an_oom_after_the_end_without_the_fsdp_warning_is_not_placed_in_a_save(tmp_path):
     # (negative: the same OOM line after the run's end, with nothing naming the state dict)
-    text = FSDP_END + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 270.00 MiB (GPU 1; 79.35 GiB "
+    text = (
+        FSDP_END
+        + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 270.00 MiB (GPU 1; 79.35 GiB "
+    )
     text += "total capacity; 76.93 GiB already allocated; 99.19 MiB free; 77.50 GiB reserved in total by PyTorch)\n"
     assert _top(tmp_path, text).data["phase"] != "checkpoint_save"
