@@ -35,6 +35,8 @@ SITES: dict[str, tuple[str, ...] | None] = {
     "transformers/training_args.py": ("__post_init__", "_validate_args"),
     "accelerate/utils/dataclasses.py": None,
     "accelerate/accelerator.py": ("__init__", "_prepare_deepspeed"),
+    # the Trainer's constructor checking the model and arguments it is given
+    "transformers/trainer.py": ("__init__",),
     "peft/tuners/lora/config.py": None,
     # BaseTuner checking a tuner config against the model while it injects the adapters
     "peft/tuners/tuners_utils.py": (

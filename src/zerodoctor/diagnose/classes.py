@@ -164,6 +164,7 @@ _SIGNAL_NAMES = {
     8: "SIGFPE: an arithmetic fault in native code",
     11: "SIGSEGV: a segmentation fault in native code",
 }
+_SIGKILL_SENDERS = "sent by the kernel's OOM killer, a scheduler or a user"
 _VERSION_WORD = re.compile(r"\bversions?\b")
 _SETTING_WORDS = ("config", "argument", "option", "setting", "parameter", "flag", "plugin")
 
@@ -248,6 +249,12 @@ _CONFIG_JUDGE_SITES = frozenset(
         ("peft/tuners/lora/model.py", "_create_new_module"),
         ("peft/tuners/lora/model.py", "_prepare_adapter_config"),
         ("peft/tuners/lora/model.py", "_check_new_adapter_config"),
+        # transformers' Trainer checks the model and the arguments it is given before it builds anything (trainer.py
+        # Trainer.__init__: `Trainer requires either a model or model_init argument`, `Using --fsdp xxx together with
+        # --deepspeed is not possible`, a headless model that takes no labels; 4.26-4.35: `The model you want to train
+        # is loaded in 8-bit precision.  if you want to fine-tune an 8-bit model, please make sure that you have
+        # installed bitsandbytes>=0.37.0`, `You cannot perform fine-tuning on purely quantized models`)
+        ("transformers/trainer.py", "__init__"),
         ("peft/tuners/lora.py", "_find_and_replace"),
         ("peft/tuners/adalora.py", "_find_and_replace"),
         ("peft/tuners/ia3.py", "_find_and_replace"),
@@ -1644,6 +1651,10 @@ def classify(
         oom is not None and first.kind == "exception" and oom.line.rank == first.rank
     ):
         return _gpu_oom(first, oom)
+    if first.kind == "exit" and first.exit_code in (-9, 9, 137) and (end := _run_end_before(facts, first)) is not None:
+        # a SIGKILL after the run printed its end (review R1): named as the other exits after the end are, with the
+        # senders a SIGKILL has (the OOM killer during a final save or teardown, a scheduler, a user)
+        return _exit_after_end(first, f"code {first.exit_code} (SIGKILL: {_SIGKILL_SENDERS})", end, facts)
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
     # a message printed below Python (a CUDA/HIP runtime error, a driver Xid, ROCr, InfiniBand, gloo, glibc's malloc):

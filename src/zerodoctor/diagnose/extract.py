@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from zerodoctor.diagnose import native_messages
-from zerodoctor.diagnose.patterns import ACCUM, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
+from zerodoctor.diagnose.patterns import ACCUM, DS_INIT_ASSERT, EXTRACTOR_PATTERNS, INTERVAL, parse_progress
 from zerodoctor.diagnose.reader import LogLine, log_float, log_int
 from zerodoctor.diagnose.scan import Hit, Progress
 from zerodoctor.kb.loader import load_entries
@@ -84,6 +84,10 @@ _EXC = re.compile(
 # `python -m pkg.mod` whose module cannot be found prints no traceback, only runpy's one line:
 # `/usr/bin/python: Error while finding module specification for 'axolotl.cli.train' (ModuleNotFoundError: No module
 # named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
+# VS Code's exception widget, which its Python debugger fills (src/vs/workbench/contrib/debug/browser/exceptionWidget.ts:
+# `Exception has occurred: {0}` with the exception's type as its id, the exception's str() on the line below it, then
+# its stack): copied from the editor, the type and its message are on two lines
+_VSCODE_EXC = re.compile(r"^\s*Exception has occurred: ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))\s*$")
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
 )
@@ -131,12 +135,16 @@ _QUOTED_KWARG = re.compile(
 #  - a Markdown code span (`` `ValueError: Can't find a valid checkpoint at X` ``, or a flattened traceback in one:
 #    `` `raise RuntimeError('...'.format( RuntimeError: Error(s) in loading state_dict for Sequential:` ``): the last
 #    `Type: message` inside the span, the message ending where the span does (CommonMark's code span)
+#  - a double-quoted span (`this error appears: "[rank0]: AssertionError: Attempted to load weight ..."`, a whole line
+#    `"ValueError: No valid checkpoint found in output directory"`): the same act as a code span in prose that is not
+#    Markdown, read the same way (the last `Type: message` inside the quotes, the message ending where they close)
 #  - right after CJK text with no space (`报错如下FileNotFoundError: [Errno 2] ...`): CJK prose puts no space before a
 #    Latin word, so the exception's name starts there
 #  - OSError's own str() (CPython Objects/exceptions.c OSError_str: `[Errno N] strerror`, `: 'filename'`, ` -> 'filename2'`
 #    for os.rename/os.replace), which is certain wherever it stands
 _EXC_NAME = r"[A-Za-z_][\w.]{0,120}(?:Error|Exception)"
 _CODE_SPAN = re.compile(r"`([^`\n]{4,600})`")
+_QUOTE_SPAN = re.compile(r'["\u201c]([^"\u201c\u201d\n]{4,600})["\u201d]')
 _LAST_EXC_IN_SPAN = re.compile(rf".*(?<![\w.])({_EXC_NAME}): (\S.{{0,300}})$")
 _EXC_AFTER_CJK = re.compile(
     rf"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f])({_EXC_NAME}): (\S.{{0,300}})"
@@ -153,6 +161,11 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
         m = _LAST_EXC_IN_SPAN.match(span.group(1))
         if m is not None:
             return m.group(1), m.group(2).strip()
+    if '"' in text or "\u201c" in text:
+        for span in _QUOTE_SPAN.finditer(text):
+            m = _LAST_EXC_IN_SPAN.match(span.group(1))
+            if m is not None:
+                return m.group(1), m.group(2).strip()
     m = _EXC_AFTER_CJK.search(text) or _ERRNO_EXC.search(text)
     if m is not None:
         return m.group(1), m.group(2).strip()
@@ -225,9 +238,17 @@ DEVICE_OOM = re.compile(
 )
 
 
+def _ray_own(exc_type: str) -> bool:
+    """Whether the type is one of Ray's own errors, not a task's exception that Ray re-raised on the caller: Ray
+    names that one `RayTaskError(<the cause's class>)` and never wraps its own errors so (python/ray/exceptions.py
+    RayTaskError.as_instanceof_cause: `if issubclass(cause_cls, RayError): return self  # don't try to wrap ray
+    internal errors`), so `RayTaskError(OutOfMemoryError)` is the task's torch OOM, not Ray's memory monitor."""
+    return exc_type.startswith("ray.") and "RayTaskError(" not in exc_type
+
+
 def device_oom(exc_type: str, message: str) -> bool:
     """Whether an exception (type and message) is a device running out of memory (not Ray's host-memory kill)."""
-    if exc_type.startswith("ray.") or "running low on memory" in message:
+    if _ray_own(exc_type) or "running low on memory" in message:
         return False
     return "OutOfMemoryError" in exc_type or DEVICE_OOM.search(message) is not None
 
@@ -331,6 +352,12 @@ _MESSAGE_PHASE = {
     "load": "load",
     # HF datasets' map losing a worker process: Dataset.map(num_proc=N) is the dataset's tokenization/preprocessing
     "tokenize": "tokenization",
+    # deepspeed.initialize's checks of where its config came from (patterns.DS_INIT_ASSERT): building the engine
+    "engine": "engine_init",
+    # the Trainer's refusal to resume with no checkpoint folder: raised only on the resume path of Trainer.train
+    "resume": "resume",
+    # FSDP's full state dict failing to copy a gathered parameter (patterns.py msg-save): the gather a save does
+    "save": "checkpoint_save",
 }
 # The detail of a failure read from a traceback whose exception line was cut from the paste.
 CUT_TRACEBACK = "last frame (the exception line is not in the log): "
@@ -408,6 +435,7 @@ _TOOLCHAIN_FAILED = re.compile(
 # own fatal error (`nvcc fatal   : Unsupported gpu architecture 'compute_86'`, `nvcc fatal   : Value 'sm_90' is not
 # defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
 _CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
+_DS_INIT = re.compile(rf"(?:{DS_INIT_ASSERT})(?: file|\s+and deepspeed\.?(?:initialize\(\) function call)?)?")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -1134,6 +1162,8 @@ class Extractor:
         self._fatal_at: dict[str, int] = {}  # source -> line of CPython's last `Fatal Python error: `
         self._guard_lines: list[LogLine] = []  # the guard's own lines (set in finish)
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
+        self._last_other_seq = -1  # the seq of the last hit that was not one phase marker alone (_marker)
+        self._vscode_head: tuple[LogLine, Hit, str] | None = None  # VS Code's `Exception has occurred: X` (_exception)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -1149,6 +1179,11 @@ class Extractor:
         if hit.progress is not None:
             self.facts.last_progress = hit.progress
             self._bar(line.source, hit.progress)
+        head = self._vscode_head
+        if head is not None and not (head[0].source == line.source and head[0].lineno + 1 == line.lineno):
+            self._vscode_message(None, None)  # (its message line was no hit: the type alone)
+            head = None
+        events_before = len(self.facts.events)
         keys = hit.keys
         warning_sigs = _warning_signatures()
         # sorted: a line that two entries' signatures match (the trace-cache warning) must give the same
@@ -1321,6 +1356,15 @@ class Extractor:
             d = _DS_BACKEND.search(line.text)
             if d:  # the assertion's message pasted alone
                 self._event("exception", line, hit, f"AssertionError: {d.group(0)}")
+        if (
+            "x:ds-init-assert" in keys
+            and not _EXC.match(line.text)
+            and quoted_exception(line.text, line.raw) is None
+            and len(self._quoted_imports) < MAX_EVENTS
+        ):
+            d = _DS_INIT.search(line.text)
+            if d:  # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import)
+                self._quoted_imports.append((line, hit, f"AssertionError: {d.group(0)}"))
         if "x:fh-head" in keys:
             self._dump_head(line, hit)
         if "x:fh-frame" in keys:
@@ -1367,9 +1411,44 @@ class Extractor:
             elif k.startswith("x:msg-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_MESSAGE_PHASE[k[len("x:msg-") :]], line))
             if k.startswith("x:phase-"):
-                self.facts.markers.append((k[len("x:phase-") :], line, hit.seq))
-                if len(self.facts.markers) > 4 * MAX_EVENTS:
-                    del self.facts.markers[:MAX_EVENTS]
+                self._marker(k[len("x:phase-") :], line, hit.seq, plain=len(keys) == 1)
+        if len(keys) != 1 or not next(iter(keys)).startswith("x:phase-"):
+            self._last_other_seq = hit.seq
+        if head is not None and self._vscode_head is head:
+            # the line below VS Code's `Exception has occurred: X` is X's message, unless it is a failure of its own
+            if len(self.facts.events) == events_before:
+                self._vscode_message(line, hit)
+            self._vscode_head = None
+
+    def _vscode_message(self, line: LogLine | None, hit: Hit | None) -> None:
+        """The exception VS Code's widget showed: its type's line and the message below it (the type alone when the
+        message line holds nothing the scan hits)."""
+        if self._vscode_head is None:
+            return
+        head_line, head_hit, exc_type = self._vscode_head
+        self._vscode_head = None
+        if line is None or hit is None:
+            self._event("exception", head_line, head_hit, exc_type)
+            return
+        message = line.text.strip()
+        kind = "cuda-oom" if device_oom(exc_type, message) else "exception"
+        self._event(kind, line, hit, f"{exc_type}: {message}"[:300])
+
+    def _marker(self, kind: str, line: LogLine, seq: int, *, plain: bool) -> None:
+        """Keep a phase marker. A line that is only a marker, of the kind and log of the marker before it with no
+        other hit between them, replaces that marker: what reads the markers asks for the last one before a line or
+        whether one follows a line, and both answer the same; a run of bars that do not collapse in the scan
+        (interleaved ranks' `[rankN]:` bars, CRLF bars) would otherwise push the markers before a failure out of the
+        bounded list and leave it without a phase (review R4). The guard's markers are each read (`_guard_lines`)."""
+        markers = self.facts.markers
+        if plain and kind != "guard" and markers:
+            last_kind, last_line, last_seq = markers[-1]
+            if last_kind == kind and last_line.source == line.source and self._last_other_seq < last_seq:
+                markers[-1] = (kind, line, seq)
+                return
+        markers.append((kind, line, seq))
+        if len(markers) > 4 * MAX_EVENTS:
+            del markers[:MAX_EVENTS]
 
     def _warning(self, entry: str, line: LogLine) -> None:
         """Keep the first occurrence of each distinct warning text the KB marks as mattering."""
@@ -1520,6 +1599,10 @@ class Extractor:
         return True
 
     def _exception(self, line: LogLine, hit: Hit) -> None:
+        vscode = _VSCODE_EXC.match(line.text)
+        if vscode is not None and self._open_tb(line) is None:
+            self._vscode_head = (line, hit, vscode.group(1))  # (its message is the next line: feed joins them)
+            return
         m = _EXC.match(line.text) or _RUNPY.search(line.text)
         if not m and "╯" in line.text:
             # a rich traceback box flattened onto one line (a paste that lost its newlines, a quoted comment): the
@@ -1554,11 +1637,7 @@ class Extractor:
             tb.exc_type, tb.exc_message, tb.end = exc_type, message, line
             if id(tb) in self._ignored_tbs:
                 return  # an exception Python reported as ignored (a finalizer's, a __del__'s): the run went on
-        if (
-            exc_type.startswith("ray.")
-            and "OutOfMemoryError" in exc_type
-            or "running low on memory" in message
-        ):
+        if _ray_own(exc_type) and "OutOfMemoryError" in exc_type or "running low on memory" in message:
             kind = "host-oom"  # Ray's memory monitor killed a worker for host memory (not CUDA)
         elif device_oom(exc_type, message):
             kind = "cuda-oom"
@@ -1681,7 +1760,10 @@ class Extractor:
             code = -9 if "oom" in text.lower() or "OOM" in text else None
             self._event("exit", line, hit, text.strip()[:300], exit_code=code)
         if "x:launch-exit-137" in keys:
-            self._event("exit", line, hit, text.strip()[-300:], exit_code=137)
+            # the tool prints it when the process it ran has ended (kubectl exec, docker compose, PyCharm: patterns.py
+            # `launch-exit-137`): a run that trained on after the line was not that process (a note about an earlier
+            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it)
+            self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
 
     def _pip_build(self, line: LogLine, hit: Hit) -> None:
         if "Successfully installed " in line.text:
@@ -1836,6 +1918,7 @@ class Extractor:
     def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
         """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
         past its last hit line (scan.ScanStats.end_progress)."""
+        self._vscode_message(None, None)
         for tb, exc_type, hit in self._ipy:
             if (
                 tb.exc_type is None

@@ -15,6 +15,16 @@ import re
 from zerodoctor.diagnose import native_messages
 from zerodoctor.diagnose.reader import log_float, log_int
 
+# deepspeed.initialize's own checks of where its config came from (deepspeed/__init__.py, 0.3 to 0.19.8: `assert config
+# is None, "Not sure how to proceed, we were given deepspeed configs in the deepspeed arguments and deepspeed.initialize()
+# function call"` - one release continued the string with a backslash, so blanks stand inside it -, `... we were given
+# both a deepscale_config and deepspeed_config`, `DeepSpeed requires --deepspeed_config to specify configuration
+# file`): messages users paste without their `AssertionError: `, raised only while the engine is being built
+DS_INIT_ASSERT = (
+    r"Not sure how to proceed, we were given (?:deepspeed configs in the deepspeed\s+arguments"
+    r"|both a deepscale_config and deepspeed_config)|DeepSpeed requires --deepspeed_config to specify configuration"
+)
+
 # name -> pattern. The name's prefix says which extractor reads the line.
 EXTRACTOR_PATTERNS: dict[str, str] = {
     # Python tracebacks
@@ -409,6 +419,17 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # arrow_dataset.py Dataset.map: RuntimeError("One of the subprocesses has abruptly died during map operation.To debug the
     # error, disable multiprocessing.")): the frameworks' dataset tokenization / preprocessing
     "msg-tokenize": r"One of the subprocesses has abruptly died during map operation",
+    "msg-engine": DS_INIT_ASSERT,
+    # FSDP's full-state-dict hook failing to copy a gathered parameter (torch/distributed/fsdp/_state_dict_utils.py
+    # _full_post_state_dict_hook's param_hook, torch 2.0-2.13: `Failed to clone() tensor with name {fqn} on rank
+    # {rank}. This may mean that this state_dict entry could point to invalid memory regions after returning from
+    # state_dict() call if this parameter is managed by FSDP. ... Error: {e}`): a full state dict is gathered to save
+    "msg-save": r"Failed to clone\(\) tensor with name |state_dict entry could point to invalid memory regions after",
+    # transformers' Trainer.train with resume_from_checkpoint=True and no `checkpoint-N` folder in the output directory
+    # (trainer.py: `raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")`, 4.x-5.x)
+    "msg-resume": r"No valid checkpoint found in output directory",
+    # (the same deepspeed.initialize assertions, read as the failure when pasted without their type: extract)
+    "ds-init-assert": DS_INIT_ASSERT,
     # gradient accumulation as the run prints it (XTuner config dump, HF "Running training" block, DS config)
     # the Trainer's save / eval interval (extract.INTERVAL reads the number)
     "interval": r"(save|eval)_steps\"?( ?= ?|[ =]+|: ?)\d",
@@ -438,6 +459,17 @@ PROGRESS_LITERALS: tuple[bytes, ...] = (
     # 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration (ms): 1147.6 |`, the
     # iteration counter first, `elapsed time per iteration (ms): ` in every version since 2019
     b"time per iteration (ms): ",
+    # mmf's training log (mmf/utils/logger.py summarize_report -> log_progress, since MMF's rename in 2020: the dict
+    # `{"progress": f"{num_updates}/{max_updates}", <meter>, <extra>}` joined as `key: value, ...` or dumped as JSON,
+    # its extra holding `num_updates` - trainers/callbacks/logistics.py on_update_end / on_validation_end)
+    b"num_updates: ",
+    b'num_updates": ',
+    # a tqdm bar whose unit is a step (`tqdm(..., unit="step")` in training scripts): tqdm's format_meter prints its
+    # rate as `{rate:5.2f}{unit}/s` or, slower than one per second, `{1/rate:5.2f}s/{unit}` (std.py rate_noinv_fmt,
+    # rate_inv_fmt; tqdm 4.x): `5.00step/s`, `6.00s/steps`
+    b"step/s",
+    b"steps/s",
+    b"s/step",
 )
 # a tqdm bar cut right after its bar characters (a paste, a terminal row): `{percentage:3.0f}%|` starts every bar
 # without a description (tqdm std.py format_meter's l_bar); _PCT_BAR reads only such a line's start. Found by this
@@ -449,7 +481,7 @@ CUT_BAR_HEAD = re.compile(_CUT_BAR)  # (a chunk's first line)
 # (a bar with a postfix, as Lightning and set_postfix print it: `1.37it/s, loss=2.6, v_num=95nc]`)
 # (a bar with no description whose counts were cut off: its percentage is all it shows)
 _PCT_BAR = re.compile(r"^\s{0,4}(\d{1,3})%\|")
-_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:it/s|s/it)(?:,[^\[\]]*)?\]")
+_TQDM = re.compile(r"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[^\]]*(?:(?:it|steps?)/s|s/(?:it|steps?))(?:,[^\[\]]*)?\]")
 _HF = re.compile(r"\{'loss': [^}]*'epoch': ([\d.]+)")
 _DS = re.compile(r"\] step=(\d+), skipped=")
 _MM = re.compile(r"(?:Epoch\(train\)\s*\[(\d+)\])?\s*\[\s*(\d+)/(\d+)\]")
@@ -457,6 +489,7 @@ _MM_ITER = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
 _METER = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 # (Megatron's iteration counts optimizer steps: one global batch each)
 _MEGATRON = re.compile(r"\biteration\s{1,12}(\d{1,12})\s{0,12}/\s{0,12}(\d{1,12}) \|")
+_MMF = re.compile(r"(?:\bprogress: |\"progress\": \")(\d{1,12})/(\d{1,12})[,\"]")
 _LITGPT = re.compile(r"\biter (\d{1,12}) step (\d{1,12})(?::| \|) loss\b.{0,120}\b(?:iter|train) time: ")
 
 
@@ -505,6 +538,10 @@ def parse_progress(text: str) -> tuple[str, int | None, int | None, float | None
         m8 = _MEGATRON.search(text)
         if m8:
             return ("megatron", log_int(m8.group(1)), log_int(m8.group(2)), None)
+    if "num_updates" in text:
+        m9 = _MMF.search(text)
+        if m9:  # (mmf counts optimizer updates: num_updates of max_updates)
+            return ("mmf", log_int(m9.group(1)), log_int(m9.group(2)), None)
     if "Epoch(train)" in text:
         m5 = _MM.search(text)
         if m5 and m5.group(2):
