@@ -1601,6 +1601,14 @@ def _exit_after_end(
     )
 
 
+_HANGUP = re.compile(r"got signal: (?:1|Signals\.SIGHUP)\s*$|Received (?:1|Signals\.SIGHUP) death signal|closing signal SIGHUP")
+
+
+def _hangup(first: Event) -> bool:
+    """The stop was a SIGHUP: exit code -1 / 129, or torch elastic's own words for it."""
+    return first.exit_code in (-1, 129) or _HANGUP.search(first.detail) is not None
+
+
 def classify(
     facts: Facts, first: Event | None, oom: OomNumbers | None, versions: Mapping[str, str]
 ) -> FailureClass | None:
@@ -1635,10 +1643,21 @@ def classify(
             "The run was stopped from outside",
             f"{_where(first)} was stopped during {_phase(first)}: {clip(first.detail, 200)}; no rank failed on its own "
             "before it in these logs.",
-            "why: a scheduler time limit, a user's Ctrl-C or kill, or a hang that someone ended (if progress "
-            "had stopped long before, it was a hang).",
-            "compare the time of the last progress line with the stop; for a hang, run with "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO and a shorter NCCL timeout to get the stuck collective.",
+            (
+                # SIGHUP (1): the terminal or ssh session that started the job closed (torch elastic hands the signal
+                # on to every worker: elastic/multiprocessing/api.py _terminate_process_handler)
+                "why: SIGHUP (signal 1): the terminal or ssh session that started the run was closed or dropped."
+                if _hangup(first)
+                else "why: a scheduler time limit, a user's Ctrl-C or kill, or a hang that someone ended (if progress "
+                "had stopped long before, it was a hang)."
+            ),
+            (
+                "start the run so that it outlives the session: under the scheduler (sbatch), tmux/screen, or "
+                "`nohup ... &` with `disown`; then resume from the last checkpoint."
+                if _hangup(first)
+                else "compare the time of the last progress line with the stop; for a hang, run with "
+                "TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO and a shorter NCCL timeout to get the stuck collective."
+            ),
             {
                 "rank": first.rank,
                 "phase": first.phase,

@@ -301,7 +301,9 @@ _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(
 _ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?")
 _ELASTIC_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG[A-Z]+)\) received by PID (\d+)")
-_DEATH_SIGNAL = re.compile(r"Received (?:(\d{1,3})|Signals\.(SIG[A-Z]{2,8})) death signal")
+_DEATH_SIGNAL = re.compile(
+    r"(?:Received |SignalException: Process \d{1,10} got signal: )(?:(\d{1,3})|Signals\.(SIG[A-Z]{2,8}))(?: death signal|\s*$)"
+)
 
 
 def _signal_number(name: str) -> int | None:
@@ -971,7 +973,8 @@ class Event:
         if self.kind == "exception":
             t = (self.traceback.exc_type if self.traceback else None) or ""
             msg = self.detail
-            if t.endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit", "SignalException")):
+            # (the type from the traceback, or from the exception line itself when the paste has no traceback)
+            if (t or msg.split(":", 1)[0]).endswith(("ChildFailedError", "KeyboardInterrupt", "SystemExit", "SignalException")):
                 return 2
             if (t or msg.split(":", 1)[0]).endswith("UnhandledCudaError"):
                 # NCCL's result name, the line below torch's DistBackendError (`ncclUnhandledCudaError: Call to CUDA

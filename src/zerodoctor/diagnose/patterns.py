@@ -116,7 +116,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # torchrun's agent stopped by a signal sent to it (torch/distributed/elastic/agent/server/api.py: `Received %s death
     # signal, shutting down workers` on SignalException): a scheduler's SIGTERM, a user's Ctrl-C (2); `%s` of the
     # signal.Signals it holds prints `15` on Python >= 3.11 and `Signals.SIGTERM` on Python <= 3.10 (IntEnum's str)
-    "launch-death-signal": r"Received (?:\d+|Signals\.SIG[A-Z]{2,8}) death signal, shutting down workers",
+    # ... and the same signal in each worker, which the handler elastic/multiprocessing/api.py installs there turns into
+    # `SignalException(f"Process {os.getpid()} got signal: {sigval}")` (an IntEnum's format: the number)
+    "launch-death-signal": r"Received (?:\d+|Signals\.SIG[A-Z]{2,8}) death signal, shutting down workers"
+    r"|SignalException: Process \d{1,10} got signal: (?:\d{1,3}|Signals\.SIG[A-Z]{2,8})",
     # the shell reporting a SIGKILLed foreground job: bash `Killed` (often glued to a progress bar; in a GitHub
     # comment often in Markdown emphasis, `**Killed**`), zsh `[1]    26478 killed     python train.py`, and a
     # non-interactive bash's job report (jobs.c notify_of_job_status: `/bin/bash: line 27: 318 Killed  sh start.sh`)
