@@ -494,6 +494,8 @@ _SHELL_SIGNALS = (
     ("illegal", -4),
     ("terminated", -15),
 )
+# UCX's fatal-signal report (patterns.py `launch-shell-signal`): the signal's number is printed
+_UCX_SIGNAL = re.compile(r"Caught signal (\d{1,2}) \(")
 # bash's job report of a non-interactive shell (jobs.c): `SCRIPT: line N: PID <strsignal> [(core dumped)] COMMAND`
 _SHELL_JOB = re.compile(r": line \d{1,7}: +\d{1,10} [A-Z]")
 # a child ended by a signal, as its parent reports it (patterns.py `launch-child-signal`): torch.multiprocessing.spawn
@@ -1752,7 +1754,8 @@ class Extractor:
             self._event("exit", line, hit, text.strip()[-300:], exit_code=-9)
         if "x:launch-shell-signal" in keys:
             low = text.lower()
-            code = next((c for word, c in _SHELL_SIGNALS if word in low), None)
+            ucx = _UCX_SIGNAL.search(text)
+            code = -int(ucx.group(1)) if ucx else next((c for word, c in _SHELL_SIGNALS if word in low), None)
             if code is not None:  # (a job report names the signal before its command: keep its head)
                 job = _SHELL_JOB.search(text)
                 detail = text[job.start() + 2 :].strip()[:300] if job else text.strip()[-300:]

@@ -148,7 +148,11 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # (a non-interactive bash's job report, jobs.c notify_of_job_status -> pretty_print_job(JLIST_NONINTERACTIVE):
     # `train.sh: line 29: 3411753 Segmentation fault      (core dumped) python main.py ...`, the status padded
     # and the command behind it; the words are strsignal(3)'s, bash siglist.c / glibc's sys_siglist)
-    r"|: line \d{1,7}: +\d{1,10} (Segmentation fault|Aborted|Floating point exception|Illegal instruction)\b",
+    r"|: line \d{1,7}: +\d{1,10} (Segmentation fault|Aborted|Floating point exception|Illegal instruction)\b"
+    # (UCX's fatal-signal handler, in every process of an MPI / HPC-X / NCCL-UCX stack: ucs/debug/debug.c prints
+    # `[host:pid:idx:tid] Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))`, the
+    # signal's strsignal() and si_code text, then `==== backtrace (tid: N) ====`; the process dies of the signal)
+    r"|Caught signal \d{1,2} \((?:Segmentation fault|Bus error|Floating point exception|Illegal instruction|Aborted)[:)]",
     # a user stopping the run: the terminal's echo of Ctrl-C (`^C`, often glued onto the next line) or the
     # KeyboardInterrupt it raises
     "interrupt": r"(^|\s)\^C|KeyboardInterrupt",

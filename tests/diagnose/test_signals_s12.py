@@ -1,7 +1,11 @@
 """A run stopped by SIGHUP (a closed terminal or ssh session): torch elastic's agent logs `Received 1 death signal`
 and hands the signal on to every worker, whose handler raises `SignalException(f"Process {pid} got signal:
 {sigval}")` (torch/distributed/elastic/multiprocessing/api.py _terminate_process_handler). A stop from outside, not a
-rank's own failure; the fix names what outlives a session."""
+rank's own failure; the fix names what outlives a session.
+
+A native crash reported by UCX's signal handler (ucs/debug/debug.c: `[host:pid:idx:tid] Caught signal 11 (Segmentation
+fault: address not mapped to object at address (nil))`, then `==== backtrace (tid: N) ====`): the process dies of that
+signal."""
 
 from pathlib import Path
 
@@ -51,4 +55,25 @@ def test_the_words_in_prose_without_the_exception_are_not_a_stop(tmp_path):
     top_text = "Q: what does `got signal: 1` mean in torchrun output?\n 100%|##########| 10/10 [00:10<00:00,  1.00it/s]\n"
     log = tmp_path / "run.log"
     log.write_text(top_text, encoding="utf-8")
+    assert not [f for f in diagnose([str(log)]).findings if f.severity is Severity.ERROR]
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))  \n", -11),
+        ("[node3:1588861:0:1588861] Caught signal 7 (Bus error: nonexistent physical address)\n", -7),
+        ("[h000:2722682:0:2722812] Caught signal 8 (Floating point exception: integer divide by zero)\n", -8),
+    ],
+)
+def test_ucx_fatal_signal_is_the_process_death(tmp_path, line, code):
+    top = _top(tmp_path, line + "==== backtrace (tid:   8601) ====\n 0 0x0000000000042520 __sigaction() ???:0\n")
+    assert top.id.startswith("class:crash") or top.data.get("failure_class", {}).get("id") == "class:crash", top.id
+    assert str(code) in top.title, top.title
+
+
+def test_a_program_that_catches_a_reload_signal_is_no_failure(tmp_path):
+    """Another program's handler words (`Caught signal 1 (SIGHUP). Reloading configuration.`) are not UCX's."""
+    log = tmp_path / "run.log"
+    log.write_text("Caught signal 1 (Hangup). Reloading configuration.\n", encoding="utf-8")
     assert not [f for f in diagnose([str(log)]).findings if f.severity is Severity.ERROR]
