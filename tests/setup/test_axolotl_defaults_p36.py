@@ -91,6 +91,9 @@ def test_axolotl_written_values_win_and_precision_follows_resolve_dtype(tmp_path
     assert (t.micro_batch, t.eval_micro_batch, t.seq_len, t.gradient_checkpointing, t.attn) == (4, 2, 2048, True, "flash")
     assert t.precision == "fp32"  # bf16 false and no fp16: axolotl's resolve_dtype loads fp32
     assert _inputs(tmp_path, text + "fp16: true\n").training.precision == "fp16"
+    offload = _inputs(tmp_path, text + "gradient_checkpointing: offload\n")
+    assert offload.training.gradient_checkpointing is True
+    assert any("gradient_checkpointing: offload" in n for n in offload.notes)
 
 
 def test_only_axolotl_keys_mark_an_axolotl_yaml() -> None:

@@ -724,9 +724,7 @@ def describe_run(
     seq = check.count(seq_k, "sequence length")
     gc_k = _first(
         fl("gradient_checkpointing", flags.gradient_checkpointing),
-        (rd.arg("gradient_checkpointing") or _ax_default(axolotl.GRADIENT_CHECKPOINTING))
-        if ax
-        else _gradient_checkpointing(setup, rd),
+        _axolotl_checkpointing(rd, notes) if ax else _gradient_checkpointing(setup, rd),
     )
     gc = (
         Known(bool(truthy(gc_k.value)), gc_k.origin)
@@ -901,6 +899,21 @@ def _axolotl_optimizer(rd: _Reader) -> Known[str] | None:
     k = rd.arg("optimizer")
     name = optimizer_kind(k.value) if k is not None and isinstance(k.value, str) else None
     return Known(name, k.origin) if k is not None and name else None
+
+
+def _axolotl_checkpointing(rd: _Reader, notes: list[str]) -> Known[Any]:
+    """axolotl's `gradient_checkpointing`: true / false, "offload" or "offload_disk" (checkpointing whose saved layer
+    inputs go to host memory or disk, utils/schemas/config.py; "unsloth" in 2024 releases), else its default false."""
+    k = rd.arg("gradient_checkpointing")
+    if k is None:
+        return _ax_default(axolotl.GRADIENT_CHECKPOINTING)
+    if isinstance(k.value, str) and k.value.strip().lower() in ("offload", "offload_disk", "unsloth"):
+        notes.append(
+            f"gradient_checkpointing: {k.value} ({k.origin.describe()}): the checkpointed layer inputs axolotl moves "
+            "off the GPU are not modelled; planned as plain gradient checkpointing (an upper bound)"
+        )
+        return Known(True, k.origin)
+    return k
 
 
 def _axolotl_target_linear(rd: _Reader) -> Known[Any] | None:
