@@ -491,7 +491,10 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
 
 def _kbit_preparation(run: RunDescription) -> str | None:
     """The k-bit preparation a run's own arguments choose, where they do: LLaMA-Factory's `upcast_layernorm: true`
-    puts the norm weights in fp32 ("norms"); None = the framework's (`zerodoctor.plan.kbit_prep.FRAMEWORK_MODE`)."""
+    puts the norm weights in fp32 ("norms"); an axolotl YAML's own ("none": `setup.axolotl.KBIT_PREPARATION`);
+    None = the framework's (`zerodoctor.plan.kbit_prep.FRAMEWORK_MODE`)."""
+    if run.kbit_preparation is not None:
+        return run.kbit_preparation.value
     if run.framework.name == "llamafactory" and run.upcast_layernorm is not None and run.upcast_layernorm.value:
         return "norms"
     return None

@@ -27,6 +27,7 @@ from zerodoctor.errors import SetupError
 from zerodoctor.facts import as_number, is_auto, truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.models import LORA_ALL_LINEAR, ModelSpec
+from zerodoctor.setup import axolotl
 from zerodoctor.setup.deepspeed_config import pin_memory_default
 from zerodoctor.setup.hf_args import (
     FSDP_SHARDING,
@@ -258,6 +259,9 @@ class RunDescription:
     weights in fp32; default off). In a QLoRA run it makes the residual stream fp32 (`zerodoctor.plan.kbit_prep`)."""
     lora_dropout: Known[float] | None = None
     """PEFT / LLaMA-Factory `lora_dropout` from the arguments (None: not stated, PEFT's default 0)."""
+    kbit_preparation: Known[str] | None = None
+    """The k-bit preparation where the framework's own code decides it apart from `plan.kbit_prep.FRAMEWORK_MODE`
+    (an axolotl YAML: "none", `setup.axolotl.KBIT_PREPARATION`); None = the framework's mode."""
     eval_micro_batch: Known[int] | None = None
     """Sequences per GPU in an evaluation forward when the run evaluates (`eval_strategy` / `evaluation_strategy`
     steps|epoch, or `do_eval`; LLaMA-Factory also needs `val_size` > 0 or `eval_dataset`): the run's
@@ -590,6 +594,9 @@ def describe_run(
         client_optimizer=setup.client_optimizer(),
     )
 
+    # an axolotl YAML, read as HF arguments: where a key is absent, axolotl's defaults (setup/axolotl.py)
+    ax = setup.args_doc is not None and setup.args_doc.kind == "hf" and axolotl.is_axolotl(setup.args_doc.data)
+
     # ---- model ---------------------------------------------------------------------------------------
     model_ref = _first(fl("model", flags.model), _model_ref_from_files(setup))
     model: ModelSpec | None = None
@@ -657,6 +664,7 @@ def describe_run(
     rank = check.count(rank_k, "LoRA rank")
     targets_k = _first(
         fl("lora_targets", flags.lora_targets),
+        _axolotl_target_linear(rd) if ax else None,
         rd.arg("oft_target") if oft else rd.arg("lora_target", "lora_target_modules", "target_modules"),
     ) or Known(LORA_ALL_LINEAR, _default("all linear layers"))
     targets = Known(lora_targets(targets_k.value), targets_k.origin)
@@ -672,17 +680,20 @@ def describe_run(
         fl("quant_storage", flags.quant_storage),
         Known(quant.get("bnb_4bit_quant_storage"), quant_origin),
         Known(maybe_dtype, Origin("framework", "torch_dtype (as TRL's get_quantization_config sets it)")),
+        _ax_default(axolotl.QUANT_STORAGE) if ax and setup.method == "qlora" else None,
     ) or Known("uint8", _default("bitsandbytes: uint8"))
     storage = check.one_of(
         Known(_storage_dtype(storage_k.value), storage_k.origin), QUANT_STORAGES, "quant storage", "uint8"
     )
     by_framework = bool(quant.get("quant_storage_set_by_framework")) and flags.quant_storage is None
 
-    precision_k = _first(fl("precision", flags.precision), _precision(setup, rd)) or Known(
-        "bf16", _default("bf16")
-    )
+    precision_k = _first(
+        fl("precision", flags.precision), _axolotl_precision(rd) if ax else None, _precision(setup, rd)
+    ) or Known("bf16", _default("bf16"))
     precision = check.one_of(precision_k, PRECISIONS, "precision", "bf16")
-    optimizer_k = _first(fl("optimizer", flags.optimizer), _optimizer(rd)) or Known(
+    optimizer_k = _first(
+        fl("optimizer", flags.optimizer), _optimizer(rd), _axolotl_optimizer(rd) if ax else None
+    ) or Known(
         "adamw", _default("AdamW")
     )
     optimizer = check.one_of(optimizer_k, OPTIMIZERS, "optimizer", "adamw")
@@ -692,7 +703,7 @@ def describe_run(
         rd.xt(("train_dataloader", "batch_size"), "batch_size"),
         rd.arg("per_device_train_batch_size", "micro_batch_size"),  # HF / LLaMA-Factory, axolotl
         rd.ds("train_micro_batch_size_per_gpu", concrete=True),
-    ) or _micro_default(setup)
+    ) or (_ax_default(axolotl.MICRO_BATCH) if ax else _micro_default(setup))
     micro = check.count(micro_k, "micro batch")
     accum_k = _first(
         fl("grad_accum", flags.grad_accum),
@@ -705,13 +716,15 @@ def describe_run(
         fl("seq_len", flags.seq_len),
         rd.xt("max_length"),
         rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length", "sequence_len"),
+        _ax_default(axolotl.SEQUENCE_LEN) if ax else None,
     ) or Known(
         DEFAULT_SEQ_LEN,
         _default(f"{DEFAULT_SEQ_LEN}: not given (pass --seq-len; LLaMA-Factory's cutoff_len default)"),
     )
     seq = check.count(seq_k, "sequence length")
     gc_k = _first(
-        fl("gradient_checkpointing", flags.gradient_checkpointing), _gradient_checkpointing(setup, rd)
+        fl("gradient_checkpointing", flags.gradient_checkpointing),
+        _axolotl_checkpointing(rd, notes) if ax else _gradient_checkpointing(setup, rd),
     )
     gc = (
         Known(bool(truthy(gc_k.value)), gc_k.origin)
@@ -722,7 +735,9 @@ def describe_run(
     use_reentrant = (
         Known(reentrant, _reentrant_origin(setup, rd)) if reentrant is not None and gc.value else None
     )
-    attn_k = _first(fl("attn", flags.attn), _attn(setup, rd)) or Known("sdpa", _default("transformers: sdpa"))
+    attn_k = _first(
+        fl("attn", flags.attn), _attn(setup, rd), _ax_default(axolotl.ATTENTION) if ax else None
+    ) or Known("sdpa", _default("transformers: sdpa"))
     attn = check.one_of(attn_k, ATTN_IMPLS, "attention implementation", "sdpa")
     sp_k = _first(
         fl("sequence_parallel", flags.sequence_parallel),
@@ -846,13 +861,82 @@ def describe_run(
         weights_dtype=_weights_dtype(rd),
         pure_bf16=rd.arg("pure_bf16"),
         upcast_layernorm=rd.arg("upcast_layernorm"),
-        lora_dropout=_lora_dropout(rd),
-        eval_micro_batch=_eval_micro_batch(rd, traits.name),
+        lora_dropout=_lora_dropout(rd) or (_ax_default(axolotl.LORA_DROPOUT) if ax else None),
+        kbit_preparation=_ax_default(axolotl.KBIT_PREPARATION) if ax and method.value in ("lora", "qlora") else None,
+        eval_micro_batch=_axolotl_eval_micro_batch(rd, micro) if ax else _eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
         cut_cross_entropy=cce,
         liger_kernel_config=_liger_kernel_config(rd),
     )
+
+
+def _ax_default(d: axolotl.AxolotlDefault) -> Known[Any]:
+    """An axolotl default (`setup.axolotl`) as a value with its source."""
+    return Known(d.value, Origin("framework", d.source))
+
+
+def _axolotl_precision(rd: _Reader) -> Known[str] | None:
+    """An axolotl YAML's precision where its `bf16` decides it (`setup.axolotl.PRECISION`): unwritten or "auto" is
+    bf16 (on a GPU with bf16) unless `fp16` is true; `bf16: false` without `fp16` (or `bfloat16`) trains fp32
+    (resolve_dtype: `torch_dtype = torch.float32`). None: `_precision` reads a true `bf16` / `fp16`."""
+    bf16, fp16 = rd.arg("bf16"), rd.arg("fp16")
+    if fp16 is not None and truthy(fp16.value):
+        return None
+    if bf16 is None:
+        return _ax_default(axolotl.PRECISION)
+    if str(bf16.value).strip().lower() == "auto":
+        return Known("bf16", replace(bf16.origin, detail=f"bf16: auto ({axolotl.PRECISION.source})"))
+    if truthy(bf16.value) is False and rd.arg("bfloat16") is None:
+        why = "bf16 false and no fp16: axolotl trains fp32 (utils/config resolve_dtype)"
+        return Known("fp32", replace(bf16.origin, detail=why))
+    return None
+
+
+def _axolotl_optimizer(rd: _Reader) -> Known[str] | None:
+    """axolotl's `optimizer` key (an HF `optim` name such as adamw_bnb_8bit or paged_adamw_32bit, which
+    core/builders/base.py passes on as `optim`; its default adamw_torch_fused is the planner's AdamW)."""
+    k = rd.arg("optimizer")
+    name = optimizer_kind(k.value) if k is not None and isinstance(k.value, str) else None
+    return Known(name, k.origin) if k is not None and name else None
+
+
+def _axolotl_checkpointing(rd: _Reader, notes: list[str]) -> Known[Any]:
+    """axolotl's `gradient_checkpointing`: true / false, "offload" or "offload_disk" (checkpointing whose saved layer
+    inputs go to host memory or disk, utils/schemas/config.py; "unsloth" in 2024 releases), else its default false."""
+    k = rd.arg("gradient_checkpointing")
+    if k is None:
+        return _ax_default(axolotl.GRADIENT_CHECKPOINTING)
+    if isinstance(k.value, str) and k.value.strip().lower() in ("offload", "offload_disk", "unsloth"):
+        notes.append(
+            f"gradient_checkpointing: {k.value} ({k.origin.describe()}): the checkpointed layer inputs axolotl moves "
+            "off the GPU are not modelled; planned as plain gradient checkpointing (an upper bound)"
+        )
+        return Known(True, k.origin)
+    return k
+
+
+def _axolotl_target_linear(rd: _Reader) -> Known[Any] | None:
+    """axolotl's `lora_target_linear: true`: every linear layer but the head, whatever `lora_target_modules` adds
+    (`setup.axolotl.LORA_TARGET_LINEAR`); None where it is not true."""
+    k = rd.arg("lora_target_linear")
+    if k is None or not truthy(k.value):
+        return None
+    return Known(LORA_ALL_LINEAR, replace(k.origin, detail=f"lora_target_linear ({axolotl.LORA_TARGET_LINEAR})"))
+
+
+def _axolotl_eval_micro_batch(rd: _Reader, micro: Known[int]) -> Known[int] | None:
+    """An axolotl run's evaluation batch when it evaluates (`setup.axolotl.EVALUATES`): `eval_batch_size`, else the
+    micro batch (`setup.axolotl.EVAL_BATCH`). None: no eval set, or `eval_strategy: no`."""
+    val = rd.arg("val_set_size")
+    has_set = (val is not None and (as_number(val.value) or 0) > 0) or rd.arg("test_datasets") is not None
+    strategy = rd.arg("eval_strategy")
+    if not has_set or (strategy is not None and str(strategy.value).lower() == "no"):
+        return None
+    size = rd.arg("eval_batch_size")
+    if size is not None and (as_number(size.value) or 0) >= 1:
+        return Known(int(as_number(size.value) or 1), size.origin)
+    return Known(micro.value, Origin("framework", f"{axolotl.EVAL_BATCH}; {axolotl.EVALUATES}"))
 
 
 EVAL_STRATEGIES = ("steps", "epoch")
