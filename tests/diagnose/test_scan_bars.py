@@ -61,18 +61,21 @@ def parse_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 class _Counting:
-    """An engine that counts the matches it hands to Python."""
+    """An engine that counts the matches it hands to Python (`matches`, one entry a scan) and its scans (`scans`)."""
 
     def __init__(self, eng: Any, matches: list[int]) -> None:
         self.eng, self.matches = eng, matches
         self.name = eng.name
+        self.scans = 0
 
     def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
+        self.scans += 1
         found = self.eng.find(data, end, start)
         self.matches.append(len(found))
         return found
 
     def any_in(self, data: bytes, start: int, end: int) -> bool:
+        self.scans += 1
         return bool(self.eng.any_in(data, start, end))
 
 
@@ -94,6 +97,24 @@ def test_bars_between_two_hits_are_read_as_the_last_one(
     assert sum(bar_matches) < 40, bar_matches
     assert [(kind, line.lineno) for kind, line, _seq in result.facts.markers] == [("data", lines)]
     assert result.facts.events[0].phase == "tokenization"
+
+
+def test_a_few_bars_among_many_hits_cost_a_few_scans(
+    tmp_path: Path, parse_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bar_matches: list[int] = []
+    gap_engines = scan.gap_engines
+    counting = _Counting(gap_engines(scan.engine().name)[0], bar_matches)
+    monkeypatch.setattr(scan, "gap_engines", lambda name: (counting, gap_engines(name)[1]))
+    info = "DeepSpeed info: version=0.14.4, git-hash=unknown, git-branch=unknown\n"  # (a hit line: x:ver-ds-info)
+    log = tmp_path / "hits.log"
+    log.write_text(info * 1000 + _bars(RUN) + info * 1000 + OOM, encoding="utf-8")
+    result = diagnose([str(log)])
+    # every hit line, the last bar, the OOM line; the stretches with no bar are ruled out in halves, not one by one
+    assert len(parse_calls) == 2000 + 1 + 1 and 1000 + RUN in parse_calls
+    assert counting.scans < 40, counting.scans
+    bars = [(kind, line.lineno) for kind, line, _seq in result.facts.markers if kind in ("data", "load")]
+    assert bars == [("load", 1000 + RUN)]
 
 
 def test_the_last_bar_of_a_log_names_its_phase(tmp_path: Path, parse_calls: list[int]) -> None:

@@ -33,6 +33,7 @@ line, the last progress line before it is found with `bytes.rfind` on literals (
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 import threading
@@ -144,6 +145,7 @@ class ScanStats:
 class _Engine(Protocol):
     name: str
     ids: tuple[int, ...]  # the pattern indices this engine scans for
+    once: frozenset[int]  # those reported once at most per scan (the first match), not at every match
     threads_help: bool  # whether scanning on worker threads runs in parallel (the engine releases the GIL)
 
     def without(self, drop: frozenset[int]) -> _Engine:
@@ -210,14 +212,18 @@ class _HyperscanEngine:
     name = "hyperscan"
     threads_help = True
 
-    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, regexes: Sequence[str], ids: Sequence[int] | None = None, once: frozenset[int] = frozenset()
+    ) -> None:
         import hyperscan
 
         self._local = threading.local()  # a scratch space per thread (one scratch cannot serve two scans)
         self._owner = threading.get_ident()
         self._regexes = tuple(regexes)
         self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
-        flags = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
+        self.once = once & frozenset(self.ids)
+        base = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
+        flags = [base | hyperscan.HS_FLAG_SINGLEMATCH if i in self.once else base for i in self.ids]
         exprs = [self._regexes[i].encode("utf-8") for i in self.ids]
         # Compiling ~170 patterns takes ~0.2 s, most of a cold start: the serialized database is cached,
         # keyed by the patterns and their ids, the flags and the hyperscan build (kb.cache).
@@ -234,13 +240,11 @@ class _HyperscanEngine:
             except (hyperscan.error, TypeError, ValueError):  # another hyperscan build: compile again
                 pass
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=exprs, ids=list(self.ids), elements=len(exprs), flags=[flags] * len(exprs)
-        )
+        self._db.compile(expressions=exprs, ids=list(self.ids), elements=len(exprs), flags=flags)
         cache.write("hyperscan", key, bytes(hyperscan.dumpb(self._db)))
 
     def without(self, drop: frozenset[int]) -> _HyperscanEngine:
-        return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop])
+        return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop], self.once)
 
     def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -278,19 +282,23 @@ class _PythonEngine:
     name = "python-re"
     threads_help = False  # `re` holds the GIL
 
-    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, regexes: Sequence[str], ids: Sequence[int] | None = None, once: frozenset[int] = frozenset()
+    ) -> None:
         self._regexes = tuple(regexes)
         self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
+        self.once = once & frozenset(self.ids)
         self._compiled = [(i, re.compile(self._regexes[i].encode("utf-8"), re.MULTILINE)) for i in self.ids]
 
     def without(self, drop: frozenset[int]) -> _PythonEngine:
-        return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop])
+        return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop], self.once)
 
     def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         stop = len(data) if end is None else end  # (`endpos`: as if the bytes ended there, `$` included)
         for pid, rx in self._compiled:
-            out.extend((pid, m.end()) for m in rx.finditer(data, start, stop))
+            found = rx.finditer(data, start, stop)
+            out.extend((pid, m.end()) for m in (itertools.islice(found, 1) if pid in self.once else found))
         return out
 
     def any_in(self, data: bytes, start: int, end: int) -> bool:
@@ -299,31 +307,32 @@ class _PythonEngine:
 
 @functools.cache
 def engine(kind: str | None = None) -> _Engine:
-    """The engine of every pattern but the pure bar markers (those are `gap_engines`')."""
+    """The engine of every pattern; the pure bar markers' are reported once per scan, to say a chunk holds one."""
     regexes = pattern_set().regexes
-    ids = [i for i in range(len(regexes)) if i not in bar_ids()]
     kind = kind or os.environ.get("ZERODOCTOR_SCAN_ENGINE") or "auto"
     if kind in ("auto", "hyperscan"):
         try:
-            return _HyperscanEngine(regexes, ids)
+            return _HyperscanEngine(regexes, once=bar_ids())
         except ImportError:
             if kind == "hyperscan":
                 raise
-    return _PythonEngine(regexes, ids)
+    return _PythonEngine(regexes, once=bar_ids())
 
 
 # A job that prepares data or loads a model prints a progress bar on nearly every line (datasets' `Map` / `Filter` /
 # `Running tokenizer on dataset` bars, `Loading checkpoint shards`), each a hit of a phase marker and nothing else;
-# read line by line they cost 30x grep's time (issue 10). So the patterns that only name these markers are not in the
-# main database: a second one (`gap_engines`) is scanned around the other hits only, and between two of them only the
-# LAST marker line is read, found by scanning back from the next hit - the bars before it cost no Python at all. That
-# loses nothing the markers are read for: what reads them (extract.py _phase_from_markers_at, _last_marker,
-# _outlived, _stack_dump, classes.py _ray_cause, _run_end_before) asks for the last marker before a hit line, whether
-# one follows it, or for kinds no bar prints (`finished`, `train`, `guard`, `engine`); besides its marker a line only
-# adds its rank (Facts.ranks_in_log) and an ISO time in its text (classes._silence_before_interrupt). So where the
-# stretch before that last line names a rank or holds such a time (`_RANK_OR_TIME`: one scan that stops at the
-# first), every marker line in it is read, as before. The other hit lines are scanned for markers too (a kill glued
-# onto a loading bar). tests/diagnose/test_scan_bars.py counts the work and checks these answers.
+# read line by line they cost 30x grep's time (issue 10). So in the main scan the patterns that only name these markers
+# match once at most (HS_FLAG_SINGLEMATCH: "this chunk holds a marker"), and a second database of them alone
+# (`gap_engines`) is scanned in the stretches between the other hit lines that hold one (`_holding_bars`): of each
+# stretch only the LAST marker line is read, found by scanning back from the hit that ends it, so the bars before it
+# cost no Python at all. That loses nothing the markers are read for: their readers (extract.py _phase_from_markers_at,
+# _last_marker, _outlived, _stack_dump; classes.py _ray_cause, _run_end_before) ask for the last marker before a hit
+# line, whether one follows it, or for kinds no bar prints (`finished`, `train`, `guard`, `engine`); and besides its
+# marker a line adds only its rank (Facts.ranks_in_log) and an ISO time in its text (classes._silence_before_interrupt).
+# So a stretch that names a rank or holds such a time (`_RANK_OR_TIME`, one scan that stops at the first) is read as
+# the last bar of each rank prefix and every line of another shape (`_bar_key`). The hit lines themselves are scanned
+# for markers too (a kill glued onto a loading bar). tests/diagnose/test_scan_bars.py counts the work and checks that
+# the answers are those of reading every bar.
 BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
 # what names a rank (reader._PREFIXES `[rank3]:`, `[default0]:`, `[1,3]<stdout>:`; reader._RANK_IN_TEXT `[Rank 3]`,
 # `rank=3`) and a time classes._stamp reads
@@ -380,6 +389,22 @@ def _bar_lines(
         key = _bar_key(chunk, *at)
         last_of[at if key is None else key] = at
     return out + [(at, pid) for at in last_of.values() for pid in lines[at]]
+
+
+def _holding_bars(
+    chunk: bytes, bars: _Engine, los: list[int], hits: list[tuple[int, int]], i: int, j: int
+) -> Iterator[int]:
+    """The indices k in [i, j) of the stretches chunk[los[k]:hits[k][1]] that hold a bar marker, in order, where [i, j)
+    is known to hold one: halved until one stretch is left, a scan that stops at the first match telling which half
+    (a chunk of dense hits and a few bars costs a few scans per bar, not one per hit)."""
+    while j - i > 1:
+        m = (i + j) // 2
+        if bars.any_in(chunk, los[i], hits[m - 1][1]):
+            yield from _holding_bars(chunk, bars, los, hits, i, m)
+            if not bars.any_in(chunk, los[m], hits[j - 1][1]):
+                return
+        i = m
+    yield i
 
 
 _BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read each)
@@ -873,7 +898,11 @@ def scan_source(
         # the last line found whole (from newline to newline, not cut at `\r` by _line_bounds): a match that ends in
         # it or on its newline is on that line (a bar line holds several matches, found in the order they end)
         here, line_start, line_stop = (-1, -1), -1, -2
+        has_bars = False
         for pid, end in matches:
+            if pid in bar_only:  # (reported once: see BAR_MARKER_KEYS)
+                has_bars = True
+                continue
             if pid in saturated:
                 skipped += 1
                 continue
@@ -885,12 +914,13 @@ def scan_source(
                 ):
                     line_start, line_stop = -1, -2
             per_line.setdefault(here, set()).add(pid)
-        if gaps[0].any_in(chunk, 0, limit):  # bar markers: the lines to read (see BAR_MARKER_KEYS)
-            lo = 0
-            for hit in [*sorted(per_line), (limit, limit)]:
-                for at, pid in _bar_lines(chunk, lo, hit, limit, gaps):
+        # the marker lines to read in each stretch up to a hit line that holds one (see BAR_MARKER_KEYS)
+        if has_bars:
+            hits = [*sorted(per_line), (limit, limit)]
+            los = list(itertools.accumulate((stop for _start, stop in hits[:-1]), max, initial=0))
+            for i in _holding_bars(chunk, gaps[0], los, hits, 0, len(hits)):
+                for at, pid in _bar_lines(chunk, los[i], hits[i], limit, gaps):
                     per_line.setdefault(at, set()).add(pid)
-                lo = max(lo, hit[1])
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
@@ -929,8 +959,7 @@ def scan_source(
                 # (a terminal's row padding removed from the line: `reader.unpad_rows`)
                 if wrapped or pids & ansi_ids or (padded and "        " not in line.raw):
                     # colour codes or a terminal wrap may split a pattern: run the engine again on the clean text
-                    clean = line.text.encode("utf-8")
-                    candidates = {pid for e in (eng, gaps[0]) for pid, _end in e.find(clean)}
+                    candidates = {pid for pid, _end in eng.find(line.text.encode("utf-8"))}
                 else:
                     candidates = pids
                 passed = [pid for pid in candidates if ps.compiled[pid].search(line.text)]
