@@ -33,6 +33,7 @@ line, the last progress line before it is found with `bytes.rfind` on literals (
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 import threading
@@ -144,14 +145,20 @@ class ScanStats:
 class _Engine(Protocol):
     name: str
     ids: tuple[int, ...]  # the pattern indices this engine scans for
+    once: frozenset[int]  # those reported once at most per scan (the first match), not at every match
     threads_help: bool  # whether scanning on worker threads runs in parallel (the engine releases the GIL)
 
     def without(self, drop: frozenset[int]) -> _Engine:
         """The same engine without these pattern indices (saturated patterns leave the scan)."""
         ...
 
-    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
-        """(pattern index, match end offset) for every match in data[:end] (the whole of `data` by default)."""
+    def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
+        """(pattern index, match end offset) for every match in data[start:end] (the whole of `data` by default);
+        `start` is a line's start."""
+        ...
+
+    def any_in(self, data: bytes, start: int, end: int) -> bool:
+        """Whether any pattern matches in data[start:end] (the scan stops at the first match)."""
         ...
 
 
@@ -205,14 +212,18 @@ class _HyperscanEngine:
     name = "hyperscan"
     threads_help = True
 
-    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, regexes: Sequence[str], ids: Sequence[int] | None = None, once: frozenset[int] = frozenset()
+    ) -> None:
         import hyperscan
 
         self._local = threading.local()  # a scratch space per thread (one scratch cannot serve two scans)
         self._owner = threading.get_ident()
         self._regexes = tuple(regexes)
         self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
-        flags = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
+        self.once = once & frozenset(self.ids)
+        base = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
+        flags = [base | hyperscan.HS_FLAG_SINGLEMATCH if i in self.once else base for i in self.ids]
         exprs = [self._regexes[i].encode("utf-8") for i in self.ids]
         # Compiling ~170 patterns takes ~0.2 s, most of a cold start: the serialized database is cached,
         # keyed by the patterns and their ids, the flags and the hyperscan build (kb.cache).
@@ -229,23 +240,35 @@ class _HyperscanEngine:
             except (hyperscan.error, TypeError, ValueError):  # another hyperscan build: compile again
                 pass
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=exprs, ids=list(self.ids), elements=len(exprs), flags=[flags] * len(exprs)
-        )
+        self._db.compile(expressions=exprs, ids=list(self.ids), elements=len(exprs), flags=flags)
         cache.write("hyperscan", key, bytes(hyperscan.dumpb(self._db)))
 
     def without(self, drop: frozenset[int]) -> _HyperscanEngine:
-        return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop])
+        return _HyperscanEngine(self._regexes, [i for i in self.ids if i not in drop], self.once)
 
-    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
+    def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         add = out.append
-        # a view of data[:end], no copy (hyperscan scans any buffer; its type stubs name str and bytes only)
-        view = data if end is None or end == len(data) else cast(bytes, memoryview(data)[:end])
 
         def on_match(pid: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
-            add((pid, end))
+            add((pid, start + end))
 
+        self._scan(data, start, end, on_match)
+        return out
+
+    def any_in(self, data: bytes, start: int, end: int) -> bool:
+        import hyperscan
+
+        try:
+            self._scan(data, start, end, lambda *_args: True)  # (a callback that returns True stops the scan)
+        except hyperscan.ScanTerminated:
+            return True
+        return False
+
+    def _scan(self, data: bytes, start: int, end: int | None, on_match: Any) -> None:
+        # a view of data[start:end], no copy (hyperscan scans any buffer; its type stubs name str and bytes only)
+        whole = start == 0 and (end is None or end == len(data))
+        view = data if whole else cast(bytes, memoryview(data)[start:end])
         if threading.get_ident() == self._owner:
             self._db.scan(view, match_event_handler=on_match)
         else:
@@ -253,40 +276,171 @@ class _HyperscanEngine:
             if scratch is None:
                 scratch = self._local.scratch = self._db.scratch.clone()
             self._db.scan(view, match_event_handler=on_match, scratch=scratch)
-        return out
 
 
 class _PythonEngine:
     name = "python-re"
     threads_help = False  # `re` holds the GIL
 
-    def __init__(self, regexes: Sequence[str], ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, regexes: Sequence[str], ids: Sequence[int] | None = None, once: frozenset[int] = frozenset()
+    ) -> None:
         self._regexes = tuple(regexes)
         self.ids = tuple(range(len(regexes))) if ids is None else tuple(ids)
+        self.once = once & frozenset(self.ids)
         self._compiled = [(i, re.compile(self._regexes[i].encode("utf-8"), re.MULTILINE)) for i in self.ids]
 
     def without(self, drop: frozenset[int]) -> _PythonEngine:
-        return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop])
+        return _PythonEngine(self._regexes, [i for i in self.ids if i not in drop], self.once)
 
-    def find(self, data: bytes, end: int | None = None) -> list[tuple[int, int]]:
+    def find(self, data: bytes, end: int | None = None, start: int = 0) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         stop = len(data) if end is None else end  # (`endpos`: as if the bytes ended there, `$` included)
         for pid, rx in self._compiled:
-            out.extend((pid, m.end()) for m in rx.finditer(data, 0, stop))
+            found = rx.finditer(data, start, stop)
+            out.extend((pid, m.end()) for m in (itertools.islice(found, 1) if pid in self.once else found))
         return out
+
+    def any_in(self, data: bytes, start: int, end: int) -> bool:
+        return any(rx.search(data, start, end) is not None for _pid, rx in self._compiled)
 
 
 @functools.cache
 def engine(kind: str | None = None) -> _Engine:
+    """The engine of every pattern; the pure bar markers' are reported once per scan, to say a chunk holds one."""
     regexes = pattern_set().regexes
     kind = kind or os.environ.get("ZERODOCTOR_SCAN_ENGINE") or "auto"
     if kind in ("auto", "hyperscan"):
         try:
-            return _HyperscanEngine(regexes)
+            return _HyperscanEngine(regexes, once=bar_ids())
         except ImportError:
             if kind == "hyperscan":
                 raise
-    return _PythonEngine(regexes)
+    return _PythonEngine(regexes, once=bar_ids())
+
+
+# A job that prepares data or loads a model prints a progress bar on nearly every line (datasets' `Map` / `Filter` /
+# `Running tokenizer on dataset` bars, `Loading checkpoint shards`), each a hit of a phase marker and nothing else;
+# read line by line they cost 30x grep's time (issue 10). So in the main scan the patterns that only name these markers
+# match once at most (HS_FLAG_SINGLEMATCH: "this chunk holds a marker"), and a second database of them alone
+# (`gap_engines`) is scanned in the stretches between the other hit lines that hold one (`_holding_bars`): of each
+# stretch only the LAST marker line is read, found by scanning back from the hit that ends it, so the bars before it
+# cost no Python at all. That loses nothing the markers are read for: their readers (extract.py _phase_from_markers_at,
+# _last_marker, _outlived, _stack_dump; classes.py _ray_cause, _run_end_before) ask for the last marker before a hit
+# line, whether one follows it, or for kinds no bar prints (`finished`, `train`, `guard`, `engine`); and besides its
+# marker a line adds only its rank (Facts.ranks_in_log) and an ISO time in its text (classes._silence_before_interrupt).
+# So a stretch that names a rank or holds such a time (`_RANK_OR_TIME`, one scan that stops at the first) is read as
+# the last bar of each rank prefix and every line of another shape (`_bar_key`). The hit lines themselves are scanned
+# for markers too (a kill glued onto a loading bar). tests/diagnose/test_scan_bars.py counts the work and checks that
+# the answers are those of reading every bar.
+BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
+# what names a rank (reader._PREFIXES `[rank3]:`, `[default0]:`, `[1,3]<stdout>:`; reader._RANK_IN_TEXT `[Rank 3]`,
+# `rank=3`) and a time classes._stamp reads
+_RANK_OR_TIME = ("ank|default|<std", r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+_BACK_WINDOW = 1024  # (the first window scanned back from a hit: a dozen bars; each next one 8 times wider)
+
+
+@functools.cache
+def bar_ids() -> frozenset[int]:
+    """The pattern indices whose keys are all bar markers (BAR_MARKER_KEYS)."""
+    return frozenset(i for i, keys in enumerate(pattern_set().keys) if set(keys) <= BAR_MARKER_KEYS)
+
+
+@functools.cache
+def gap_engines(name: str) -> tuple[_Engine, _Engine]:
+    """(the bar markers' engine, the `_RANK_OR_TIME` engine) of the same kind as the main engine `name`."""
+    make = _HyperscanEngine if name == _HyperscanEngine.name else _PythonEngine
+    return make(pattern_set().regexes, sorted(bar_ids())), make(_RANK_OR_TIME)
+
+
+def _bar_lines(
+    chunk: bytes, lo: int, hit: tuple[int, int], limit: int, engines: tuple[_Engine, _Engine]
+) -> list[tuple[tuple[int, int], int]]:
+    """(line bounds, pattern index) of the bar-marker matches to read from chunk[lo:hit[1]]: on the other hit line
+    `hit` (`(limit, limit)`: none, the piece's end), and before it the last marker line's, or, where the stretch
+    before that names a rank or a time, every marker line's (see BAR_MARKER_KEYS)."""
+    bars, rank_or_time = engines
+    hit_start, top = hit
+    found: list[tuple[int, int]] = []  # (matches before the hit line)
+    out: list[tuple[tuple[int, int], int]] = []
+    width = _BACK_WINDOW
+    while top > lo and not found:  # scan back in windows that grow, each from a line's start
+        start = max(lo, top - width)
+        if start > lo:
+            start = max(lo, chunk.rfind(b"\n", lo, start) + 1)
+        for pid, end in bars.find(chunk, top, start):
+            if end - 1 >= hit_start:
+                out.append((hit, pid))
+            else:
+                found.append((pid, end))
+        top, width = start, width * 8
+    if not found:
+        return out
+    first, last = _line_bounds(chunk, max(end for _pid, end in found), limit)
+    if not rank_or_time.any_in(chunk, lo, first):
+        return out + [((first, last), pid) for pid, end in found if first <= end - 1 <= last]
+    # every marker line of the stretch: the last one of each rank and host prefix is read, a line of another shape
+    # (no plain bar, a date or a rank in its text) each
+    lines: dict[tuple[int, int], set[int]] = {}
+    for pid, end in bars.find(chunk, hit_start, lo):
+        lines.setdefault(_line_bounds(chunk, end, limit), set()).add(pid)
+    last_of: dict[object, tuple[int, int]] = {}
+    for at in sorted(lines):
+        key = _bar_key(chunk, *at)
+        last_of[at if key is None else key] = at
+    return out + [(at, pid) for at in last_of.values() for pid in lines[at]]
+
+
+def _holding_bars(
+    chunk: bytes, bars: _Engine, los: list[int], hits: list[tuple[int, int]], i: int, j: int
+) -> Iterator[int]:
+    """The indices k in [i, j) of the stretches chunk[los[k]:hits[k][1]] that hold a bar marker, in order, where [i, j)
+    is known to hold one: halved until one stretch is left, a scan that stops at the first match telling which half
+    (a chunk of dense hits and a few bars costs a few scans per bar, not one per hit)."""
+    while j - i > 1:
+        m = (i + j) // 2
+        if bars.any_in(chunk, los[i], hits[m - 1][1]):
+            yield from _holding_bars(chunk, bars, los, hits, i, m)
+            if not bars.any_in(chunk, los[m], hits[j - 1][1]):
+                return
+        i = m
+    yield i
+
+
+_BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read each)
+# one bar, nothing glued behind it, no carriage return or colour code: `PREFIXES DESC: NN%|BAR| COUNTS [TIMES, RATE]`
+_PLAIN_BAR = re.compile(
+    rb"([^\r\x1b%]*(?:%(?!\|)[^\r\x1b%]*)*)%\|[^\r\x1b\[\]%]*(?:%(?!\|)[^\r\x1b\[\]%]*)*\[[^\r\x1b\[\]]*\]"
+)
+# (a line that holds a date: its time may be read, see classes._stamp)
+_DATE = re.compile(rb"\d{4}-\d\d-\d\d")
+_BarKey = tuple[int | None, str | None]
+
+
+def _bar_key(chunk: bytes, start: int, stop: int) -> _BarKey | None:
+    """(rank, host) of the line chunk[start:stop] when it is one plain tqdm bar (_PLAIN_BAR) with no date and no rank
+    in its text; else None (the line is read on its own)."""
+    if stop - start > _BAR_LINE_MAX:
+        return None
+    m = _PLAIN_BAR.fullmatch(chunk, start, stop)
+    # (`[rank3]`, `[Rank 3]`, `rank=3` in the text name a rank: reader._RANK_IN_TEXT)
+    if (
+        m is None
+        or chunk.find(b"ank", m.end(1), stop) >= 0
+        or (chunk.find(b"-", start, stop) >= 0 and _DATE.search(chunk, start, stop) is not None)
+    ):
+        return None
+    # (the blanks before the percentage stay: `host-1: ` is a prefix)
+    return _prefix_key(chunk[start : m.end(1)].rstrip(b"0123456789"))
+
+
+@functools.lru_cache(maxsize=4096)  # (a few distinct heads per log)
+def _prefix_key(head: bytes) -> _BarKey | None:
+    """(rank, host) that the bytes before a bar's percentage name; None where they may name more."""
+    if head[:1] in (b"*", b"_", b"`", b">"):  # (Markdown quoting reads the line's end: reader._PREFIXES)
+        return None
+    text, rank, host, stamp = split_prefixes(head.decode("utf-8", "replace"))
+    return (rank, host) if stamp is None and (rank is not None or "ank" not in text) else None
 
 
 _WINDOW = 64 << 10
@@ -709,56 +863,6 @@ def _matches(
     return eng, matches
 
 
-# A job that prepares data or loads a model prints a progress bar on nearly every line (datasets' `Map` / `Filter` /
-# `Running tokenizer on dataset` bars, `Loading checkpoint shards`): each is a hit of a phase marker and nothing else.
-# What the diagnosis takes from such a line is its marker (the phase the run was in, and that it was still running) and
-# its rank; a run of them read line by line cost ~0.65 CPU s per MB, 30x grep's time (issue 10). So a run of
-# consecutive hit lines that are plain bars with only these markers and the same rank and host prefixes is read as its
-# last line. The lines before it would add markers, earlier, and the same rank -- possibly of the other phase (a run
-# may pass from tokenization bars to checkpoint-shard bars and keeps only the last one's marker; cutting runs there
-# tripled the cost of a log whose bars alternate, review R4): what reads the markers (extract.py, classes.py) asks for
-# the last marker before a line, whether one follows a line, or for kinds no bar prints (`finished`, `guard`,
-# `engine`), so the last line answers for the run; and no other hit stands between them.
-BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
-_BAR_LINE_MAX = 1024  # (longer lines, and lines split at `\r` by `_line_bounds`, are read as always)
-# one bar, nothing glued behind it, no carriage return or colour code: `PREFIXES DESC: NN%|BAR| COUNTS [TIMES, RATE]`
-_PLAIN_BAR = re.compile(
-    rb"([^\r\x1b%]*(?:%(?!\|)[^\r\x1b%]*)*)%\|[^\r\x1b\[\]%]*(?:%(?!\|)[^\r\x1b\[\]%]*)*\[[^\r\x1b\[\]]*\]"
-)
-# (a line that holds a date: its time may be read, see classes._stamp)
-_DATE = re.compile(rb"\d{4}-\d\d-\d\d")
-# (what a line's prefixes name, by the bytes before the bar's percentage: a few distinct heads per log)
-_HEADS_MAX = 4096
-BarKey = tuple[int | None, str | None]
-
-
-def _bar_run_key(chunk: bytes, start: int, stop: int, heads: dict[bytes, BarKey | None]) -> BarKey | None:
-    """(rank, host) of the line chunk[start:stop] when it is one plain tqdm bar (_PLAIN_BAR) with no date and no rank
-    in its text; else None (the line is read on its own)."""
-    if stop - start > _BAR_LINE_MAX:
-        return None
-    m = _PLAIN_BAR.fullmatch(chunk, start, stop)
-    # (`[rank3]`, `[Rank 3]`, `rank=3` in the text name a rank: reader._RANK_IN_TEXT)
-    if (
-        m is None
-        or chunk.find(b"ank", m.end(1), stop) >= 0
-        or (chunk.find(b"-", start, stop) >= 0 and _DATE.search(chunk, start, stop) is not None)
-    ):
-        return None
-    pct = m.end(1)
-    head = chunk[start:pct].rstrip(b"0123456789")  # (the blanks before the percentage stay: `host-1: ` is a prefix)
-    if head in heads:
-        return heads[head]
-    key: BarKey | None = None
-    if head[:1] not in (b"*", b"_", b"`", b">"):  # (Markdown quoting reads the line's end: reader._PREFIXES)
-        text, rank, host, stamp = split_prefixes(head.decode("utf-8", "replace"))
-        key = (rank, host) if stamp is None and (rank is not None or "ank" not in text) else None
-    if len(heads) >= _HEADS_MAX:
-        heads.clear()
-    heads[head] = key
-    return key
-
-
 def scan_source(
     src: Source,
     file_index: int,
@@ -780,8 +884,8 @@ def scan_source(
     progress: Progress | None = None
     ansi_ids = {i for i, keys in enumerate(ps.keys) if "x:ansi" in keys}
     frame_ids = {i for i, keys in enumerate(ps.keys) if set(keys) <= {"x:tb-frame", "x:tb-frame-ipy"}}
-    bar_ids = {i for i, keys in enumerate(ps.keys) if set(keys) <= BAR_MARKER_KEYS}
-    heads: dict[bytes, BarKey | None] = {}
+    bar_only = bar_ids()
+    gaps = gap_engines(state.eng.name)
     pending = False  # the previous piece ended inside the line this one continues
     # Each piece is chunk[:limit]: the bytes after `limit` belong to the next piece (`source.iter_spans`).
     for chunk, limit, continues, started in _pieces_ahead(src, chunk_bytes, state):
@@ -794,7 +898,11 @@ def scan_source(
         # the last line found whole (from newline to newline, not cut at `\r` by _line_bounds): a match that ends in
         # it or on its newline is on that line (a bar line holds several matches, found in the order they end)
         here, line_start, line_stop = (-1, -1), -1, -2
+        has_bars = False
         for pid, end in matches:
+            if pid in bar_only:  # (reported once: see BAR_MARKER_KEYS)
+                has_bars = True
+                continue
             if pid in saturated:
                 skipped += 1
                 continue
@@ -806,26 +914,19 @@ def scan_source(
                 ):
                     line_start, line_stop = -1, -2
             per_line.setdefault(here, set()).add(pid)
+        # the marker lines to read in each stretch up to a hit line that holds one (see BAR_MARKER_KEYS)
+        if has_bars:
+            hits = [*sorted(per_line), (limit, limit)]
+            los = list(itertools.accumulate((stop for _start, stop in hits[:-1]), max, initial=0))
+            for i in _holding_bars(chunk, gaps[0], los, hits, 0, len(hits)):
+                for at, pid in _bar_lines(chunk, los[i], hits[i], limit, gaps):
+                    per_line.setdefault(at, set()).add(pid)
         counted_to, counted_lines = 0, base_line
         searched_to = 0
         # end of the last wrapped line joined in this chunk (its rest is not joined backwards again)
         joined_to = 0
-        bounds = sorted(per_line)
-        last = len(bounds) - 1
-        # the bar key (_bar_run_key) of bounds[ahead_at], computed one line ahead
-        ahead_at, ahead_key = -1, None
-        for i, (start, stop) in enumerate(bounds):
+        for start, stop in sorted(per_line):
             pids = per_line[(start, stop)]
-            if i < last and pids <= bar_ids and per_line[nxt := bounds[i + 1]] <= bar_ids:
-                key = ahead_key if ahead_at == i else _bar_run_key(chunk, start, stop, heads)
-                if key is not None:
-                    ahead_at, ahead_key = i + 1, _bar_run_key(chunk, nxt[0], nxt[1], heads)
-                    if ahead_key == key:
-                        # a bar that the next hit line repeats: read as that line (see BAR_MARKER_KEYS), which is not
-                        # joined onto it as the rest of a terminal-wrapped line (that would read the run again)
-                        if joined_to <= nxt[0]:
-                            joined_to = nxt[0] + 1
-                        continue
             if saturated and pids <= saturated:  # saturated earlier in this chunk
                 skipped += len(pids)
                 continue
@@ -840,6 +941,8 @@ def scan_source(
             if stop - start <= _WRAP_MAX + 1 and b"\r" not in raw[:-1]:
                 # (a line already joined onto the hit line before it is also read alone, as it always was)
                 first = _wrapped_start(chunk, start, limit) if start >= joined_to else start
+                if first < start and pids <= bar_only and gaps[0].any_in(chunk, first, start):
+                    first = start  # (a bar is not the rest of the bar above it, which was not read: BAR_MARKER_KEYS)
                 joined_end = _wrapped_end(chunk, start, stop, limit) if stop - start >= _WRAP_MIN else stop
                 if first < start or joined_end > stop:
                     lineno -= chunk.count(b"\n", first, start)
