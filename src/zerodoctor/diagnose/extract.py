@@ -699,8 +699,10 @@ _LOAD_FILES = (
 # module-level loaders under it (mmengine/runner/checkpoint.py load_checkpoint / _load_checkpoint), the strategies'
 # (mmengine/_strategy/, xtuner/engine/_strategy/deepspeed.py); litgpt/utils.py load_checkpoint (pretrained weights,
 # via Fabric.load_raw; a litgpt resume is fabric.load); Lightning core/saving.py _load_from_checkpoint (under
-# LightningModule.load_from_checkpoint). Under Fabric.load_raw, the strategy's load_checkpoint is that load too.
+# LightningModule.load_from_checkpoint). Under Fabric.load_raw (lightning/fabric/fabric.py, lightning_fabric/fabric.py)
+# the strategy's load_checkpoint is that load too.
 _MODEL_LOAD_FRAMES = (
+    ("fabric.py", frozenset({"load_raw"})),
     ("mmengine/runner/", frozenset({"load_checkpoint", "_load_checkpoint"})),
     ("mmengine/_strategy/", frozenset({"load_checkpoint"})),
     ("xtuner/engine/_strategy/", frozenset({"load_checkpoint"})),
@@ -729,7 +731,8 @@ _RESUME_FUNCS = frozenset(
         # zero/stage3.py, bf16_optimizer.py: _load_legacy_checkpoint, _load_universal_checkpoint, _rigid_load_state_dict,
         # _restore_from_elastic_fp32_weights, _restore_elastic_base_optimizer_state, _restore_base_optimizer_state,
         # _restore_step_from_elastic_checkpoint, _load_global_state[_stage3]), universal checkpoints
-        # (load_hp_checkpoint_state, stage3.py load_*_checkpoint_state_from_checkpoint_dir_stage3)
+        # (runtime/base_optimizer.py load_hp_checkpoint_state_from_checkpoint_dir, checkpoint/universal_checkpoint.py
+        # load_hp_checkpoint_state, stage3.py load_*_checkpoint_state_from_checkpoint_dir_stage3)
         "load_moe_state_dict",
         "_get_all_zero_checkpoints",
         "_get_all_zero_checkpoint_names",
@@ -745,6 +748,7 @@ _RESUME_FUNCS = frozenset(
         "_load_global_state",
         "_load_global_state_stage3",
         "load_hp_checkpoint_state",
+        "load_hp_checkpoint_state_from_checkpoint_dir",
         "load_hp_checkpoint_state_from_checkpoint_dir_stage3",
         "load_module_checkpoint_state_from_checkpoint_dir_stage3",
         # transformers trainer.py (train() with resume_from_checkpoint: _load_scaler, _load_callback_state)
@@ -792,6 +796,7 @@ _OPT_STATE_FILES = (
     "deepspeed/runtime/fp16/",
 )
 
+
 def _in_files(f: Frame, table: tuple[tuple[str, frozenset[str]], ...]) -> bool:
     """Whether a frame is one of a table's (file fragment, function names) pairs."""
     file = f.file.replace("\\", "/")
@@ -822,6 +827,7 @@ def _resuming(tb: Traceback) -> bool:
         or (f.func == "load_state_dict" and any(d in f.file.replace("\\", "/") for d in _OPT_STATE_FILES))
         for f in tb.frames
     )
+
 
 # HF datasets' map (arrow_dataset.py Dataset.map, its workers): dataset preprocessing and tokenization.
 _DATASET_MAP_FUNCS = frozenset({"map", "_map_single", "iflatmap_unordered"})
