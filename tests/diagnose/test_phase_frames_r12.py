@@ -211,6 +211,16 @@ CASES = {
         ],
         "resume",
     ),
+    # XTuner: mmengine's runner building SupervisedFinetune (xtuner/model/sft.py), the LLM built from its config
+    "xtuner-build": (
+        [
+            "mmengine/runner/runner.py:830 build_model | model = MODELS.build(model)",
+            "xtuner/model/sft.py:97 __init__ | self.llm = self.build_llm_from_cfg(",
+            "xtuner/model/sft.py:143 build_llm_from_cfg | llm = self._build_from_cfg_or_module(llm)",
+            "xtuner/model/sft.py:296 _build_from_cfg_or_module | return BUILDER.build(cfg_or_mod)",
+        ],
+        "load",
+    ),
     # OpenRLHF: train_sft.py -> DeepspeedStrategy.load_ckpt (openrlhf/utils/deepspeed/deepspeed.py), cut there
     "openrlhf-resume": (
         [

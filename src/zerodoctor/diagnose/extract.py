@@ -694,7 +694,10 @@ _LOAD_FILES = (
     "convert_hf_checkpoint.py",
     "colossalai/lazy/lazy_init.py",
 )
-# Frames whose names read as a resume but that load a model's weights (issue 10): mmengine's Runner.load_checkpoint
+# Frames that load a model, in the files where they do (issue 10): XTuner's SupervisedFinetune built by mmengine's
+# runner (xtuner/model/sft.py __init__ -> _build_from_cfg_or_module / build_llm_from_cfg / _dispatch_lm_model_cfg,
+# _prepare_for_lora; its forward and compute_loss in the same file are training frames, read first), and frames whose
+# names read as a resume but that load a model's weights: mmengine's Runner.load_checkpoint
 # (mmengine/runner/runner.py) for `load_from` - a resume goes through Runner.resume, read as a resume - and the
 # module-level loaders under it (mmengine/runner/checkpoint.py load_checkpoint / _load_checkpoint), the strategies'
 # (mmengine/_strategy/, xtuner/engine/_strategy/deepspeed.py); litgpt/utils.py load_checkpoint (pretrained weights,
@@ -703,6 +706,12 @@ _LOAD_FILES = (
 # the strategy's load_checkpoint is that load too.
 _MODEL_LOAD_FRAMES = (
     ("fabric.py", frozenset({"load_raw"})),
+    (
+        "xtuner/model/sft.py",
+        frozenset(
+            {"__init__", "_build_from_cfg_or_module", "build_llm_from_cfg", "_dispatch_lm_model_cfg", "_prepare_for_lora"}
+        ),
+    ),
     ("mmengine/runner/", frozenset({"load_checkpoint", "_load_checkpoint"})),
     ("mmengine/_strategy/", frozenset({"load_checkpoint"})),
     ("xtuner/engine/_strategy/", frozenset({"load_checkpoint"})),
