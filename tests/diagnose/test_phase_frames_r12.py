@@ -255,6 +255,21 @@ CASES = {
         ],
         "load",
     ),
+    # ms-swift 4.x: SwiftSft.__init__ -> _prepare_model_tokenizer (swift/pipelines/train/sft.py), and its dataset
+    # encoding (_prepare_dataset -> _encode_dataset, a paste cut below _prepare_dataset)
+    "ms-swift-prepare-model": (
+        [
+            "swift/pipelines/train/sft.py:30 __init__ | self._prepare_model_tokenizer()",
+            "swift/pipelines/train/sft.py:55 _prepare_model_tokenizer | self.model, self.processor = args.get_model_processor(**kwargs)",
+        ],
+        "load",
+    ),
+    "ms-swift-encode": (
+        [
+            "swift/pipelines/train/sft.py:320 _encode_dataset | dataset = preprocessor(dataset, num_proc=args.dataset_num_proc)",
+        ],
+        "tokenization",
+    ),
     # axolotl: loaders/model.py ModelLoader
     "axolotl-load": (
         [

@@ -674,6 +674,10 @@ _LOAD_FUNCS = frozenset(
         "load_tokenizer",
         "init_adapter",
         "load_pretrained_model",
+        # ms-swift swift/pipelines/train/sft.py and rlhf.py (3.x swift/llm/train/), sampling/base.py:
+        # _prepare_model_tokenizer, rlhf.py _prepare_single_model (the reference / reward models)
+        "_prepare_model_tokenizer",
+        "_prepare_single_model",
     }
 )
 # Files whose every function loads or builds the model (issue 10): LLaMA-Factory's model loader and adapter set-up,
@@ -861,7 +865,9 @@ _DATA_PREP_FILES = (
     "axolotl/utils/data/sft.py",
     "axolotl/utils/data/rl.py",
 )
-_DATA_PREP_FUNCS = frozenset({"_prepare_dataset", "process_hf_dataset"})
+# (ms-swift's SwiftSft._encode_dataset, swift/pipelines/train/sft.py and 3.x swift/llm/train/sft.py: the dataset
+# encoded by the template before the trainer is built)
+_DATA_PREP_FUNCS = frozenset({"_prepare_dataset", "process_hf_dataset", "_encode_dataset"})
 # deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
 _ENGINE_FUNCS = frozenset(
     {
