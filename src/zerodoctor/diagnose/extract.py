@@ -533,6 +533,75 @@ _SAVE_FUNCS = frozenset(
         # torch.nn.Module.state_dict's per-module hook: building a state dict to write (bitsandbytes' 8-bit layers
         # convert their weights back here, peft/accelerate gather through it)
         "_save_to_state_dict",
+        # Functions that run only while a checkpoint is written (issue 10; each name checked against its callers):
+        # DeepSpeed deepspeed/runtime/engine.py (save_checkpoint -> _checkpoint_tag_validation, _create_checkpoint_file,
+        # _create_zero_checkpoint_files, _common_checkpoint_state, _copy_recovery_script; _save_moe_checkpoint;
+        # save_fp16_model -> save_16bit_model)
+        "_checkpoint_tag_validation",
+        "_create_checkpoint_file",
+        "_create_zero_checkpoint_files",
+        "_common_checkpoint_state",
+        "_copy_recovery_script",
+        "_save_moe_checkpoint",
+        "save_fp16_model",
+        # transformers trainer.py (_save_checkpoint -> _save_rng_state, _save_scaler, _rotate_checkpoints; _save_tpu),
+        # trainer_callback.py CallbackHandler.on_save (after _save_checkpoint: LLaMA-Factory's SaveProcessorCallback /
+        # FixValueHeadModelCallback in llamafactory/train/callbacks.py, fix_valuehead_checkpoint), core_model_loading.py
+        # revert_weight_conversion (only save_pretrained calls it, 5.x)
+        "_save_rng_state",
+        "_save_scaler",
+        "_rotate_checkpoints",
+        "_save_tpu",
+        "on_save",
+        "fix_valuehead_checkpoint",
+        "revert_weight_conversion",
+        # accelerate checkpointing.py (Accelerator.save_state -> save_accelerator_state, save_custom_state) and
+        # utils/fsdp_utils.py (save_fsdp_model, save_fsdp_optimizer); peft utils/save_and_load.py
+        # get_peft_model_state_dict (PeftModel.save_pretrained's state dict)
+        "save_accelerator_state",
+        "save_custom_state",
+        "save_fsdp_model",
+        "save_fsdp_optimizer",
+        "get_peft_model_state_dict",
+        # ColossalAI colossalai/booster/booster.py (Booster.save_optimizer, save_lr_scheduler, save_lora_as_pretrained)
+        # and colossalai/checkpoint_io/ (CheckpointIO.save_model -> save_sharded_model / save_unsharded_model, the
+        # optimizer's save_sharded_optimizer / save_unsharded_optimizer in every plugin's checkpoint IO)
+        "save_optimizer",
+        "save_lr_scheduler",
+        "save_lora_as_pretrained",
+        "save_sharded_model",
+        "save_unsharded_model",
+        "save_sharded_optimizer",
+        "save_unsharded_optimizer",
+        # Lightning src/lightning/pytorch/trainer/connectors/checkpoint_connector.py dump_checkpoint (calls the
+        # on_save_checkpoint hooks), callbacks/model_checkpoint.py ModelCheckpoint._save_topk_checkpoint /
+        # _save_last_checkpoint / _save_monitor_checkpoint / _save_none_monitor_checkpoint, fabric/utilities/cloud_io.py
+        # _atomic_save; lit-llama lit_llama/utils.py save_model_checkpoint
+        "dump_checkpoint",
+        "on_save_checkpoint",
+        "_save_topk_checkpoint",
+        "_save_last_checkpoint",
+        "_save_monitor_checkpoint",
+        "_save_none_monitor_checkpoint",
+        "_atomic_save",
+        "save_model_checkpoint",
+        # mmengine mmengine/hooks/checkpoint_hook.py CheckpointHook._save_checkpoint_with_step / _save_best_checkpoint;
+        # OpenRLHF openrlhf/trainer/ppo_trainer.py save_best_checkpoint; ms-swift swift/trainers/mixin.py
+        # _save_converted_model / _save_flash_checkpoint; axolotl src/axolotl/train.py save_trained_model
+        "_save_checkpoint_with_step",
+        "_save_best_checkpoint",
+        "save_best_checkpoint",
+        "_save_converted_model",
+        "_save_flash_checkpoint",
+        "save_trained_model",
+        # LLaVA llava/train/train.py and FastChat fastchat/train/train*.py: gathering ZeRO-3 / LoRA weights to save
+        # (safe_save_model_for_hf_trainer, trainer_save_model_safe, get_*_state_maybe_zero_3; LLaVA's
+        # llava_trainer.py _save_checkpoint calls get_mm_adapter_state_maybe_zero_3)
+        "safe_save_model_for_hf_trainer",
+        "trainer_save_model_safe",
+        "get_peft_state_maybe_zero_3",
+        "get_peft_state_non_lora_maybe_zero_3",
+        "get_mm_adapter_state_maybe_zero_3",
     }
 )
 _EVAL_FUNCS = frozenset(
@@ -575,10 +644,91 @@ _LOAD_FUNCS = frozenset(
         "load_model",
         "load_state_dict",
         "load_module_state_dict",  # DeepSpeedEngine's (a resume's load_checkpoint frames are read before it)
+        # A model's weights read into a fresh model (issue 10): transformers modeling_utils.py 4.x load_shard_file /
+        # _load_state_dict_into_meta_model / _load_state_dict_into_model, 5.x core_model_loading.py
+        # convert_and_load_state_dict_in_model, modeling_utils.py _finalize_model_loading /
+        # _move_missing_keys_from_meta_to_device (all under _load_pretrained_model)
+        "load_shard_file",
+        "_load_state_dict_into_meta_model",
+        "_load_state_dict_into_model",
+        "convert_and_load_state_dict_in_model",
+        "_finalize_model_loading",
+        "_move_missing_keys_from_meta_to_device",
+        # accelerate big_modeling.py load_checkpoint_and_dispatch / dispatch_model, utils/modeling.py
+        # load_checkpoint_in_model; peft peft_model.py PeftModel.load_adapter, tuners/tuners_utils.py
+        # BaseTuner.inject_adapter, mapping.py inject_adapter_in_model, utils/save_and_load.py set_peft_model_state_dict
+        "load_checkpoint_and_dispatch",
+        "dispatch_model",
+        "load_checkpoint_in_model",
+        "load_adapter",
+        "inject_adapter",
+        "inject_adapter_in_model",
+        "set_peft_model_state_dict",
+        # ColossalAI colossalai/checkpoint_io/ load_sharded_model / load_unsharded_model (weights into a model: a
+        # pretrained load, or the model half of a resume whose optimizer frames are read first)
+        "load_sharded_model",
+        "load_unsharded_model",
+        # Lightning src/lightning/pytorch/core/module.py LightningModule.load_from_checkpoint, fabric/fabric.py
+        # Fabric.load_raw (litgpt's load of pretrained weights); litgpt/utils.py load_from_full_model_state_dict;
+        # LLaMA-Factory src/llamafactory/model/loader.py load_tokenizer, adapter.py init_adapter; LLaVA
+        # llava/model/builder.py load_pretrained_model
+        "load_from_checkpoint",
+        "load_raw",
+        "load_from_full_model_state_dict",
+        "load_tokenizer",
+        "init_adapter",
+        "load_pretrained_model",
+        # ms-swift swift/pipelines/train/sft.py and rlhf.py (3.x swift/llm/train/), sampling/base.py:
+        # _prepare_model_tokenizer, rlhf.py _prepare_single_model (the reference / reward models)
+        "_prepare_model_tokenizer",
+        "_prepare_single_model",
     }
+)
+# Files whose every function loads or builds the model (issue 10): LLaMA-Factory's model loader and adapter set-up,
+# ms-swift's model registry (swift/model/register.py get_model_processor in 4.x, swift/llm/model/register.py
+# get_model_tokenizer* in 3.x, swift/llm/utils/model.py in 2.x), axolotl's ModelLoader (src/axolotl/loaders/model.py),
+# the HF -> lit checkpoint conversion that lit-llama and litgpt run before fine-tuning (scripts/convert_hf_checkpoint.py
+# convert_hf_checkpoint / copy_weights_*), and ColossalAI's LazyInitContext materialising a lazily built model
+# (colossalai/lazy/lazy_init.py LazyTensor.materialize / _materialize_data, run inside Booster.boost)
+_LOAD_FILES = (
+    "llamafactory/model/loader.py",
+    "llamafactory/model/adapter.py",
+    "llmtuner/model/loader.py",
+    "llmtuner/model/adapter.py",
+    "swift/model/register.py",
+    "swift/llm/model/register.py",
+    "swift/llm/utils/model.py",
+    "axolotl/loaders/model.py",
+    "convert_hf_checkpoint.py",
+    "colossalai/lazy/lazy_init.py",
+)
+# Frames that load a model, in the files where they do (issue 10): XTuner's SupervisedFinetune built by mmengine's
+# runner (xtuner/model/sft.py __init__ -> _build_from_cfg_or_module / build_llm_from_cfg / _dispatch_lm_model_cfg,
+# _prepare_for_lora; its forward and compute_loss in the same file are training frames, read first), and frames whose
+# names read as a resume but that load a model's weights: mmengine's Runner.load_checkpoint
+# (mmengine/runner/runner.py) for `load_from` - a resume goes through Runner.resume, read as a resume - and the
+# module-level loaders under it (mmengine/runner/checkpoint.py load_checkpoint / _load_checkpoint), the strategies'
+# (mmengine/_strategy/, xtuner/engine/_strategy/deepspeed.py); litgpt/utils.py load_checkpoint (pretrained weights,
+# via Fabric.load_raw; a litgpt resume is fabric.load); Lightning core/saving.py _load_from_checkpoint (under
+# LightningModule.load_from_checkpoint). Under Fabric.load_raw (lightning/fabric/fabric.py, lightning_fabric/fabric.py)
+# the strategy's load_checkpoint is that load too.
+_MODEL_LOAD_FRAMES = (
+    ("fabric.py", frozenset({"load_raw"})),
+    (
+        "xtuner/model/sft.py",
+        frozenset(
+            {"__init__", "_build_from_cfg_or_module", "build_llm_from_cfg", "_dispatch_lm_model_cfg", "_prepare_for_lora"}
+        ),
+    ),
+    ("mmengine/runner/", frozenset({"load_checkpoint", "_load_checkpoint"})),
+    ("mmengine/_strategy/", frozenset({"load_checkpoint"})),
+    ("xtuner/engine/_strategy/", frozenset({"load_checkpoint"})),
+    ("litgpt/utils.py", frozenset({"load_checkpoint"})),
+    ("core/saving.py", frozenset({"_load_from_checkpoint"})),
 )
 # torch.nn.Module's device placement (torch/nn/modules/module.py: cuda() and to() call _apply on every tensor)
 _PLACE_FUNCS = frozenset({"cuda", "to", "_apply"})
+
 _TORCH_MODULE = "torch/nn/modules/module.py"
 # Resuming a run: the Trainer and DeepSpeed reading a checkpoint's optimizer/ZeRO states back.
 _RESUME_FUNCS = frozenset(
@@ -591,8 +741,111 @@ _RESUME_FUNCS = frozenset(
         "load_checkpoint",
         "_load_checkpoint",
         "resume",
+        # Functions that run only while training state is read back (issue 10; callers checked): DeepSpeed
+        # deepspeed/runtime/engine.py (_load_checkpoint -> load_moe_state_dict; _load_zero_checkpoint ->
+        # _get_all_zero_checkpoints -> _get_all_zero_checkpoint_names / _get_mp_rank_zero_checkpoint_names /
+        # _get_all_zero_checkpoint_state_dicts), the ZeRO optimizers' load_state_dict path (zero/stage_1_and_2.py,
+        # zero/stage3.py, bf16_optimizer.py: _load_legacy_checkpoint, _load_universal_checkpoint, _rigid_load_state_dict,
+        # _restore_from_elastic_fp32_weights, _restore_elastic_base_optimizer_state, _restore_base_optimizer_state,
+        # _restore_step_from_elastic_checkpoint, _load_global_state[_stage3]), universal checkpoints
+        # (runtime/base_optimizer.py load_hp_checkpoint_state_from_checkpoint_dir, checkpoint/universal_checkpoint.py
+        # load_hp_checkpoint_state, stage3.py load_*_checkpoint_state_from_checkpoint_dir_stage3)
+        "load_moe_state_dict",
+        "_get_all_zero_checkpoints",
+        "_get_all_zero_checkpoint_names",
+        "_get_mp_rank_zero_checkpoint_names",
+        "_get_all_zero_checkpoint_state_dicts",
+        "_load_legacy_checkpoint",
+        "_load_universal_checkpoint",
+        "_rigid_load_state_dict",
+        "_restore_from_elastic_fp32_weights",
+        "_restore_elastic_base_optimizer_state",
+        "_restore_base_optimizer_state",
+        "_restore_step_from_elastic_checkpoint",
+        "_load_global_state",
+        "_load_global_state_stage3",
+        "load_hp_checkpoint_state",
+        "load_hp_checkpoint_state_from_checkpoint_dir",
+        "load_hp_checkpoint_state_from_checkpoint_dir_stage3",
+        "load_module_checkpoint_state_from_checkpoint_dir_stage3",
+        # transformers trainer.py (train() with resume_from_checkpoint: _load_scaler, _load_callback_state)
+        "_load_scaler",
+        "_load_callback_state",
+        # accelerate checkpointing.py (Accelerator.load_state -> load_accelerator_state, load_custom_state),
+        # utils/fsdp_utils.py load_fsdp_optimizer
+        "load_accelerator_state",
+        "load_custom_state",
+        "load_fsdp_optimizer",
+        # ColossalAI colossalai/booster/booster.py Booster.load_optimizer / load_lr_scheduler, checkpoint_io/
+        # load_sharded_optimizer / load_unsharded_optimizer, hybrid_parallel_checkpoint_io.py load_states_into_optimizer
+        "load_optimizer",
+        "load_lr_scheduler",
+        "load_sharded_optimizer",
+        "load_unsharded_optimizer",
+        "load_states_into_optimizer",
+        # Lightning src/lightning/pytorch/trainer/connectors/checkpoint_connector.py (fit with ckpt_path:
+        # restore_training_state -> restore_loops, restore_optimizers_and_schedulers -> restore_optimizers ->
+        # strategy.load_optimizer_state_dict, restore_lr_schedulers)
+        "restore_training_state",
+        "restore_loops",
+        "restore_optimizers_and_schedulers",
+        "restore_optimizers",
+        "restore_lr_schedulers",
+        "load_optimizer_state_dict",
+        # mmengine mmengine/_strategy/ (resume -> load_optim_state_dict, load_scheduler_state_dict)
+        "load_optim_state_dict",
+        "load_scheduler_state_dict",
     }
 )
+# Resume functions whose names other code uses too, read only in their own files: accelerate's Accelerator.load_state
+# (accelerate/accelerator.py), OpenRLHF's DeepspeedStrategy.load_ckpt (openrlhf/utils/deepspeed/deepspeed.py; the
+# train_*.py scripts and ppo_actor / ppo_critic call it for `--load_checkpoint`)
+_RESUME_FRAMES = (
+    ("accelerate/accelerator.py", frozenset({"load_state"})),
+    ("openrlhf/", frozenset({"load_ckpt"})),
+)
+# An optimizer's own load_state_dict (torch.optim's, the ZeRO / bf16 / fp16 optimizer wrappers of DeepSpeed): only a
+# resume reads optimizer state back (a fresh run creates it)
+_OPT_STATE_FILES = (
+    "torch/optim/",
+    "deepspeed/runtime/zero/",
+    "deepspeed/runtime/bf16_optimizer.py",
+    "deepspeed/runtime/fp16/",
+)
+
+
+def _in_files(f: Frame, table: tuple[tuple[str, frozenset[str]], ...]) -> bool:
+    """Whether a frame is one of a table's (file fragment, function names) pairs."""
+    file = f.file.replace("\\", "/")
+    return any(f.func in funcs and part in file for part, funcs in table)
+
+
+def _loading_model(tb: Traceback) -> bool:
+    """Whether a traceback's frames load a model's weights: a file that only loads models (_LOAD_FILES), or a
+    loader whose name reads as a resume (_MODEL_LOAD_FRAMES)."""
+    return any(
+        any(part in f.file.replace("\\", "/") for part in _LOAD_FILES) or _in_files(f, _MODEL_LOAD_FRAMES)
+        for f in tb.frames
+    )
+
+
+def _resuming(tb: Traceback) -> bool:
+    """Whether a traceback's frames read training state back: a resume function (not one of the model loaders
+    named like one; under Fabric.load_raw the strategy's load_checkpoint is that load), a framework's own resume
+    function in its file, or an optimizer's load_state_dict."""
+    raw = any(f.func == "load_raw" for f in tb.frames)
+    return any(
+        (
+            f.func in _RESUME_FUNCS
+            and not _in_files(f, _MODEL_LOAD_FRAMES)
+            and not (raw and f.func == "load_checkpoint")
+        )
+        or _in_files(f, _RESUME_FRAMES)
+        or (f.func == "load_state_dict" and any(d in f.file.replace("\\", "/") for d in _OPT_STATE_FILES))
+        for f in tb.frames
+    )
+
+
 # HF datasets' map (arrow_dataset.py Dataset.map, its workers): dataset preprocessing and tokenization.
 _DATASET_MAP_FUNCS = frozenset({"map", "_map_single", "iflatmap_unordered"})
 # The frameworks' own dataset preparation before training (their conversion and tokenization of the dataset, run
@@ -611,8 +864,14 @@ _DATA_PREP_FILES = (
     "xtuner/dataset/huggingface.py",
     "xtuner/dataset/map_fns/",
     "swift/llm/dataset/",
+    # axolotl src/axolotl/utils/data/sft.py (prepare_datasets, _load_tokenized_prepared_datasets) and rl.py
+    # (prepare_preference_datasets): loading and tokenizing the datasets before training
+    "axolotl/utils/data/sft.py",
+    "axolotl/utils/data/rl.py",
 )
-_DATA_PREP_FUNCS = frozenset({"_prepare_dataset", "process_hf_dataset"})
+# (ms-swift's SwiftSft._encode_dataset, swift/pipelines/train/sft.py and 3.x swift/llm/train/sft.py: the dataset
+# encoded by the template before the trainer is built)
+_DATA_PREP_FUNCS = frozenset({"_prepare_dataset", "process_hf_dataset", "_encode_dataset"})
 # deepspeed.initialize: building the engine, its config, its optimizer (and the cpu_adam op), broadcasting.
 _ENGINE_FUNCS = frozenset(
     {
@@ -2347,15 +2606,8 @@ class Extractor:
                 return "checkpoint_save"
             if funcs & _ZERO_OPT_INIT_FUNCS:
                 return "engine_init"
-            if (
-                funcs & _RESUME_FUNCS
-                or any(
-                    # an optimizer's state read back: only a resume does that (a fresh run creates it)
-                    f.func == "load_state_dict" and "torch/optim/" in f.file.replace("\\", "/")
-                    for f in tb.frames
-                )
-                or self._hint_in(tb, "resume")
-            ):
+            model_load = _loading_model(tb)
+            if _resuming(tb) or (not model_load and self._hint_in(tb, "resume")):
                 return "resume"
             if self._hint_in(tb, "tokenization") or any(
                 f.func in _DATASET_MAP_FUNCS and "/datasets/" in f.file.replace("\\", "/") for f in tb.frames
@@ -2388,7 +2640,7 @@ class Extractor:
                 "partition_parameters.py" in files and funcs & _ZERO_INIT_FUNCS
             ) or "get_new_tensor_fn_for_dtype" in (tb.exc_message or ""):
                 return "zero_init"
-            if funcs & _LOAD_FUNCS:
+            if funcs & _LOAD_FUNCS or model_load:
                 return "load"
             if any(f.func in _PLACE_FUNCS and _TORCH_MODULE in f.file.replace("\\", "/") for f in tb.frames):
                 # torch.nn.Module.cuda() / .to() walking the model's tensors (module.py _apply) with no training or

@@ -389,14 +389,23 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     # messages printed below Python (CUDA/HIP runtimes, NVIDIA's driver, ROCr, the mlx5 verbs provider, gloo, glibc's
     # malloc): native_messages.py holds their table, their sources and the reader of the lines this pattern hits
     "native": native_messages.SCAN_PATTERN,
-    "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(",
+    # a frame writing a checkpoint: the engines' and trainers' save calls, accelerate's Accelerator.save_state and
+    # the HF Trainer's save_state (accelerator.py, trainer.py), DeepSpeed's engine.save_16bit_model, OpenRLHF's
+    # strategy.save_ckpt (openrlhf/utils/deepspeed/deepspeed.py), ColossalAI's booster.save_optimizer
+    # (colossalai/booster/booster.py), and LLaVA's / FastChat's gathering save helpers (llava/train/train.py
+    # safe_save_model_for_hf_trainer, fastchat/train/train.py trainer_save_model_safe)
+    "code-save": r"\.save_checkpoint\(|\._save_checkpoint\(|\.save_model\(|\.save_pretrained\(|\.save_state\("
+    r"|\.save_16bit_model\(|\.save_ckpt\(|\.save_optimizer\(|safe_save_model_for_hf_trainer\(|trainer_save_model_safe\(",
     # a frame reading training state back - an optimizer's or LR scheduler's state dict (torch/optim/optimizer.py
     # Optimizer.load_state_dict, torch/optim/lr_scheduler.py LRScheduler.load_state_dict: a fresh run creates that
     # state, only a resume loads it; the failure is often in the torch.load evaluated inside the call), DeepSpeed's
     # engine.load_checkpoint (runtime/engine.py), HF Trainer's _load_from_checkpoint / _load_optimizer_and_scheduler
     # (trainer.py): a resume
+    # (and accelerate's accelerator.load_state (accelerator.py), ColossalAI's booster.load_optimizer
+    # (colossalai/booster/booster.py), OpenRLHF's strategy.load_ckpt (openrlhf/utils/deepspeed/deepspeed.py), all
+    # called only to resume)
     "code-resume": r"(optimizer|scheduler|optim)\.load_state_dict\(|\.load_checkpoint\(|\._load_from_checkpoint\("
-    r"|\._load_optimizer_and_scheduler\(",
+    r"|\._load_optimizer_and_scheduler\(|\.load_state\(|\.load_optimizer\(|\.load_ckpt\(",
     # a frame inside transformers' TrainingArguments.main_process_first(desc=...) (training_args.py: the main process
     # runs the block first, the others wait at a barrier; the examples and LLaMA-Factory wrap their dataset map in
     # it: `desc="dataset map tokenization"`, `"grouping texts together"`, `"dataset map pre-processing"`)
@@ -407,8 +416,10 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|= self\.self_attn\(|= self\.mlp\(|= self\.lm_head\(|= self\.embed_tokens\(",
     # torch.nn.Module.to()/.cuda()/.half() (Module._apply(convert)): the whole model placed or cast at load; a
     # frame calling the loader (`model = load_model(...)`, `X.from_pretrained(...)`)
+    # (and LLaVA's `= load_pretrained_model(` (llava/model/builder.py), Lightning Fabric's `.load_raw(` (litgpt's load of
+    # pretrained weights), ColossalAI's `LazyInitContext.materialize(` (colossalai/lazy/lazy_init.py))
     "code-load": r"return self\._apply\(convert\)|return t\.to\(device, dtype if t\.is_floating_point"
-    r"|= load_model\(|\.from_pretrained\(",
+    r"|= load_model\(|\.from_pretrained\(|= load_pretrained_model\(|\.load_raw\(|LazyInitContext\.materialize\(",
     # failure messages that are only raised in one phase (the reasons: extract._MESSAGE_PHASE_REASONS)
     "msg-forward": r"ds_status == ZeroParamStatus\.AVAILABLE|indexSelect(?:Large|Small)Index"
     r"|srcIndex < srcSelectDimSize|'status': '(?:INFLIGHT|NOT_AVAILABLE)', 'numel'",
