@@ -137,7 +137,8 @@ _QUOTED_KWARG = re.compile(
 #    `Type: message` inside the span, the message ending where the span does (CommonMark's code span)
 #  - a double-quoted span (`this error appears: "[rank0]: AssertionError: Attempted to load weight ..."`, a whole line
 #    `"ValueError: No valid checkpoint found in output directory"`): the same act as a code span in prose that is not
-#    Markdown, read the same way (the last `Type: message` inside the quotes, the message ending where they close)
+#    Markdown, but quotes also hold a program's own text (a model's completion, a JSON sample), so the quotes must
+#    open on the exception (after a `[rankN]: ` prefix at most), the message ending where they close
 #  - right after CJK text with no space (`报错如下FileNotFoundError: [Errno 2] ...`): CJK prose puts no space before a
 #    Latin word, so the exception's name starts there
 #  - OSError's own str() (CPython Objects/exceptions.c OSError_str: `[Errno N] strerror`, `: 'filename'`, ` -> 'filename2'`
@@ -146,6 +147,7 @@ _EXC_NAME = r"[A-Za-z_][\w.]{0,120}(?:Error|Exception)"
 _CODE_SPAN = re.compile(r"`([^`\n]{4,600})`")
 _QUOTE_SPAN = re.compile(r'["\u201c]([^"\u201c\u201d\n]{4,600})["\u201d]')
 _LAST_EXC_IN_SPAN = re.compile(rf".*(?<![\w.])({_EXC_NAME}): (\S.{{0,300}})$")
+_EXC_OPENS_SPAN = re.compile(rf"\s*(?:\[rank\d+\]:\s*)?({_EXC_NAME}): (\S.{{0,300}})$")
 _EXC_AFTER_CJK = re.compile(
     rf"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f])({_EXC_NAME}): (\S.{{0,300}})"
 )
@@ -163,7 +165,7 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
             return m.group(1), m.group(2).strip()
     if '"' in text or "\u201c" in text:
         for span in _QUOTE_SPAN.finditer(text):
-            m = _LAST_EXC_IN_SPAN.match(span.group(1))
+            m = _EXC_OPENS_SPAN.match(span.group(1))
             if m is not None:
                 return m.group(1), m.group(2).strip()
     m = _EXC_AFTER_CJK.search(text) or _ERRNO_EXC.search(text)
@@ -1169,6 +1171,7 @@ class Extractor:
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
         self._last_other_seq = -1  # the seq of the last hit that was not one phase marker alone (_marker)
         self._vscode_head: tuple[LogLine, Hit, str] | None = None  # VS Code's `Exception has occurred: X` (_exception)
+        self._end_progress: Mapping[str, Progress | None] = {}  # the scan's progress past each log's last hit (finish)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -1823,7 +1826,23 @@ class Extractor:
             if m_seq > hit.seq:
                 return True
             ended = kind == "finished" or (ended and kind != "train")
+        # (a bar past the log's last hit line is in the scan's end_progress only: a healthy run whose last hit is a
+        # quoted message trained on after it - review R6)
+        end_bar = self._end_progress.get(line.source)
+        if end_bar is not None and end_bar.lineno > line.lineno:
+            return True
         return (ended and ends) or self.facts.last_progress != hit.progress
+
+    def _raised_after(self, line: LogLine) -> bool:
+        """Whether an exception was raised below this line in its log (a traceback's, or a whole `Type: message`
+        line): a user who quotes an earlier error in prose and then pastes the traceback means the traceback."""
+        return any(
+            e.line.source == line.source
+            and e.line.lineno > line.lineno
+            and e.kind in ("exception", "cuda-oom", "host-oom")
+            and (e.traceback is not None or _EXC.match(e.line.text) is not None)
+            for e in self.facts.events
+        )
 
     def _child_signal(self, line: LogLine, hit: Hit, text: str) -> None:
         """A child process a signal ended: the spawn context's `process N terminated with signal SIGKILL` (N: the
@@ -1924,6 +1943,7 @@ class Extractor:
     def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
         """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
         past its last hit line (scan.ScanStats.end_progress)."""
+        self._end_progress = end_progress or {}
         self._vscode_message(None, None)
         for tb, exc_type, hit in self._ipy:
             if (
@@ -2003,7 +2023,7 @@ class Extractor:
             said = f" ({self._pip_cmd[2]})" if self._pip_cmd is not None else ""
             self._event("exception", line, hit, f"{PACKAGE_BUILD_TYPE}: {pkg}{said}"[:300])
         for line, hit, said in self._quoted_imports:
-            if not self._outlived(line, hit):
+            if not self._outlived(line, hit) and not self._raised_after(line):
                 self._event("exception", line, hit, said[:300])
         for kind, line, hit, said, code, past_end in self._unless_outlived:
             if not self._outlived(line, hit, ends=past_end) and not any(

@@ -1,0 +1,76 @@
+"""Review R6 of diagnose round 12 (issue 10): each problem R6 found, as its probe (small, in memory) that failed before
+the fix.
+
+- an exception quoted in prose is not the failure when a raised one follows it in the same log, nor when the run went
+  on after it (bars past the log's last hit line), nor when the quotes hold a program's text that only mentions one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_source_forms_r11 import _run, _top  # (pytest puts this directory on sys.path)
+from test_source_forms_r12 import RUN_START
+
+from zerodoctor.findings import Severity
+
+# a traceback as the interpreter prints it (torch's CUDA error raised in a forward)
+ILLEGAL_ACCESS_TB = (
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 50, in <module>\n'
+    "    trainer.train()\n"
+    '  File "/env/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1501, in _call_impl\n'
+    "    return forward_call(*args, **kwargs)\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+MORE_BARS = (
+    " 20%|##        | 2/10 [00:02<00:08, 1.00it/s]\n"
+    " 30%|###       | 3/10 [00:03<00:07, 1.00it/s]\n"
+)
+
+
+def _no_error(tmp_path: Path, text: str) -> None:
+    d = _run(tmp_path, text)
+    assert all(f.severity != Severity.ERROR for f in d.findings), d.findings
+
+
+# ---- 1. a quoted exception before the real traceback --------------------------------------------------------------
+def test_an_error_quoted_before_the_pasted_traceback_is_not_the_failure(tmp_path):
+    for said in (
+        'Earlier I got "ValueError: Tokenizer class LlamaTokenizer does not exist" and fixed it, but now:\n',
+        "Earlier I got `ValueError: Tokenizer class LlamaTokenizer does not exist` and fixed it, but now:\n",
+    ):
+        top = _top(tmp_path, said + ILLEGAL_ACCESS_TB)
+        assert top.data["first_failure"]["line"] == 7, top
+        assert "illegal memory access" in top.title, top.title
+
+
+def test_an_error_quoted_in_curly_quotes_before_a_bare_oom_line(tmp_path):
+    text = (
+        "I tried the suggestion from #123 (\u201cRuntimeError: Expected all tensors to be on the same device\u201d) "
+        "but it did not apply. Log:\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 1.06 MiB is free.\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.data["first_failure"]["line"] == 2, top
+
+
+# ---- 2. a quoted exception the run trained on after (no hit line after it) ----------------------------------------
+def test_a_quoted_error_followed_only_by_bars_is_no_failure(tmp_path):
+    _no_error(tmp_path, RUN_START + 'note: "ValueError: something odd" was printed by the reward fn\n' + MORE_BARS)
+
+
+def test_a_model_completion_that_mentions_an_error_is_no_failure(tmp_path):
+    # (the quotes hold a sampled completion, which only names the exception inside its sentence)
+    _no_error(
+        tmp_path,
+        RUN_START
+        + 'sample 3 completion: "I think the answer raises TypeError: unsupported operand type(s) for +: int and str"\n',
+    )
+
+
+def test_a_quoted_error_at_the_end_of_a_paste_is_still_the_failure(tmp_path):
+    # (negative of the two above: nothing ran after it, and the quotes open on the exception)
+    top = _top(tmp_path, RUN_START + 'then it printed "ValueError: something odd" and stopped\n')
+    assert top.severity == Severity.ERROR and "ValueError" in top.title, top
