@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from test_source_forms_r11 import _run, _top  # (pytest puts this directory on sys.path)
-from test_source_forms_r12 import RUN_START
+from test_source_forms_r12 import RUN_END, RUN_START
 
 from zerodoctor.findings import Severity
 
@@ -74,3 +74,54 @@ def test_a_quoted_error_at_the_end_of_a_paste_is_still_the_failure(tmp_path):
     # (negative of the two above: nothing ran after it, and the quotes open on the exception)
     top = _top(tmp_path, RUN_START + 'then it printed "ValueError: something odd" and stopped\n')
     assert top.severity == Severity.ERROR and "ValueError" in top.title, top
+
+
+# ---- 3-6. an exit status 137 after a run's end ---------------------------------------------------------------------
+KUBECTL_137 = "command terminated with exit code 137\n"  # kubectl exec (k8s.io/kubectl pkg/cmd/util/helpers.go)
+
+
+def test_an_exit_137_after_the_end_that_kubectl_says_was_oomkilled_is_a_host_oom(tmp_path):
+    describe = (
+        "$ kubectl describe pod train-0\n"
+        "    Last State:     Terminated\n"
+        "      Reason:       OOMKilled\n"
+        "      Exit Code:    137\n"
+    )
+    top = _top(tmp_path, RUN_START + RUN_END + KUBECTL_137 + describe)
+    assert top.data["failure_class"]["id"] == "class:host-oom-kill", top
+
+
+def test_a_second_run_killed_while_loading_or_tokenizing_is_a_kill_not_an_exit_after_the_end(tmp_path):
+    for second, phase in (
+        ("Loading checkpoint shards:  50%|#####     | 1/2 [00:30<00:30, 30.0s/it]\n" + KUBECTL_137, "load"),
+        (
+            "Running tokenizer on dataset:  40%|####      | 400/1000 [00:10<00:15, 40.0 examples/s]\n"
+            "train-1 exited with code 137\n",
+            "tokenization",
+        ),
+    ):
+        top = _top(tmp_path, RUN_START + RUN_END + second)
+        assert top.data["failure_class"]["id"] == "class:host-oom-kill", top
+        assert top.data["phase"] == phase, top
+
+
+def test_a_compose_container_killed_while_the_others_train_on_is_the_failure(tmp_path):
+    text = (
+        RUN_START
+        + "worker-1 exited with code 137\n"
+        + "worker-0  | {'loss': 1.2, 'learning_rate': 1e-05, 'epoch': 0.3}\n"
+        + " worker-0  |  30%|###       | 3/10 [00:03<00:07, 1.00it/s]\n"
+        + "worker-0  | [E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=100, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800123 "
+        "milliseconds before timing out.\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.data["failure_class"]["id"] == "class:host-oom-kill", top
+
+
+def test_a_sigkill_after_the_end_gets_the_kill_s_next_step_not_the_abort_s(tmp_path):
+    top = _top(tmp_path, RUN_START + RUN_END + "Saving model checkpoint to ./out\n" + KUBECTL_137)
+    assert "after the run had finished" in top.title, top.title
+    text = top.message + " ".join(f.text for f in top.fixes)
+    assert "dmesg" in text and "zerodoctor plan" in text, text
+    assert "aborted" not in text and "abort." not in text, text

@@ -440,6 +440,8 @@ _TOOLCHAIN_FAILED = re.compile(
 # defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
 _CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
 _DS_INIT = re.compile(rf"(?:{DS_INIT_ASSERT})(?: file|\s+and deepspeed\.?(?:initialize\(\) function call)?)?")
+# docker compose's report of a container's exit (`train-1 exited with code 137`: compose's log printer)
+_COMPOSE_EXIT = re.compile(r"[\w.-] exited with code 137\b")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -1771,8 +1773,13 @@ class Extractor:
         if "x:launch-exit-137" in keys:
             # the tool prints it when the process it ran has ended (kubectl exec, docker compose, PyCharm: patterns.py
             # `launch-exit-137`): a run that trained on after the line was not that process (a note about an earlier
-            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it)
-            self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
+            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it).
+            # docker compose runs one rank per container, and the others print on after one was killed: its line
+            # is that container's death whatever follows (review R6)
+            if _COMPOSE_EXIT.search(text):
+                self._event("exit", line, hit, text.strip()[-300:], exit_code=137)
+            else:
+                self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
 
     def _pip_build(self, line: LogLine, hit: Hit) -> None:
         if "Successfully installed " in line.text:
