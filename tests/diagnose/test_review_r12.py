@@ -125,3 +125,35 @@ def test_a_sigkill_after_the_end_gets_the_kill_s_next_step_not_the_abort_s(tmp_p
     text = top.message + " ".join(f.text for f in top.fixes)
     assert "dmesg" in text and "zerodoctor plan" in text, text
     assert "aborted" not in text and "abort." not in text, text
+
+
+# ---- 7-8, 13. VS Code's exception widget ---------------------------------------------------------------------------
+def test_a_vscode_header_above_the_terminal_s_traceback_lets_the_traceback_name_the_failure(tmp_path):
+    for prefix in ("", "[rank0]: "):
+        text = (
+            "Exception has occurred: RuntimeError\n"
+            f"{prefix}Traceback (most recent call last):\n"
+            f'{prefix}  File "train.py", line 3, in <module>\n'
+            f"{prefix}    main()\n"
+            f"{prefix}RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n"
+        )
+        top = _top(tmp_path, text)
+        assert top.data["first_failure"]["line"] == 5, top
+        assert "Traceback" not in top.data["first_failure"]["text"], top
+
+
+def test_a_vscode_widget_the_run_went_on_after_is_no_failure(tmp_path):
+    _no_error(tmp_path, "Exception has occurred: KeyError\n'labels'\n" + RUN_START + RUN_END)
+
+
+def test_vscode_widget_with_debugpy_s_note_or_a_localized_header_is_read(tmp_path):
+    for head in (
+        # debugpy, stopped in another frame than the one that raised
+        "Exception has occurred: KeyError       (note: full exception trace is shown but execution is paused at: "
+        "<module>)",
+        # the zh-cn and ja editors' translations of the header
+        "发生异常: KeyError",
+        "例外が発生しました: KeyError",
+    ):
+        top = _top(tmp_path, head + "\n'running_avg'\n")
+        assert top.severity == Severity.ERROR and "KeyError" in top.data["first_failure"]["text"], top

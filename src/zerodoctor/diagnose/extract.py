@@ -86,8 +86,13 @@ _EXC = re.compile(
 # named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
 # VS Code's exception widget, which its Python debugger fills (src/vs/workbench/contrib/debug/browser/exceptionWidget.ts:
 # `Exception has occurred: {0}` with the exception's type as its id, the exception's str() on the line below it, then
-# its stack): copied from the editor, the type and its message are on two lines
-_VSCODE_EXC = re.compile(r"^\s*Exception has occurred: ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))\s*$")
+# its stack): copied from the editor, the type and its message are on two lines. debugpy adds `       (note: full
+# exception trace is shown but execution is paused at: <module>)` to the type when it stops in another frame than the
+# one that raised, and a localized editor translates the header (zh-cn `发生异常: X`, ja `例外が発生しました: X`)
+_VSCODE_EXC = re.compile(
+    r"^\s*(?:Exception has occurred|发生异常|例外が発生しました): ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))"
+    r"(?:\s+\(note: [^)]{0,200}\))?\s*$"
+)
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
 )
@@ -440,6 +445,7 @@ _TOOLCHAIN_FAILED = re.compile(
 # defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
 _CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
 _DS_INIT = re.compile(rf"(?:{DS_INIT_ASSERT})(?: file|\s+and deepspeed\.?(?:initialize\(\) function call)?)?")
+_TB_KEYS = frozenset({"x:tb-head", "x:tb-frame"})
 # docker compose's report of a container's exit (`train-1 exited with code 137`: compose's log printer)
 _COMPOSE_EXIT = re.compile(r"[\w.-] exited with code 137\b")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
@@ -1426,7 +1432,8 @@ class Extractor:
             self._last_other_seq = hit.seq
         if head is not None and self._vscode_head is head:
             # the line below VS Code's `Exception has occurred: X` is X's message, unless it is a failure of its own
-            if len(self.facts.events) == events_before:
+            # or the traceback the terminal printed (that names the failure, with its frames: review R6)
+            if len(self.facts.events) == events_before and not keys & _TB_KEYS:
                 self._vscode_message(line, hit)
             self._vscode_head = None
 
@@ -1437,12 +1444,13 @@ class Extractor:
             return
         head_line, head_hit, exc_type = self._vscode_head
         self._vscode_head = None
+        # (finish decides, as for the other pasted forms: a run that went on after it was not stopped by it)
         if line is None or hit is None:
-            self._event("exception", head_line, head_hit, exc_type)
+            self._defer("exception", head_line, head_hit, exc_type)
             return
         message = line.text.strip()
         kind = "cuda-oom" if device_oom(exc_type, message) else "exception"
-        self._event(kind, line, hit, f"{exc_type}: {message}"[:300])
+        self._defer(kind, line, hit, f"{exc_type}: {message}"[:300])
 
     def _marker(self, kind: str, line: LogLine, seq: int, *, plain: bool) -> None:
         """Keep a phase marker. A line that is only a marker, of the kind and log of the marker before it with no
