@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pydantic
+import pytest
+import yaml
 from test_source_forms_r11 import _run, _top  # (pytest puts this directory on sys.path)
 from test_source_forms_r12 import RUN_END, RUN_START
 
 from zerodoctor.findings import Severity
+from zerodoctor.kb import validate
+
+ENTRY = Path(validate.__file__).parent / "entries" / "z3-empty-partition-outside-engine.yaml"
 
 # a traceback as the interpreter prints it (torch's CUDA error raised in a forward)
 ILLEGAL_ACCESS_TB = (
@@ -157,3 +163,36 @@ def test_vscode_widget_with_debugpy_s_note_or_a_localized_header_is_read(tmp_pat
     ):
         top = _top(tmp_path, head + "\n'running_avg'\n")
         assert top.severity == Severity.ERROR and "KeyError" in top.data["first_failure"]["text"], top
+
+
+# ---- 9. vLLM refusing an empty weight: the weight-sync fix first ---------------------------------------------------
+def test_vllm_refusing_an_empty_weight_ranks_the_gather_before_its_sync_first(tmp_path):
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.10/site-packages/vllm/model_executor/model_loader/weight_utils.py", line 400, in '
+        "default_weight_loader\n"
+        "    assert param.size() == loaded_weight.size()\n"
+        "AssertionError: Attempted to load weight (torch.Size([0])) into parameter (torch.Size([4096]))\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.id == "z3-empty-partition-outside-engine", top
+    assert "vLLM" in top.fixes[0].text and "GatheredParameters" in top.fixes[0].text, top.fixes[0]
+
+
+def test_a_lora_merge_under_zero3_keeps_the_merge_fix_first(tmp_path):
+    # (negative: the entry's other signatures keep its own order)
+    text = (
+        '  File "/usr/lib/python3.10/site-packages/peft/tuners/lora/layer.py", line 305, in merge\n'
+        "    base_layer.weight.data += self.get_delta_weight(active_adapter)\n"
+        "RuntimeError: The size of tensor a (0) must match the size of tensor b (4096) at non-singleton dimension 1\n"
+    )
+    top = _top(tmp_path, text)
+    assert top.id == "z3-empty-partition-outside-engine", top
+    assert top.fixes[0].text.startswith("Merge LoRA adapters"), top.fixes[0]
+
+
+def test_a_fix_first_for_a_signature_the_entry_lacks_is_refused():
+    entry = yaml.safe_load(ENTRY.read_text(encoding="utf-8"))
+    entry["fixes"][-1]["first_for"] = ["no-such-signature"]
+    with pytest.raises(pydantic.ValidationError, match="no-such-signature"):
+        validate.Entry.model_validate(entry)
