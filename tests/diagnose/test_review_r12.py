@@ -196,3 +196,23 @@ def test_a_fix_first_for_a_signature_the_entry_lacks_is_refused():
     entry["fixes"][-1]["first_for"] = ["no-such-signature"]
     with pytest.raises(pydantic.ValidationError, match="no-such-signature"):
         validate.Entry.model_validate(entry)
+
+
+# ---- 10-11. source text and a fork's note read as failures ---------------------------------------------------------
+def test_deepspeed_s_assert_statement_quoted_from_its_source_is_no_failure(tmp_path):
+    # deepspeed/__init__.py initialize: the statement, not the AssertionError it raises
+    _no_error(
+        tmp_path,
+        'the check in deepspeed: assert config is not None, "DeepSpeed requires --deepspeed_config to specify '
+        'configuration file"\n',
+    )
+
+
+def test_a_fork_s_no_valid_checkpoint_note_gives_no_resume_phase(tmp_path):
+    text = (
+        "No valid checkpoint found in output directory (./out)\n"
+        "Continuing training from scratch\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 1.06 MiB is free.\n"
+    )
+    assert _top(tmp_path, text).data["phase"] != "resume"

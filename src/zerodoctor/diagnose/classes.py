@@ -250,10 +250,12 @@ _CONFIG_JUDGE_SITES = frozenset(
         ("peft/tuners/lora/model.py", "_prepare_adapter_config"),
         ("peft/tuners/lora/model.py", "_check_new_adapter_config"),
         # transformers' Trainer checks the model and the arguments it is given before it builds anything (trainer.py
-        # Trainer.__init__: `Trainer requires either a model or model_init argument`, `Using --fsdp xxx together with
-        # --deepspeed is not possible`, a headless model that takes no labels; 4.26-4.35: `The model you want to train
-        # is loaded in 8-bit precision.  if you want to fine-tune an 8-bit model, please make sure that you have
-        # installed bitsandbytes>=0.37.0`, `You cannot perform fine-tuning on purely quantized models`)
+        # Trainer.__init__, ValueErrors: `Trainer requires either a model or model_init argument, but not both.`,
+        # `Using --fsdp xxx together with --deepspeed is not possible`, a headless model that takes no labels - given
+        # neither it raises a RuntimeError, not one of _CONFIG_EXC, so that one is not read as a refusal; 4.26-4.35:
+        # `The model you want to train is loaded in 8-bit precision.  if you want to fine-tune an 8-bit model, please
+        # make sure that you have installed bitsandbytes>=0.37.0`, `You cannot perform fine-tuning on purely quantized
+        # models`)
         ("transformers/trainer.py", "__init__"),
         ("peft/tuners/lora.py", "_find_and_replace"),
         ("peft/tuners/adalora.py", "_find_and_replace"),

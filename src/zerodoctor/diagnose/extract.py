@@ -1379,7 +1379,9 @@ class Extractor:
             and len(self._quoted_imports) < MAX_EVENTS
         ):
             d = _DS_INIT.search(line.text)
-            if d:  # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import)
+            # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import); not
+            # the `assert ..., "message"` statement itself, quoted from deepspeed/__init__.py or a traceback's frame
+            if d and "assert " not in line.text[: d.start()] and self._open_tb(line) is None:
                 self._quoted_imports.append((line, hit, f"AssertionError: {d.group(0)}"))
         if "x:fh-head" in keys:
             self._dump_head(line, hit)
@@ -1424,7 +1426,13 @@ class Extractor:
                     self._asserts.append((line, hit))
             elif k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_CODE_PHASE[k[len("x:code-") :]], line))
-            elif k.startswith("x:msg-") and len(self.facts.code_hints) < MAX_EVENTS:
+            elif (
+                k.startswith("x:msg-")
+                and len(self.facts.code_hints) < MAX_EVENTS
+                # (the Trainer raises its resume refusal as a ValueError; forks print the same words as a note and
+                # train from scratch: review R6)
+                and (k != "x:msg-resume" or "ValueError" in line.text)
+            ):
                 self.facts.code_hints.append((_MESSAGE_PHASE[k[len("x:msg-") :]], line))
             if k.startswith("x:phase-"):
                 self._marker(k[len("x:phase-") :], line, hit.seq, plain=len(keys) == 1)
