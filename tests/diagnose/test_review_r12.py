@@ -3,6 +3,13 @@ the fix.
 
 - an exception quoted in prose is not the failure when a raised one follows it in the same log, nor when the run went
   on after it (bars past the log's last hit line), nor when the quotes hold a program's text that only mentions one.
+- a SIGKILL (exit 137) after a run's end: an OOM line anywhere keeps it a host OOM, a second run's start ends the
+  first run's end, docker compose's per-container exit is not deferred, and its next step is the kill's (dmesg).
+- VS Code's exception widget: a header above the terminal's traceback yields to it, a run that went on after the
+  widget outlived it, debugpy's `(note: ...)` suffix and the zh-cn/ja headers are read.
+- a KB fix can be ranked first for one signature: vLLM refusing an empty weight gets the gather-before-sync fix.
+- deepspeed.initialize's assert statement quoted from its source, and a fork's `No valid checkpoint found` note
+  without its ValueError, are no failure and no resume.
 """
 
 from __future__ import annotations
@@ -29,10 +36,7 @@ ILLEGAL_ACCESS_TB = (
     "    return forward_call(*args, **kwargs)\n"
     "RuntimeError: CUDA error: an illegal memory access was encountered\n"
 )
-MORE_BARS = (
-    " 20%|##        | 2/10 [00:02<00:08, 1.00it/s]\n"
-    " 30%|###       | 3/10 [00:03<00:07, 1.00it/s]\n"
-)
+MORE_BARS = " 20%|##        | 2/10 [00:02<00:08, 1.00it/s]\n 30%|###       | 3/10 [00:03<00:07, 1.00it/s]\n"
 
 
 def _no_error(tmp_path: Path, text: str) -> None:
@@ -64,7 +68,9 @@ def test_an_error_quoted_in_curly_quotes_before_a_bare_oom_line(tmp_path):
 
 # ---- 2. a quoted exception the run trained on after (no hit line after it) ----------------------------------------
 def test_a_quoted_error_followed_only_by_bars_is_no_failure(tmp_path):
-    _no_error(tmp_path, RUN_START + 'note: "ValueError: something odd" was printed by the reward fn\n' + MORE_BARS)
+    _no_error(
+        tmp_path, RUN_START + 'note: "ValueError: something odd" was printed by the reward fn\n' + MORE_BARS
+    )
 
 
 def test_a_model_completion_that_mentions_an_error_is_no_failure(tmp_path):
@@ -83,7 +89,9 @@ def test_a_quoted_error_at_the_end_of_a_paste_is_still_the_failure(tmp_path):
 
 
 # ---- 3-6. an exit status 137 after a run's end ---------------------------------------------------------------------
-KUBECTL_137 = "command terminated with exit code 137\n"  # kubectl exec (k8s.io/kubectl pkg/cmd/util/helpers.go)
+KUBECTL_137 = (
+    "command terminated with exit code 137\n"  # kubectl exec (k8s.io/kubectl pkg/cmd/util/helpers.go)
+)
 
 
 def test_an_exit_137_after_the_end_that_kubectl_says_was_oomkilled_is_a_host_oom(tmp_path):

@@ -186,7 +186,8 @@ def entry_from_data(d: dict[str, Any]) -> Entry:
         ),
         root_cause=d["root_cause"],
         fixes=[
-            KbFix(f["text"], f["command"], f["target"], f["patch"], f["caveat"], f["first_for"]) for f in d["fixes"]
+            KbFix(f["text"], f["command"], f["target"], f["patch"], f["caveat"], f["first_for"])
+            for f in d["fixes"]
         ],
         references=[Reference(r["ref"], r["kind"], r["note"]) for r in d["references"]],
         unconfirmed=d["unconfirmed"],
