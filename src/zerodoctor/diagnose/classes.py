@@ -250,10 +250,12 @@ _CONFIG_JUDGE_SITES = frozenset(
         ("peft/tuners/lora/model.py", "_prepare_adapter_config"),
         ("peft/tuners/lora/model.py", "_check_new_adapter_config"),
         # transformers' Trainer checks the model and the arguments it is given before it builds anything (trainer.py
-        # Trainer.__init__: `Trainer requires either a model or model_init argument`, `Using --fsdp xxx together with
-        # --deepspeed is not possible`, a headless model that takes no labels; 4.26-4.35: `The model you want to train
-        # is loaded in 8-bit precision.  if you want to fine-tune an 8-bit model, please make sure that you have
-        # installed bitsandbytes>=0.37.0`, `You cannot perform fine-tuning on purely quantized models`)
+        # Trainer.__init__, ValueErrors: `Trainer requires either a model or model_init argument, but not both.`,
+        # `Using --fsdp xxx together with --deepspeed is not possible`, a headless model that takes no labels - given
+        # neither it raises a RuntimeError, not one of _CONFIG_EXC, so that one is not read as a refusal; 4.26-4.35:
+        # `The model you want to train is loaded in 8-bit precision.  if you want to fine-tune an 8-bit model, please
+        # make sure that you have installed bitsandbytes>=0.37.0`, `You cannot perform fine-tuning on purely quantized
+        # models`)
         ("transformers/trainer.py", "__init__"),
         ("peft/tuners/lora.py", "_find_and_replace"),
         ("peft/tuners/adalora.py", "_find_and_replace"),
@@ -1544,13 +1546,18 @@ def _ray_cause(facts: Facts, first: Event) -> Event | None:
     return None
 
 
+# the phase markers that start a run (patterns.py phase-*), which a run's end does not precede in the same process
+_RUN_START_KINDS = frozenset({"finished", "train", "load", "data", "zero-init", "engine", "resume"})
+
+
 def _run_end_before(facts: Facts, ev: Event) -> LogLine | None:
     """The last line before a failure that says its run reached its end (the trainer's `train_runtime` summary,
     `Training completed`, `Training finished`: patterns.py `phase-finished`), in the same log; None if there is none,
-    or if a training loop started after it (a second run: its loop start, a bar of its own short of its total)."""
+    or if another run started after it (a second run: its loading, tokenizing, engine build or loop start, a bar of
+    its own short of its total)."""
     found: LogLine | None = None
     for kind, m_line, m_seq in facts.markers:
-        if m_line.source == ev.line.source and m_seq < ev.seq and kind in ("finished", "train"):
+        if m_line.source == ev.line.source and m_seq < ev.seq and kind in _RUN_START_KINDS:
             found = m_line if kind == "finished" else None
     p = ev.progress
     if found is not None and p is not None and p.lineno > found.lineno and (p.step or 0) < (p.total or 0):
@@ -1564,7 +1571,7 @@ _CPP_WHAT = re.compile(r"what\(\):\s")
 
 
 def _exit_after_end(
-    first: Event, code: str, end: LogLine, facts: Facts, said: str | None = None
+    first: Event, code: str, end: LogLine, facts: Facts, said: str | None = None, *, killed: bool = False
 ) -> FailureClass:
     """A process that a signal ended after its run had printed its end: the exit status is a failure (a scheduler, a
     CI job, torchrun see it), but the training itself had finished. What it was doing then - a save after the end
@@ -1587,10 +1594,22 @@ def _exit_after_end(
         f"{_where(first)} exited with {code}{why}{during}, after the run had printed its end "
         f"({end.location()}: {clip(end.text.strip(), 120)}): training was over; the exit status still reports the job "
         "as failed.",
-        "whether everything after that end was written (a final save printed after it and not reported done was "
-        "cut), nor why the process aborted at exit (a native thread or library torn down with the process).",
-        "check that the output folder holds every file the final save writes; if a job step depends on the exit "
-        "status, run the script's teardown in isolation (destroy the process group, join threads) to find the abort.",
+        (
+            "whether everything after that end was written (a final save printed after it and not reported done was "
+            "cut), nor who sent the SIGKILL: no kernel or scheduler OOM line is in these logs."
+            if killed
+            else "whether everything after that end was written (a final save printed after it and not reported done "
+            "was cut), nor why the process aborted at exit (a native thread or library torn down with the process)."
+        ),
+        (
+            "check that the output folder holds every file the final save writes; check `dmesg -T | grep -i -E 'out of "
+            "memory|oom'` on the node (or `kubectl describe pod` for `Reason: OOMKilled`) at that time, and compare "
+            "host RAM with `zerodoctor plan` for the final save (which may gather the whole model on one rank)."
+            if killed
+            else "check that the output folder holds every file the final save writes; if a job step depends on the "
+            "exit status, run the script's teardown in isolation (destroy the process group, join threads) to find "
+            "the abort."
+        ),
         {
             "rank": first.rank,
             "exit_code": first.exit_code,
@@ -1670,10 +1689,18 @@ def classify(
         oom is not None and first.kind == "exception" and oom.line.rank == first.rank
     ):
         return _gpu_oom(first, oom)
-    if first.kind == "exit" and first.exit_code in (-9, 9, 137) and (end := _run_end_before(facts, first)) is not None:
+    if (
+        first.kind == "exit"
+        and first.exit_code in (-9, 9, 137)
+        and not any(e.kind == "host-oom" for e in facts.events)
+        and (end := _run_end_before(facts, first)) is not None
+    ):
         # a SIGKILL after the run printed its end (review R1): named as the other exits after the end are, with the
-        # senders a SIGKILL has (the OOM killer during a final save or teardown, a scheduler, a user)
-        return _exit_after_end(first, f"code {first.exit_code} (SIGKILL: {_SIGKILL_SENDERS})", end, facts)
+        # senders a SIGKILL has (the OOM killer during a final save or teardown, a scheduler, a user); one the
+        # kernel's or the cluster's OOM line proves (dmesg, kubectl's `Reason: OOMKilled`) stays a host OOM (R6)
+        return _exit_after_end(
+            first, f"code {first.exit_code} (SIGKILL: {_SIGKILL_SENDERS})", end, facts, killed=True
+        )
     if first.kind == "host-oom" or (first.kind == "exit" and first.exit_code in (-9, 9, 137)):
         return _host_oom(first, facts)
     # a message printed below Python (a CUDA/HIP runtime error, a driver Xid, ROCr, InfiniBand, gloo, glibc's malloc):

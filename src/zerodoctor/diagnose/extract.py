@@ -86,8 +86,13 @@ _EXC = re.compile(
 # named 'axolotl')` (CPython Lib/runpy.py _get_module_details)
 # VS Code's exception widget, which its Python debugger fills (src/vs/workbench/contrib/debug/browser/exceptionWidget.ts:
 # `Exception has occurred: {0}` with the exception's type as its id, the exception's str() on the line below it, then
-# its stack): copied from the editor, the type and its message are on two lines
-_VSCODE_EXC = re.compile(r"^\s*Exception has occurred: ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))\s*$")
+# its stack): copied from the editor, the type and its message are on two lines. debugpy adds `       (note: full
+# exception trace is shown but execution is paused at: <module>)` to the type when it stops in another frame than the
+# one that raised, and a localized editor translates the header (zh-cn `发生异常: X`, ja `例外が発生しました: X`)
+_VSCODE_EXC = re.compile(
+    r"^\s*(?:Exception has occurred|发生异常|例外が発生しました): ([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit))"
+    r"(?:\s+\(note: [^)]{0,200}\))?\s*$"
+)
 _RUNPY = re.compile(
     r"Error while finding module specification for '[^']{1,200}' \(([A-Za-z_][\w.]*Error): (.{1,300})\)\s*$"
 )
@@ -137,7 +142,8 @@ _QUOTED_KWARG = re.compile(
 #    `Type: message` inside the span, the message ending where the span does (CommonMark's code span)
 #  - a double-quoted span (`this error appears: "[rank0]: AssertionError: Attempted to load weight ..."`, a whole line
 #    `"ValueError: No valid checkpoint found in output directory"`): the same act as a code span in prose that is not
-#    Markdown, read the same way (the last `Type: message` inside the quotes, the message ending where they close)
+#    Markdown, but quotes also hold a program's own text (a model's completion, a JSON sample), so the quotes must
+#    open on the exception (after a `[rankN]: ` prefix at most), the message ending where they close
 #  - right after CJK text with no space (`报错如下FileNotFoundError: [Errno 2] ...`): CJK prose puts no space before a
 #    Latin word, so the exception's name starts there
 #  - OSError's own str() (CPython Objects/exceptions.c OSError_str: `[Errno N] strerror`, `: 'filename'`, ` -> 'filename2'`
@@ -146,6 +152,7 @@ _EXC_NAME = r"[A-Za-z_][\w.]{0,120}(?:Error|Exception)"
 _CODE_SPAN = re.compile(r"`([^`\n]{4,600})`")
 _QUOTE_SPAN = re.compile(r'["\u201c]([^"\u201c\u201d\n]{4,600})["\u201d]')
 _LAST_EXC_IN_SPAN = re.compile(rf".*(?<![\w.])({_EXC_NAME}): (\S.{{0,300}})$")
+_EXC_OPENS_SPAN = re.compile(rf"\s*(?:\[rank\d+\]:\s*)?({_EXC_NAME}): (\S.{{0,300}})$")
 _EXC_AFTER_CJK = re.compile(
     rf"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f])({_EXC_NAME}): (\S.{{0,300}})"
 )
@@ -163,7 +170,7 @@ def quoted_exception(text: str, raw: str = "") -> tuple[str, str] | None:
             return m.group(1), m.group(2).strip()
     if '"' in text or "\u201c" in text:
         for span in _QUOTE_SPAN.finditer(text):
-            m = _LAST_EXC_IN_SPAN.match(span.group(1))
+            m = _EXC_OPENS_SPAN.match(span.group(1))
             if m is not None:
                 return m.group(1), m.group(2).strip()
     m = _EXC_AFTER_CJK.search(text) or _ERRNO_EXC.search(text)
@@ -438,6 +445,9 @@ _TOOLCHAIN_FAILED = re.compile(
 # defined for option 'gpu-architecture'`): the CUDA compiler driver stops on it, so a compile was running and failed
 _CC_STOPPED = re.compile(r"(?<![\w-])compilation terminated\.|^\s*nvcc fatal +: ")
 _DS_INIT = re.compile(rf"(?:{DS_INIT_ASSERT})(?: file|\s+and deepspeed\.?(?:initialize\(\) function call)?)?")
+_TB_KEYS = frozenset({"x:tb-head", "x:tb-frame"})
+# docker compose's report of a container's exit (`train-1 exited with code 137`: compose's log printer)
+_COMPOSE_EXIT = re.compile(r"[\w.-] exited with code 137\b")
 _DS_BACKEND = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group\(?\)?")
 # a stack dump of a live process (patterns.py "fh-head"/"fh-frame"): faulthandler's and py-spy's frame lines, most
 # recent call first; a stack dump under `Fatal Python error: ` is a crash (the signal is read elsewhere), not a hang
@@ -1428,6 +1438,7 @@ class Extractor:
         self._gradient_sources: set[str] = set()  # sources whose watchdog names a gradient reduction (finish)
         self._last_other_seq = -1  # the seq of the last hit that was not one phase marker alone (_marker)
         self._vscode_head: tuple[LogLine, Hit, str] | None = None  # VS Code's `Exception has occurred: X` (_exception)
+        self._end_progress: Mapping[str, Progress | None] = {}  # the scan's progress past each log's last hit (finish)
 
     # ---- feeding ------------------------------------------------------------------------------------
 
@@ -1627,7 +1638,9 @@ class Extractor:
             and len(self._quoted_imports) < MAX_EVENTS
         ):
             d = _DS_INIT.search(line.text)
-            if d:  # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import)
+            # deepspeed.initialize's assertion pasted without its type (finish decides, as for a quoted import); not
+            # the `assert ..., "message"` statement itself, quoted from deepspeed/__init__.py or a traceback's frame
+            if d and "assert " not in line.text[: d.start()] and self._open_tb(line) is None:
                 self._quoted_imports.append((line, hit, f"AssertionError: {d.group(0)}"))
         if "x:fh-head" in keys:
             self._dump_head(line, hit)
@@ -1672,7 +1685,13 @@ class Extractor:
                     self._asserts.append((line, hit))
             elif k.startswith("x:code-") and len(self.facts.code_hints) < MAX_EVENTS:
                 self.facts.code_hints.append((_CODE_PHASE[k[len("x:code-") :]], line))
-            elif k.startswith("x:msg-") and len(self.facts.code_hints) < MAX_EVENTS:
+            elif (
+                k.startswith("x:msg-")
+                and len(self.facts.code_hints) < MAX_EVENTS
+                # (the Trainer raises its resume refusal as a ValueError; forks print the same words as a note and
+                # train from scratch: review R6)
+                and (k != "x:msg-resume" or "ValueError" in line.text)
+            ):
                 self.facts.code_hints.append((_MESSAGE_PHASE[k[len("x:msg-") :]], line))
             if k.startswith("x:phase-"):
                 self._marker(k[len("x:phase-") :], line, hit.seq, plain=len(keys) == 1)
@@ -1680,7 +1699,8 @@ class Extractor:
             self._last_other_seq = hit.seq
         if head is not None and self._vscode_head is head:
             # the line below VS Code's `Exception has occurred: X` is X's message, unless it is a failure of its own
-            if len(self.facts.events) == events_before:
+            # or the traceback the terminal printed (that names the failure, with its frames: review R6)
+            if len(self.facts.events) == events_before and not keys & _TB_KEYS:
                 self._vscode_message(line, hit)
             self._vscode_head = None
 
@@ -1691,12 +1711,13 @@ class Extractor:
             return
         head_line, head_hit, exc_type = self._vscode_head
         self._vscode_head = None
+        # (finish decides, as for the other pasted forms: a run that went on after it was not stopped by it)
         if line is None or hit is None:
-            self._event("exception", head_line, head_hit, exc_type)
+            self._defer("exception", head_line, head_hit, exc_type)
             return
         message = line.text.strip()
         kind = "cuda-oom" if device_oom(exc_type, message) else "exception"
-        self._event(kind, line, hit, f"{exc_type}: {message}"[:300])
+        self._defer(kind, line, hit, f"{exc_type}: {message}"[:300])
 
     def _marker(self, kind: str, line: LogLine, seq: int, *, plain: bool) -> None:
         """Keep a phase marker. A line that is only a marker, of the kind and log of the marker before it with no
@@ -2027,8 +2048,13 @@ class Extractor:
         if "x:launch-exit-137" in keys:
             # the tool prints it when the process it ran has ended (kubectl exec, docker compose, PyCharm: patterns.py
             # `launch-exit-137`): a run that trained on after the line was not that process (a note about an earlier
-            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it)
-            self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
+            # attempt); one that had printed its end before it still exited so (classes._exit_after_end names it).
+            # docker compose runs one rank per container, and the others print on after one was killed: its line
+            # is that container's death whatever follows (review R6)
+            if _COMPOSE_EXIT.search(text):
+                self._event("exit", line, hit, text.strip()[-300:], exit_code=137)
+            else:
+                self._defer("exit", line, hit, text.strip()[-300:], 137, ends=False)
 
     def _pip_build(self, line: LogLine, hit: Hit) -> None:
         if "Successfully installed " in line.text:
@@ -2082,7 +2108,23 @@ class Extractor:
             if m_seq > hit.seq:
                 return True
             ended = kind == "finished" or (ended and kind != "train")
+        # (a bar past the log's last hit line is in the scan's end_progress only: a healthy run whose last hit is a
+        # quoted message trained on after it - review R6)
+        end_bar = self._end_progress.get(line.source)
+        if end_bar is not None and end_bar.lineno > line.lineno:
+            return True
         return (ended and ends) or self.facts.last_progress != hit.progress
+
+    def _raised_after(self, line: LogLine) -> bool:
+        """Whether an exception was raised below this line in its log (a traceback's, or a whole `Type: message`
+        line): a user who quotes an earlier error in prose and then pastes the traceback means the traceback."""
+        return any(
+            e.line.source == line.source
+            and e.line.lineno > line.lineno
+            and e.kind in ("exception", "cuda-oom", "host-oom")
+            and (e.traceback is not None or _EXC.match(e.line.text) is not None)
+            for e in self.facts.events
+        )
 
     def _child_signal(self, line: LogLine, hit: Hit, text: str) -> None:
         """A child process a signal ended: the spawn context's `process N terminated with signal SIGKILL` (N: the
@@ -2183,6 +2225,7 @@ class Extractor:
     def finish(self, end_progress: Mapping[str, Progress | None] | None = None) -> Facts:
         """Close what is open and place every failure. end_progress: the scan's progress at the end of each log,
         past its last hit line (scan.ScanStats.end_progress)."""
+        self._end_progress = end_progress or {}
         self._vscode_message(None, None)
         for tb, exc_type, hit in self._ipy:
             if (
@@ -2262,7 +2305,7 @@ class Extractor:
             said = f" ({self._pip_cmd[2]})" if self._pip_cmd is not None else ""
             self._event("exception", line, hit, f"{PACKAGE_BUILD_TYPE}: {pkg}{said}"[:300])
         for line, hit, said in self._quoted_imports:
-            if not self._outlived(line, hit):
+            if not self._outlived(line, hit) and not self._raised_after(line):
                 self._event("exception", line, hit, said[:300])
         for kind, line, hit, said, code, past_end in self._unless_outlived:
             if not self._outlived(line, hit, ends=past_end) and not any(

@@ -604,7 +604,7 @@ def _finding(
         severity=severity,
         title=entry.title,
         message=" ".join(parts),
-        fixes=entry_fixes(entry),
+        fixes=entry_fixes(entry, c.matched),
         evidence=evidence,
         references=entry_references(entry),
         source="diagnose",

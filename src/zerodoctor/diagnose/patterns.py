@@ -61,7 +61,8 @@ EXTRACTOR_PATTERNS: dict[str, str] = {
     r"|seems|seemed|has|had|been|always|still) ){0,3}(stuck|hangs|hanging|hung|freezes|froze|frozen)\b"
     r"|\b[Ss]tuck (here|there|at \d)|卡住|卡死",
     "tb-exception": r"[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Failure|Exit)(\([A-Za-z_][A-Za-z0-9_.]*\))?"
-    r"(: |:?[*_`]*\s*$)"
+    # (debugpy's note after the type in VS Code's exception widget: extract._VSCODE_EXC)
+    r"(: |:?[*_`]*\s*$|\s+\(note: full exception trace )"
     r"|^[\s*_`]*Exception: \S|VersionConflict: \(",
     # a config class refusing values (DeepSpeed's pydantic config models, HF/accelerate dataclasses)
     "config-validation": r"\d+ validation errors? for [A-Za-z_]",

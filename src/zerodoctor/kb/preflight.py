@@ -8,7 +8,7 @@ are not known yet is reported as a warning that names what would trigger it. A f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from zerodoctor.facts import Tri
@@ -18,8 +18,10 @@ from zerodoctor.kb.matcher import evaluate
 from zerodoctor.kb.schema import Entry
 
 
-def entry_fixes(entry: Entry) -> tuple[Fix, ...]:
-    return tuple(Fix(text=f.text, command=f.command, target=f.target, patch=f.patch) for f in entry.fixes)
+def entry_fixes(entry: Entry, matched: Collection[str] = ()) -> tuple[Fix, ...]:
+    """The entry's fixes in its order, except that a fix `first_for` a signature that matched comes first."""
+    ranked = sorted(entry.fixes, key=lambda f: not any(i in matched for i in f.first_for))
+    return tuple(Fix(text=f.text, command=f.command, target=f.target, patch=f.patch) for f in ranked)
 
 
 def entry_references(entry: Entry) -> tuple[str, ...]:

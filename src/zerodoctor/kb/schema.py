@@ -101,13 +101,15 @@ class Symptoms(NamedTuple):
 
 
 class KbFix(NamedTuple):
-    """A ranked remedy; `patch` maps dotted keys of the `target` file kind to new values (null removes)."""
+    """A ranked remedy; `patch` maps dotted keys of the `target` file kind to new values (null removes);
+    `first_for`: signature ids of the entry whose match ranks this fix first (the remedy for that cause)."""
 
     text: str
     command: str | None
     target: FixTarget | None
     patch: dict[str, Any] | None
     caveat: str | None
+    first_for: list[str]
 
 
 class Reference(NamedTuple):
@@ -183,7 +185,10 @@ def entry_from_data(d: dict[str, Any]) -> Entry:
             cond["note"],
         ),
         root_cause=d["root_cause"],
-        fixes=[KbFix(f["text"], f["command"], f["target"], f["patch"], f["caveat"]) for f in d["fixes"]],
+        fixes=[
+            KbFix(f["text"], f["command"], f["target"], f["patch"], f["caveat"], f["first_for"])
+            for f in d["fixes"]
+        ],
         references=[Reference(r["ref"], r["kind"], r["note"]) for r in d["references"]],
         unconfirmed=d["unconfirmed"],
         related=d["related"],

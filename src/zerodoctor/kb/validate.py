@@ -105,6 +105,9 @@ class KbFix(_Strict):
     target: Literal["deepspeed", "hf", "accelerate", "llamafactory", "xtuner", "env", "code"] | None = None
     patch: dict[str, Any] | None = None
     caveat: str | None = None
+    # signature ids of the entry: when one of them matched, this fix is ranked first (an entry with several causes
+    # whose remedies differ)
+    first_for: list[str] = []
 
 
 class Reference(_Strict):
@@ -149,6 +152,10 @@ class Entry(_Strict):
     def _recognisable(self) -> Entry:
         if not self.symptoms.signatures and not (self.conditions.packages or self.conditions.config):
             raise ValueError("an entry needs log signatures or conditions, or nothing can ever match it")
+        sig_ids = {s.id for s in self.symptoms.signatures}
+        for fix in self.fixes:
+            if unknown := [i for i in fix.first_for if i not in sig_ids]:
+                raise ValueError(f"fix `first_for` names signatures the entry does not have: {unknown}")
         if self.status != "verified" and not self.unconfirmed:
             raise ValueError(
                 f"status {self.status!r} needs an `unconfirmed` list saying what is not confirmed"

@@ -75,6 +75,8 @@ def entry_text(e: Entry) -> str:
             lines.append("     patch: " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in f.patch.items()))
         if f.caveat:
             lines.append(f"     caveat: {f.caveat}")
+        if f.first_for:
+            lines.append("     first when it shows: " + ", ".join(f.first_for))
     if e.unconfirmed:
         lines += ["", "Not confirmed:", *(f"  - {u}" for u in e.unconfirmed)]
     if e.related:
