@@ -54,13 +54,26 @@ def _mark(ax: Any, markers: dict[str, list[int]], *, legend: bool) -> None:
             )
 
 
+PNG_SOFTWARE = "zerodoctor report"
+"""The PNG's Software text chunk: marks a chart as zerodoctor's, so that a later `report --out` may replace it."""
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_report_png(head: bytes, *, beside_report_page: bool = False) -> bool:
+    """Whether a file starting with `head` is a chart `zerodoctor report` wrote: marked with PNG_SOFTWARE, or
+    (charts from before that mark) a matplotlib PNG beside a zerodoctor report page."""
+    if not head.startswith(_PNG_SIGNATURE):
+        return False
+    return PNG_SOFTWARE.encode() in head or (beside_report_page and b"Matplotlib" in head)
+
+
 def _render(fig: Any, name: str, title: str, points: int) -> Chart:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     png = io.BytesIO()
-    fig.savefig(png, format="png")
+    fig.savefig(png, format="png", metadata={"Software": PNG_SOFTWARE})
     svg = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: selectable, searchable, smaller
         fig.savefig(svg, format="svg")
