@@ -285,3 +285,23 @@ def test_cache_never_creates_a_missing_home(tmp_path, monkeypatch):
     assert not (tmp_path / "nonexistent").exists()
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / ".cache" / "zerodoctor"
+
+
+# ---- item 11: a long run's charts draw a bounded number of points, peaks kept -----------------------------
+
+
+def test_long_series_are_decimated_keeping_peaks_and_dips():
+    from zerodoctor.report.plots import MAX_PLOTTED, decimate
+
+    n = 200_000
+    xs = list(range(n))
+    ys = [10.0 + (i % 7) * 0.01 for i in range(n)]
+    ys[123_457] = 80.0  # a one-sample spike (an OOM's peak)
+    ys[77_777] = 0.5  # and a one-sample dip
+    dx, dy = decimate(xs, ys)
+    assert len(dx) <= MAX_PLOTTED + 2 and dx == sorted(dx)
+    kept = set(zip(dx, dy, strict=True))
+    assert (123_457, 80.0) in kept and (77_777, 0.5) in kept
+    assert dx[0] == 0 and dx[-1] == n - 1
+    assert max(dy) == max(ys) and min(dy) == min(ys)
+    assert decimate(xs[:100], ys[:100]) == (xs[:100], ys[:100])  # short series are drawn whole
