@@ -45,6 +45,10 @@ class UsageError(ZeroDoctorError):
     """Bad command-line usage."""
 
 
+class OutputError(ZeroDoctorError):
+    """An output cannot be written (standard output on a full disk, $GITHUB_STEP_SUMMARY a directory)."""
+
+
 class SetupError(ZeroDoctorError):
     """The files given do not form a usable training setup."""
 

@@ -13,9 +13,10 @@ what to do); never a traceback, a hang, a blown memory or a harmed file:
   PyYAML has it, and numbers checked where they are read: NaN, infinities, integers over Python's
   4,300-digit conversion limit and magnitudes over `MAX_MAGNITUDE` are errors naming file:line and key.
 - `count_arg` / `gib_arg`: argparse types for counts and sizes that refuse inf, NaN and absurd values.
-- `output_path`, `write_new`, `replace_with_backup`: a path ending in "/" or naming a directory is a
-  directory; a new file is created exclusively (never over an existing one); an in-place rewrite keeps a
-  backup and replaces the file atomically.
+- `output_path`, `write_new`, `replace_with_backup`, `check_replaceable` + `replace_file`: a path ending in
+  "/" or naming a directory is a directory; a new file is created exclusively (never over an existing one); an
+  in-place rewrite keeps a backup and replaces the file atomically; a file zerodoctor wrote earlier (its own
+  mark at the start) is replaced atomically, anything else (a user's file, a link) is refused.
 """
 
 from __future__ import annotations
@@ -650,6 +651,60 @@ def write_free(path: Path, text: str, *, tries: int = 999) -> Path:
             if "already exists" not in str(err):
                 raise
     raise InputError(shown(path), "too many earlier copies next to this file", hint="remove old copies")
+
+
+OWNED_HEAD_BYTES = 4096
+"""How much of an existing file `check_replaceable`'s `owned` test reads (zerodoctor's marks are at the start)."""
+
+
+def check_replaceable(path: Path, owned: Callable[[bytes], bool], *, hint: str) -> None:
+    """Refuse (InputError) to write `path` unless it does not exist or is a regular file (not a symbolic link)
+    whose first OWNED_HEAD_BYTES `owned` accepts: a file zerodoctor wrote there before. A link, a directory,
+    a device or a file of the user's is never written over or through."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise _os_error(path, err, "a file") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(shown(path), "is a symbolic link; not writing through it", hint=hint)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(shown(path), "exists and is not a regular file; not writing over it", hint=hint)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(OWNED_HEAD_BYTES)
+    except OSError as err:
+        raise _os_error(path, err, "a file") from None
+    if not owned(head):
+        raise InputError(
+            shown(path), "already exists and was not written by zerodoctor; not overwriting it", hint=hint
+        )
+
+
+def replace_file(path: Path, data: bytes) -> Path:
+    """Write `data` to a temporary file beside `path` and move it over `path` atomically: a reader never sees
+    half a file, and a symbolic link at `path` would be replaced, not written through. Check first with
+    `check_replaceable` or `write_new`: this replaces whatever is there."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _write_error(path, err) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise _write_error(path, err) from None
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _write_error(path: Path, err: OSError) -> InputError:

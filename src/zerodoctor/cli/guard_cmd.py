@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(base / "zerodoctor" / "nccl_trace_rank_"))
     try:
-        return subprocess.call(cmd, env=env)
+        code = subprocess.call(cmd, env=env)
     except FileNotFoundError:
         raise UsageError(f"{cmd[0]}: command not found", hint="check the launch command after --") from None
     except OSError as exc:  # not executable, a directory, an exec format error
@@ -125,3 +125,6 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("zerodoctor guard: interrupted\n")
         return 130
+    # a command killed by a signal: subprocess gives -N; report 128 + N as shells and schedulers do (137 for
+    # SIGKILL, often the kernel's OOM killer), not the -N % 256 (247) that exiting with -N would give
+    return 128 - code if code < 0 else code

@@ -16,6 +16,7 @@ from zerodoctor.errors import UsageError
 from zerodoctor.safeio import count_arg
 from zerodoctor.setup.document import KINDS
 from zerodoctor.setup.model import FRAMEWORKS
+from zerodoctor.textutil import printable
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
@@ -111,14 +112,14 @@ def run(args: argparse.Namespace) -> int:
     if args.fix and args.format == "text":
         fx = extra["fixes"]
         assert isinstance(fx, dict)
-        for line in fx["changes"]:
-            sys.stdout.write(f"fixed: {line}\n")
+        for line in fx["changes"]:  # a change names the user's keys and values: control characters escaped
+            sys.stdout.write(f"fixed: {printable(line)}\n")
         for w in fx["written"]:
             sys.stdout.write(
-                f"wrote {w['path']}" + (f" (backup {w['backup']})" if w["backup"] else "") + "\n"
+                printable(f"wrote {w['path']}" + (f" (backup {w['backup']})" if w["backup"] else "")) + "\n"
             )
         for s in fx["skipped"]:
-            sys.stdout.write(f"not fixed: {s}\n")
+            sys.stdout.write(f"not fixed: {printable(s)}\n")
         if not fx["changes"]:
             sys.stdout.write("nothing to fix automatically\n")
     return exit_code(findings, args.fail_on)

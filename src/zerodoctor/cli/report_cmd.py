@@ -27,7 +27,10 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         help="html (default): write the page and PNGs; json: print the data to stdout",
     )
     p.add_argument(
-        "--out", metavar="DIR", help="where the page and PNGs go (default RUN_DIR/zerodoctor/report)"
+        "--out",
+        metavar="DIR",
+        help="where the page and PNGs go (default RUN_DIR/zerodoctor/report); an earlier report's files there "
+        "are replaced, any other file of the same name (index.html, CHART.png) is never overwritten",
     )
     p.add_argument(
         "--fail-on",
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(to_json(envelope("report", findings, **report.to_dict())))
         return exit_code(findings, args.fail_on)
     from zerodoctor.errors import UsageError
-    from zerodoctor.report.plots import render_charts
-    from zerodoctor.report.run_html import render_run_html
+    from zerodoctor.report.plots import is_report_png, render_charts
+    from zerodoctor.report.run_html import is_report_page, render_run_html
+    from zerodoctor.safeio import check_replaceable, replace_file, shown
 
     try:
         import matplotlib  # noqa: F401
@@ -63,15 +67,26 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else guard_folder(Path(args.run_dir)) / "report"
     try:
         out.mkdir(parents=True, exist_ok=True)
-        charts = render_charts(report)
-        for c in charts:
-            (out / f"{c.name}.png").write_bytes(c.png)
-        page = out / "index.html"
-        page.write_text(render_run_html(report, charts, findings), encoding="utf-8")
     except OSError as exc:
         raise UsageError(
-            f"{out}: cannot write the report: {exc.strerror}", hint="pass --out to a writable directory"
+            f"{shown(out)}: cannot write the report: {exc.strerror}",
+            hint="pass --out to a writable directory",
         ) from None
+    charts = render_charts(report)
+    page = out / "index.html"
+    files = {page: render_run_html(report, charts, findings).encode("utf-8")}
+    files.update((out / f"{c.name}.png", c.png) for c in charts)
+    # Only files of an earlier report are replaced: `--out .` in a web project must not eat its index.html.
+    hint = "pass --out to a new or empty directory, or move the file away"
+    check_replaceable(page, is_report_page, hint=hint)
+    page_is_ours = page.exists()
+    for path in files:
+        if path != page:
+            check_replaceable(
+                path, lambda head: is_report_png(head, beside_report_page=page_is_ours), hint=hint
+            )
+    for path, data in files.items():
+        replace_file(path, data)
     counts = summary(findings)
     sys.stdout.write(
         f"zerodoctor report: {page} ({len(charts)} chart(s): {', '.join(c.name + '.png' for c in charts)}); "

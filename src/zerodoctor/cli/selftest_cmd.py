@@ -54,7 +54,11 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         "checkpoint otherwise): " + "; ".join(f"{k} = {v}" for k, v in SAVE_PATHS.items()),
     )
     p.add_argument("--timeout", type=count_arg, default=600, help="seconds for the whole run (default: 600)")
-    p.add_argument("--workdir", help="keep the run's files (log, checkpoint, per-rank phase logs) here")
+    p.add_argument(
+        "--workdir",
+        help="keep the run's files (log, checkpoint, per-rank phase logs) here: in DIR when it is new or empty, "
+        "else in a new DIR/zerodoctor-selftest-N (nothing already there is deleted or overwritten)",
+    )
     p.set_defaults(run=run)
 
 

@@ -8,7 +8,8 @@ SHA-256 of its payload, so a truncated or damaged file is ignored, never trusted
 file renamed into place (no reader sees half a file). Anything that goes wrong (no home directory, a read-only
 file system, a full disk) means "no cache": the caller rebuilds in memory and goes on.
 
-Location: $ZERODOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/zerodoctor, else ~/.cache/zerodoctor.
+Location: $ZERODOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/zerodoctor, else ~/.cache/zerodoctor (only when the home
+directory exists: a missing $HOME is never created).
 ZERODOCTOR_CACHE_DIR=off turns the cache off.
 """
 
@@ -31,7 +32,9 @@ def cache_dir() -> Path | None:
     if xdg:
         return Path(xdg) / "zerodoctor"
     home = os.environ.get("HOME")
-    return Path(home) / ".cache" / "zerodoctor" if home else None
+    # a HOME that does not exist (HOME=/nonexistent for service accounts and some CI users) means no cache:
+    # writing one would create that directory
+    return Path(home) / ".cache" / "zerodoctor" if home and os.path.isdir(home) else None
 
 
 def key_of(parts: Iterable[bytes]) -> str:

@@ -15,9 +15,11 @@ from zerodoctor.report.render import (
     append_evidence,
     append_fixes,
     envelope,
+    shown_finding,
     summary,
     text_console,
 )
+from zerodoctor.textutil import printable
 
 if TYPE_CHECKING:
     from zerodoctor.check.pipeline import CheckReport
@@ -51,9 +53,9 @@ def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -
     console.print()
     pad = max((len(k) for k, _ in report.headline), default=8) + 2
     for key, value in report.headline:
-        console.print(Text(f"{key:<{pad}}{value}"))
+        console.print(Text(printable(f"{key:<{pad}}{value}")))
     for note in report.run.notes:
-        console.print(Text(f"{'note':<{pad}}{note}"))
+        console.print(Text(printable(f"{'note':<{pad}}{note}")))
     console.print()
     if report.findings:
         console.print(Text("Findings, in the order they would bite", style="bold"))
@@ -63,14 +65,13 @@ def render_text(report: CheckReport, *, color: bool = False, width: int = 100) -
             continue
         console.print(Text(f"\n{title}", style="bold underline"))
         for f in group:
-            console.print(_finding(f))
+            console.print(_finding(shown_finding(f)))
     console.print(Text("What was checked", style="bold"))
     for c in report.checked:
-        console.print(Text(f"  [{'x' if c.checked else ' '}] {c.what}: {c.detail}"))
+        console.print(Text(printable(f"  [{'x' if c.checked else ' '}] {c.what}: {c.detail}")))
     if report.skipped:
-        console.print(
-            Text("  skipped files: " + "; ".join(f"{p} ({why})" for p, why in report.skipped), style="dim")
-        )
+        skipped = "; ".join(f"{p} ({why})" for p, why in report.skipped)
+        console.print(Text(printable(f"  skipped files: {skipped}"), style="dim"))
     counts = summary(report.findings)
     console.print()
     console.print(
@@ -101,6 +102,10 @@ def _finding(f: Finding) -> Text:
 
 
 def render_markdown(report: CheckReport) -> str:
+    return printable(_markdown(report))
+
+
+def _markdown(report: CheckReport) -> str:
     lines = [f"# zerodoctor check: {verdict_line(report)}", ""]
     if report.headline:
         lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in report.headline] + [""]

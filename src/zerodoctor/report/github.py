@@ -3,11 +3,14 @@ summary (Markdown appended to $GITHUB_STEP_SUMMARY). Docs: "Workflow commands fo
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from zerodoctor.errors import OutputError
 from zerodoctor.findings import Finding, Severity
+from zerodoctor.safeio import shown
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -43,11 +46,30 @@ def workflow_annotations(findings: Sequence[Finding], *, root: Path) -> str:
 
 
 def write_step_summary(markdown: str) -> Path | None:
-    """Append to the file GitHub names in $GITHUB_STEP_SUMMARY; None outside Actions."""
+    """Append to the file GitHub names in $GITHUB_STEP_SUMMARY; None outside Actions. A path that cannot be
+    written (a directory, a missing directory, a full disk) is an OutputError naming it. The file is opened
+    without blocking: a FIFO that nobody reads is refused at once (ENXIO) instead of hanging the job."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
     path = Path(target)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(markdown)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        raise _summary_error(target, err) from None
+    try:
+        os.set_blocking(fd, True)  # a reader is attached (or it is a file): write it all
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(markdown)
+    except OSError as err:
+        raise _summary_error(target, err) from None
     return path
+
+
+def _summary_error(target: str, err: OSError) -> OutputError:
+    reason = "a FIFO that no process reads" if err.errno == errno.ENXIO else (err.strerror or str(err))
+    return OutputError(
+        f"cannot write $GITHUB_STEP_SUMMARY ({shown(target)}): {reason}",
+        hint="set GITHUB_STEP_SUMMARY to a writable file, or unset it outside GitHub Actions",
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,32 @@ class Chart:
     points: int
 
 
+MAX_PLOTTED = 2000
+"""Points drawn per line at most. A long run samples every step (200k samples a rank made a 128 MB page of
+1.2M SVG markers); a chart 11 inches wide shows no more than this, so longer series are decimated."""
+
+
+def decimate(
+    xs: Sequence[float], ys: Sequence[float], limit: int = MAX_PLOTTED
+) -> tuple[list[float], list[float]]:
+    """At most about `limit` points of the series (xs, ys), keeping its shape: the series is cut into limit/2
+    buckets and each keeps its lowest and its highest point, in order, so no peak (an OOM spike, a save) and no
+    dip is lost; the first and last points are kept."""
+    n = len(xs)
+    if n <= limit:
+        return list(xs), list(ys)
+    size = -(-n // max(limit // 2, 1))
+    keep: list[int] = [0]
+    for start in range(0, n, size):
+        idx = range(start, min(start + size, n))
+        lo = min(idx, key=ys.__getitem__)
+        hi = max(idx, key=ys.__getitem__)
+        keep += sorted({lo, hi})
+    keep.append(n - 1)
+    picked = sorted(set(keep))
+    return [xs[i] for i in picked], [ys[i] for i in picked]
+
+
 def _figure(rows: int, cols: int, width: float = 11.0, row_h: float = 2.4) -> Any:
     from matplotlib.figure import Figure
 
@@ -54,13 +81,26 @@ def _mark(ax: Any, markers: dict[str, list[int]], *, legend: bool) -> None:
             )
 
 
+PNG_SOFTWARE = "zerodoctor report"
+"""The PNG's Software text chunk: marks a chart as zerodoctor's, so that a later `report --out` may replace it."""
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_report_png(head: bytes, *, beside_report_page: bool = False) -> bool:
+    """Whether a file starting with `head` is a chart `zerodoctor report` wrote: marked with PNG_SOFTWARE, or
+    (charts from before that mark) a matplotlib PNG beside a zerodoctor report page."""
+    if not head.startswith(_PNG_SIGNATURE):
+        return False
+    return PNG_SOFTWARE.encode() in head or (beside_report_page and b"Matplotlib" in head)
+
+
 def _render(fig: Any, name: str, title: str, points: int) -> Chart:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     png = io.BytesIO()
-    fig.savefig(png, format="png")
+    fig.savefig(png, format="png", metadata={"Software": PNG_SOFTWARE})
     svg = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: selectable, searchable, smaller
         fig.savefig(svg, format="svg")
@@ -112,8 +152,7 @@ def _small_multiples(
             xs, ys = r.series(key)
             if xs:
                 ax.plot(
-                    xs,
-                    [y / GIB for y in ys],
+                    *decimate(xs, [y / GIB for y in ys]),
                     label=label,
                     color=color,
                     linewidth=1.4,
@@ -219,9 +258,13 @@ def gpu_outside(report: RunReport) -> Chart | None:
             "color": OUTLIER_COLOR if hot else None,
             "label": f"rank {r.rank}",
         }
-        frag_ax.plot(steps, [(s["gpu_reserved"] - s.get("gpu_allocated", 0)) / GIB for s in rows], **kw)
-        retry_ax.step(steps, [int(s.get("gpu_alloc_retries", 0)) for s in rows], where="post", **kw)
-        other_ax.plot(steps, [s.get("gpu_non_pytorch", 0) / GIB for s in rows], **kw)
+        frag_ax.plot(
+            *decimate(steps, [(s["gpu_reserved"] - s.get("gpu_allocated", 0)) / GIB for s in rows]), **kw
+        )
+        retry_ax.step(
+            *decimate(steps, [int(s.get("gpu_alloc_retries", 0)) for s in rows]), where="post", **kw
+        )
+        other_ax.plot(*decimate(steps, [s.get("gpu_non_pytorch", 0) / GIB for s in rows]), **kw)
         points += 3 * len(steps)
     frag_ax.set_title("reserved but not allocated (fragmentation)", fontsize=9)
     retry_ax.set_title(
@@ -248,8 +291,7 @@ def host_nodes(report: RunReport) -> Chart | None:
     pred = report.prediction if report.prediction and report.prediction.get("available") else None
     for ax, n in zip(axes.flat, nodes, strict=False):
         ax.plot(
-            n.steps,
-            [u / GIB for u in n.used],
+            *decimate(n.steps, [u / GIB for u in n.used]),
             color="#1f77b4",
             marker=".",
             markersize=3,

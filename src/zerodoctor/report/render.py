@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from zerodoctor import __version__
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
+from zerodoctor.textutil import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,8 +42,28 @@ def envelope(command: str, findings: Sequence[Finding], **extra: Any) -> dict[st
     }
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def to_json(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, default=str, ensure_ascii=False) + "\n"
+    """JSON text that encodes to valid UTF-8: non-ASCII text stays readable, but a lone surrogate (how Python
+    carries the undecodable bytes of a file name or an environment value) is written as its \\uXXXX escape,
+    which JSON readers accept, instead of the raw bytes that make the whole document invalid UTF-8."""
+    text = json.dumps(doc, indent=2, default=str, ensure_ascii=False) + "\n"
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def shown_finding(f: Finding) -> Finding:
+    """`f` as a terminal or a Markdown page may show it: control characters of the user's values (a key or a
+    model name holding ESC[2J) in its title, message, locations and fixes written as escapes (`printable`).
+    The JSON output keeps the values as read (JSON escapes control characters itself)."""
+    ev = tuple(replace(e, file=_opt(e.file), key=_opt(e.key), text=_opt(e.text)) for e in f.evidence)
+    fixes = tuple(replace(x, text=printable(x.text), command=_opt(x.command)) for x in f.fixes)
+    return replace(f, title=printable(f.title), message=printable(f.message), evidence=ev, fixes=fixes)
+
+
+def _opt(text: str | None) -> str | None:
+    return printable(text) if text else text
 
 
 def finding_text(f: Finding) -> Text:
@@ -117,9 +140,9 @@ def render_text(
     buf = io.StringIO()
     console = text_console(buf, width=width, color=color)
     if header:
-        console.print(header)
+        console.print(printable(header) if isinstance(header, str) else header)
     for f in findings:
-        console.print(finding_text(f))
+        console.print(finding_text(shown_finding(f)))
     counts = summary(findings)
     if findings:
         console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
@@ -132,7 +155,7 @@ def render_markdown(findings: Sequence[Finding], *, title: str) -> str:
     lines = [f"# {title}", ""]
     if not findings:
         lines += ["No problems found.", ""]
-    for f in findings:
+    for f in map(shown_finding, findings):
         where = f.evidence[0].location() if f.evidence else ""
         lines.append(f"## {f.severity.label.upper()} {f.id}: {f.title}")
         lines.append("")

@@ -64,13 +64,23 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
+GENERATOR_META = '<meta name="generator" content="zerodoctor report">'
+"""Marks a page as zerodoctor's, so that a later `report --out` may replace it (and nothing else)."""
+
+
+def is_report_page(head: bytes) -> bool:
+    """Whether a file starting with `head` is a page `zerodoctor report` wrote (pages from before
+    GENERATOR_META are known by their title)."""
+    return GENERATOR_META.encode() in head or b"<title>zerodoctor report: " in head
+
+
 def render_run_html(report: RunReport, charts: Sequence[Chart], findings: Sequence[Finding]) -> str:
     ranks = report.ranks
     hosts = sorted({r.host for r in ranks})
     versions = ranks[0].meta.get("versions", {}) if ranks else {}
     last_step = max((int(s.get("step", 0)) for r in ranks for s in r.samples), default=0)
     parts = [
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{GENERATOR_META}',
         f"<title>zerodoctor report: {_e(report.run_dir)}</title><style>{_CSS}</style></head><body>",
         f'<h1>zerodoctor report</h1><div class="meta">{_e(report.run_dir)} &middot; {len(ranks)} rank(s) on '
         f"{len(hosts)} node(s) ({_e(', '.join(hosts))}) &middot; last step {last_step} &middot; "

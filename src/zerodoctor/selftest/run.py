@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -214,9 +213,7 @@ def launch(
     default_limit_s: float,
     workdir: Path,
 ) -> Launch:
-    out = workdir / "ranks"
-    if out.exists():  # a reused --workdir: the phase logs are appended to, so start them empty
-        shutil.rmtree(out)
+    out = workdir / "ranks"  # `workdir` is a directory this run claimed (see `claim_workdir`): nothing in it yet
     out.mkdir(parents=True)
     spec_path = workdir / "selftest_spec.json"
     spec_path.write_text(json.dumps(worker_spec, indent=1, default=str))
@@ -376,6 +373,46 @@ def check_ranks(ranks: int | None, devices: LocalDevices) -> int:
     )
 
 
+WORKDIR_MARK = ".zerodoctor-selftest"
+"""The file that marks a --workdir directory as claimed by a selftest run."""
+
+
+def claim_workdir(workdir: Path) -> Path:
+    """A directory for this run's files that holds nothing yet, so that nothing of the user's is deleted or
+    overwritten: `workdir` itself when it is new or empty (claimed by creating WORKDIR_MARK in it, exclusively,
+    so two runs cannot share it), else a new subdirectory `workdir/zerodoctor-selftest-N` (N = 1, 2, ...)."""
+    from zerodoctor.safeio import shown
+
+    def refuse(exc: OSError) -> UsageError:  # a file of that name, not writable, a name too long
+        return UsageError(
+            f"--workdir {shown(workdir, 80)}: cannot make the run's directory there: {exc.strerror or exc}",
+            hint="name a new or existing writable directory",
+        )
+
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not any(workdir.iterdir()):
+            try:
+                os.close(os.open(workdir / WORKDIR_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                return workdir
+            except FileExistsError:  # another run claimed it first
+                pass
+        for i in range(1, 10_000):
+            sub = workdir / f"zerodoctor-selftest-{i}"
+            try:
+                sub.mkdir()
+            except FileExistsError:
+                continue
+            os.close(os.open(sub / WORKDIR_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return sub
+    except OSError as exc:
+        raise refuse(exc) from None
+    raise UsageError(
+        f"--workdir {shown(workdir, 80)}: holds 9,999 earlier zerodoctor-selftest-N runs",
+        hint="remove old runs or name another directory",
+    )
+
+
 def run_selftest(
     spec: SelftestSpec,
     *,
@@ -394,16 +431,7 @@ def run_selftest(
     ranks = check_ranks(ranks, local_devices())
     from zerodoctor.selftest.judge import judge
 
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zerodoctor-selftest-"))
-    try:
-        work.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file of that name, not writable, a name too long
-        from zerodoctor.safeio import shown
-
-        raise UsageError(
-            f"--workdir {shown(work, 80)}: cannot make the run's directory there: {exc.strerror or exc}",
-            hint="name a new or existing writable directory",
-        ) from None
+    work = claim_workdir(Path(workdir)) if workdir else Path(tempfile.mkdtemp(prefix="zerodoctor-selftest-"))
     config, rank_changes = run_config(spec, ranks)
     _nvme_paths(config, work)
     text = spec.model_config.get("text_config") if spec.builder == "image-text-to-text" else spec.model_config
