@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zerodoctor.errors import InputError
 from zerodoctor.facts import truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.setup.deepspeed_config import (
@@ -247,6 +248,23 @@ class TrainingSetup:
         return bool(flag)
 
 
+def _check_accelerate_section(doc: ConfigDocument) -> None:
+    """accelerate reads `deepspeed_config:` as a mapping of plugin settings (accelerate config's
+    DeepSpeedPlugin fields); any other value (a list, a string, a number, true) is refused here, by key and line."""
+    section = doc.get("deepspeed_config")
+    if section is None or isinstance(section, dict):
+        return
+    pos = doc.position(("deepspeed_config",))
+    raise InputError(
+        doc.display,
+        f"deepspeed_config: expected a mapping of DeepSpeed plugin settings, got {type(section).__name__} "
+        f"{section!r:.60}",
+        line=pos.line if pos else None,
+        hint="write `deepspeed_config:` followed by indented keys such as `zero_stage: 3`, "
+        "or `deepspeed_config_file: ds.json`",
+    )
+
+
 def _has_auto(node: Any) -> bool:
     if isinstance(node, dict):
         return any(_has_auto(v) for v in node.values())
@@ -284,6 +302,8 @@ def build_setup(
     s.accelerate_doc = first("accelerate")
     s.xtuner_doc = first("xtuner")
     s.ds_doc = first("deepspeed")
+    if s.accelerate_doc is not None:
+        _check_accelerate_section(s.accelerate_doc)
 
     # Framework: said explicitly, or implied by the files.
     if framework:
