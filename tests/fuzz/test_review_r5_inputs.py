@@ -31,3 +31,38 @@ def test_accelerate_deepspeed_config_not_a_mapping(tmp_path, capsys, value, comm
     assert rc == 2
     assert f"{cfg}:3: deepspeed_config: expected a mapping" in err
     assert "Traceback" not in err
+
+
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+}  # fmt: skip
+QWEN2_MOE = {
+    "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+    "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "num_attention_heads": 16, "num_hidden_layers": 24, "num_key_value_heads": 16, "vocab_size": 151936,
+    "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1, "mlp_only_layers": [],
+}  # fmt: skip
+CLUSTER = ["--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "512", "--method", "lora"]
+
+
+@pytest.mark.parametrize(
+    ("base", "change", "words"),
+    [
+        (QWEN2_MOE, {"num_hidden_layers": 10**12}, "num_hidden_layers = 1000000000000 is more than any published"),
+        (DEEPSEEK_V3, {"num_hidden_layers": 10**12}, "num_hidden_layers = 1000000000000 is more than any published"),
+        (DEEPSEEK_V3, {"moe_layer_freq": 0}, "field 'moe_layer_freq' must be a whole number above 0, found 0"),
+    ],
+)
+def test_model_layer_counts_are_checked_before_any_per_layer_loop(tmp_path, capsys, base, change, words):
+    """Item 5: a huge layer count hung in the per-layer sums (qwen2_moe, deepseek_v3) and moe_layer_freq 0
+    divided by zero; both are now a one-line error naming config.json and the key, and quick."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, **change}), encoding="utf-8")
+    rc = main(["plan", "--model", str(tmp_path), *CLUSTER])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert words in err and "config.json" in err and "Traceback" not in err
