@@ -66,3 +66,13 @@ def test_model_layer_counts_are_checked_before_any_per_layer_loop(tmp_path, caps
     err = capsys.readouterr().err
     assert rc == 2
     assert words in err and "config.json" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["--ignore", "--select"])
+def test_an_empty_rule_code_names_no_rule(tmp_path, capsys, flag):
+    """Item 9: `--ignore ""` matched every code (startswith("")) and turned lint off."""
+    ds = _write(tmp_path / "ds.json", '{"train_micro_batch_size_per_gpu": 0}')
+    rc = main(["lint", str(ds), flag, ""])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "DS002" in out

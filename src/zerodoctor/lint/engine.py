@@ -19,8 +19,10 @@ class RuleCrash(Exception):
 
 
 def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
-    wanted = {s.upper() for s in select} if select else None
-    skip = {s.upper() for s in ignore or ()}
+    # An empty value (`--ignore "$SKIP"` with SKIP unset) names no rule: every code starts with "", so kept
+    # it would select or skip them all.
+    wanted = {s.strip().upper() for s in select or () if s.strip()} or None
+    skip = {s.strip().upper() for s in ignore or () if s.strip()}
     known = [(code.upper(), module.RULE.name.upper()) for code, module in RULES.items()]
     for flag, values in (("--select", wanted or set()), ("--ignore", skip)):
         for value in values:
