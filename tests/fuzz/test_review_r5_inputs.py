@@ -76,3 +76,40 @@ def test_an_empty_rule_code_names_no_rule(tmp_path, capsys, flag):
     out = capsys.readouterr().out
     assert rc == 1
     assert "DS002" in out
+
+
+PLAN_CLUSTER = ["--model", "llama-3-8b", "--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "512"]
+
+
+def _plan_json(argv: list[str], capsys) -> dict:
+    rc = main(["plan", *argv, *PLAN_CLUSTER, "--format", "json"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    return json.loads(out)
+
+
+def test_xtuner_augmented_assignment_is_evaluated(tmp_path, capsys):
+    """Item 10: `accumulative_counts *= sequence_parallel_size` (XTuner's template) was ignored: accum 16, not 32;
+    `int(32768 / sequence_parallel_size)` stayed symbolic and seq became the 2048 default."""
+    cfg = _write(
+        tmp_path / "sp_config.py",
+        "from xtuner.engine import *\nsequence_parallel_size = 2\nbatch_size = 1\naccumulative_counts = 16\n"
+        "accumulative_counts *= sequence_parallel_size\nmax_length = int(32768 / sequence_parallel_size)\n",
+    )
+    training = _plan_json([str(cfg)], capsys)["training"]
+    assert training["grad_accum"] == 32
+    assert training["seq_len"] == 16384
+
+
+def test_xtuner_values_left_symbolic_are_named_as_assumed(tmp_path, capsys):
+    """Item 10: a value the reader cannot evaluate became a default with no word; now a note names key and line."""
+    cfg = _write(
+        tmp_path / "xt_config.py",
+        "from xtuner.engine import *\nbatch_size = mystery(16)\nmax_length = 2048 // 0\naccumulative_counts = 4\n",
+    )
+    notes = _plan_json([str(cfg)], capsys)["notes"]
+    assert any(f"{cfg}:2: batch_size = mystery(16) could not be evaluated" in n and "--micro-batch" in n for n in notes)
+    assert any(f"{cfg}:3: max_length = 2048 // 0 could not be evaluated" in n and "--seq-len" in n for n in notes)
+    # a flag that gives the value makes the note moot
+    notes = _plan_json([str(cfg), "--seq-len", "1024", "--micro-batch", "2"], capsys)["notes"]
+    assert not any("could not be evaluated" in n for n in notes)
