@@ -52,9 +52,21 @@ CLUSTER = ["--gpus-per-node", "8", "--gpu-memory", "80", "--host-ram", "512", "-
 @pytest.mark.parametrize(
     ("base", "change", "words"),
     [
-        (QWEN2_MOE, {"num_hidden_layers": 10**12}, "num_hidden_layers = 1000000000000 is more than any published"),
-        (DEEPSEEK_V3, {"num_hidden_layers": 10**12}, "num_hidden_layers = 1000000000000 is more than any published"),
-        (DEEPSEEK_V3, {"moe_layer_freq": 0}, "field 'moe_layer_freq' must be a whole number above 0, found 0"),
+        (
+            QWEN2_MOE,
+            {"num_hidden_layers": 10**12},
+            "num_hidden_layers = 1000000000000 is more than any published",
+        ),
+        (
+            DEEPSEEK_V3,
+            {"num_hidden_layers": 10**12},
+            "num_hidden_layers = 1000000000000 is more than any published",
+        ),
+        (
+            DEEPSEEK_V3,
+            {"moe_layer_freq": 0},
+            "field 'moe_layer_freq' must be a whole number above 0, found 0",
+        ),
     ],
 )
 def test_model_layer_counts_are_checked_before_any_per_layer_loop(tmp_path, capsys, base, change, words):
@@ -108,8 +120,72 @@ def test_xtuner_values_left_symbolic_are_named_as_assumed(tmp_path, capsys):
         "from xtuner.engine import *\nbatch_size = mystery(16)\nmax_length = 2048 // 0\naccumulative_counts = 4\n",
     )
     notes = _plan_json([str(cfg)], capsys)["notes"]
-    assert any(f"{cfg}:2: batch_size = mystery(16) could not be evaluated" in n and "--micro-batch" in n for n in notes)
-    assert any(f"{cfg}:3: max_length = 2048 // 0 could not be evaluated" in n and "--seq-len" in n for n in notes)
+    assert any(
+        f"{cfg}:2: batch_size = mystery(16) could not be evaluated" in n and "--micro-batch" in n
+        for n in notes
+    )
+    assert any(
+        f"{cfg}:3: max_length = 2048 // 0 could not be evaluated" in n and "--seq-len" in n for n in notes
+    )
     # a flag that gives the value makes the note moot
     notes = _plan_json([str(cfg), "--seq-len", "1024", "--micro-batch", "2"], capsys)["notes"]
     assert not any("could not be evaluated" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        ({"bf16": True}, "bf16", "argument after ** must be a mapping, not bool"),
+        ({"fp16": 1}, "fp16", "argument after ** must be a mapping, not int"),
+        ({"bf16": "auto"}, "bf16", "argument after ** must be a mapping, not str"),
+        ({"optimizer": "AdamW"}, "optimizer", "'str' object has no attribute 'keys'"),
+        ({"optimizer": []}, "optimizer", "'list' object has no attribute 'keys'"),
+        ({"optimizer": {"type": 5}}, "optimizer.type", "'int' object has no attribute 'lower'"),
+        ({"scheduler": "x"}, "scheduler", "'str' object has no attribute 'keys'"),
+        ({"zero_optimization": None}, "zero_optimization", "must be a mapping, not NoneType"),
+        (
+            {"activation_checkpointing": True},
+            "activation_checkpointing",
+            "'bool' object has no attribute 'get'",
+        ),
+        ({"communication_data_type": 5}, "communication_data_type", "'int' object has no attribute 'lower'"),
+        ({"amp": {"enabled": True}}, "amp", "NVIDIA Apex AMP integration has been removed"),
+        ({"gradient_clipping": "1.0"}, "gradient_clipping", "must be a number"),
+        (
+            {"zero_optimization": {"stage": True}},
+            "zero_optimization.stage",
+            "reads a boolean as the number 1",
+        ),
+        (
+            {"zero_optimization": {"stage": 2, "allgather_bucket_size": -1}},
+            "zero_optimization.allgather_bucket_size",
+            "Input should be greater than or equal to 0",
+        ),
+        (
+            {"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}},
+            "zero_optimization.reduce_bucket_size",
+            "Input should be greater than 0",
+        ),
+        (
+            {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": 5}}},
+            "zero_optimization.offload_param.nvme_path",
+            "Input is not a valid path",
+        ),
+    ],
+)
+def test_default_lint_refuses_what_deepspeeds_constructor_refuses(tmp_path, capsys, change, key, words):
+    """Item 8: lint said "No problems found" / check "READY" for configs DeepSpeed 0.19.8's DeepSpeedConfig()
+    rejects (checked against the installed DeepSpeed by the review); the default lint now reports each."""
+    ds = _write(
+        tmp_path / "ds.json",
+        json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4, **change}),
+    )
+    rc = main(["lint", str(ds), "--framework", "deepspeed", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    hits = [
+        f
+        for f in report["findings"]
+        if f["id"] == "DS001" and f["severity"] == "error" and any(e.get("key") == key for e in f["evidence"])
+    ]
+    assert hits and words in hits[0]["message"], report["findings"]

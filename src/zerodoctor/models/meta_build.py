@@ -44,7 +44,6 @@ from zerodoctor.models.spec import (
     count_limit_error,
 )
 
-
 _LAYER = re.compile(r"^(?P<stack>.*?\b(?:layers|layer|h|blocks|block))\.(?P<i>\d+)\.")
 """A module inside a repeated layer stack: `model.layers.3.`, `transformer.h.3.`, `encoder.block.3.`."""
 _INDEX = re.compile(r"\.\d+(?=\.|$)")

@@ -115,8 +115,8 @@ class _Evaluator:
         elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
             # `accumulative_counts *= sequence_parallel_size` (XTuner's own templates): the same evaluation
             # and limits as `name = name * value`; the key's position moves to this line, where its value is set.
-            name = ast.copy_location(ast.Name(id=stmt.target.id, ctx=ast.Load()), stmt.target)
-            targets, value = [stmt.target], ast.copy_location(ast.BinOp(name, stmt.op, stmt.value), stmt)
+            current = ast.copy_location(ast.Name(id=stmt.target.id, ctx=ast.Load()), stmt.target)
+            targets, value = [stmt.target], ast.copy_location(ast.BinOp(current, stmt.op, stmt.value), stmt)
         if value is None:
             return
         for target in targets:
