@@ -189,3 +189,88 @@ def test_default_lint_refuses_what_deepspeeds_constructor_refuses(tmp_path, caps
         if f["id"] == "DS001" and f["severity"] == "error" and any(e.get("key") == key for e in f["evidence"])
     ]
     assert hits and words in hits[0]["message"], report["findings"]
+
+
+def test_unknown_kind_hint_names_only_commands_that_have_kind(tmp_path, capsys):
+    """Item 14(a): plan and check were told to use --kind, which they lack."""
+    cfg = _write(tmp_path / "odd.yaml", "something: 1\nelse: 2\n")
+    rc = main(["plan", str(cfg), *PLAN_CLUSTER])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "cannot tell what kind of config this is" in err
+    assert "name it with --kind" not in err and "`zerodoctor lint --kind KIND`" in err
+
+
+HF_ARGS = "model_name_or_path: meta-llama/Meta-Llama-3-8B\noutput_dir: o\nper_device_train_batch_size: 1\n"
+
+
+@pytest.mark.parametrize(("make", "words"), [("dir", "is a directory"), ("loop", "is a symbolic link loop")])
+def test_a_named_deepspeed_config_that_is_not_a_file_says_what_it_is(tmp_path, capsys, make, words):
+    """Item 14(b): a directory or a symlink loop named by `deepspeed:` was reported as not existing."""
+    target = tmp_path / "ds.json"
+    if make == "dir":
+        target.mkdir()
+    else:
+        target.symlink_to(target)
+    cfg = _write(tmp_path / "hf.yaml", HF_ARGS + "deepspeed: ds.json\n")
+    main(["lint", str(cfg)])
+    out = capsys.readouterr().out
+    assert f"but {target} {words}" in out
+    rc = main(["check", str(cfg), *PLAN_CLUSTER])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"but {target} {words}" in err and "does not exist" not in err
+
+
+def test_the_same_file_twice_is_one_config_and_stdin_twice_is_an_error(tmp_path, capsys, monkeypatch):
+    """Item 14(c), (d): `lint ds.json ds.json` said "two DeepSpeed configs"; `lint - -` said the file is empty."""
+    ds = _write(
+        tmp_path / "ds.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}'
+    )
+    assert main(["lint", str(ds), str(ds)]) == 0
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("{}"))
+    capsys.readouterr()
+    assert main(["lint", "-", "-"]) == 2
+    assert "- (standard input) can be given only once" in capsys.readouterr().err
+
+
+def test_fix_of_stdin_is_refused_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Item 14(e): `lint - --fix` wrote a file named `-.fixed`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO('{"train_batch_size": 64}'))
+    assert main(["lint", "-", "--fix"]) == 2
+    assert "--fix cannot write the fixed copy of standard input" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_list_checks_in_json(capsys):
+    """Item 14(f): `check --list-checks --format json` printed text."""
+    assert main(["check", "--list-checks", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["checks"]
+    assert any(r["id"] == "DS001" and r["name"] == "deepspeed.invalid-config" for r in rows)
+
+
+def test_check_only_empty_runs_every_check(tmp_path, capsys):
+    """Item 14(g): `check --only ""` ran nothing and answered "could not check" with 0 findings."""
+    ds = _write(
+        tmp_path / "ds.json",
+        '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, '
+        '"zero_optimization": {"stage": 2}}',
+    )
+    rc = main(["check", str(ds), *PLAN_CLUSTER, "--only", "", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)
+    assert any(f["id"] == "DS002" for f in report["findings"])  # the checks ran (DS002 warns at 8 GPUs)
+
+
+def test_lint_refuses_a_world_size_that_is_not_nodes_times_gpus(tmp_path, capsys):
+    """Item 14(l): lint accepted --world-size 16 --nodes 2 --gpus-per-node 4 (check flags it)."""
+    ds = _write(tmp_path / "ds.json", '{"train_micro_batch_size_per_gpu": 1}')
+    rc = main(["lint", str(ds), "--world-size", "16", "--nodes", "2", "--gpus-per-node", "4"])
+    assert rc == 2
+    assert "world size 16 (--world-size) is not 2 node(s) x 4 GPUs" in capsys.readouterr().err
+
+
+def test_kb_help_does_not_mention_fail_on(capsys):
+    """Item 14(m): kb's help epilog spoke of --fail-on, which kb lacks."""
+    assert main(["kb", "--help"]) == 0
+    assert "--fail-on" not in capsys.readouterr().out

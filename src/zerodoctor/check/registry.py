@@ -132,4 +132,4 @@ def resolve_check_ids(values: Iterable[str] | None, flag: str) -> frozenset[str]
                     hint="`zerodoctor check --list-checks` lists them (ids like DS002, ENV001, PLAN001)",
                 )
             out |= hits
-    return frozenset(out)
+    return frozenset(out) if out else None  # only empty values (`--only "$IDS"` with IDS unset): no filter

@@ -10,7 +10,7 @@ from zerodoctor.errors import UsageError
 from zerodoctor.findings import Finding, Fix, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
-from zerodoctor.setup.model import TrainingSetup
+from zerodoctor.setup.model import TrainingSetup, unusable_reference
 from zerodoctor.setup.run import RunDescription, describe_run
 
 
@@ -85,6 +85,12 @@ def setup_notes(setup: TrainingSetup) -> list[Finding]:
     """What zerodoctor could not follow (a DeepSpeed JSON that a config names but that is not on disk)."""
     notes = []
     for doc, key, target in setup.missing_references:
+        unusable = unusable_reference(doc.path, target)
+        where = (
+            f"but {unusable}"
+            if unusable
+            else f"which is not next to {doc.display}, in its parent folders or in the current folder"
+        )
         notes.append(
             Finding(
                 id="ZD001",
@@ -92,8 +98,8 @@ def setup_notes(setup: TrainingSetup) -> list[Finding]:
                 severity=Severity.WARNING,
                 title="A file the config names was not found",
                 message=(
-                    f"{key} names {target!r}, which is not next to {doc.display}, in its parent folders or in "
-                    "the current folder, so the DeepSpeed config it points at was not checked. Pass the "
+                    f"{key} names {target!r}, {where}, so the DeepSpeed config it points at was not "
+                    "checked. Pass the "
                     "DeepSpeed JSON as another argument to lint it with these settings."
                 ),
                 evidence=(doc.evidence(tuple(key.split("."))),),
