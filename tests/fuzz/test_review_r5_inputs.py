@@ -274,3 +274,27 @@ def test_kb_help_does_not_mention_fail_on(capsys):
     """Item 14(m): kb's help epilog spoke of --fail-on, which kb lacks."""
     assert main(["kb", "--help"]) == 0
     assert "--fail-on" not in capsys.readouterr().out
+
+
+def test_findings_of_one_rule_are_capped(tmp_path, capsys):
+    """Item 14(j): 100k unknown keys printed one finding each (43 MB, 56 s); now 50 and one summary."""
+    keys = {f"unknown_{i}": 1 for i in range(300)}
+    ds = _write(tmp_path / "ds.json", json.dumps({"zero_optimization": {"stage": 2, **keys}}))
+    rc = main(["lint", str(ds), "--framework", "deepspeed", "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert rc == 1
+    ds001 = [f for f in findings if f["id"] == "DS001"]
+    assert len(ds001) == 51
+    assert any("250 further DS001 finding(s) are not shown" in f["message"] for f in ds001)
+
+
+def test_yaml_duplicate_keys_are_reported(tmp_path, capsys):
+    """Item 14(k): a key written twice in a YAML passed silently (last wins); JSON duplicates were flagged."""
+    cfg = _write(tmp_path / "hf.yaml", HF_ARGS + "per_device_train_batch_size: 4\n")
+    rc = main(["lint", str(cfg), "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert rc == 0
+    dup = [f for f in findings if f["id"] == "ZD005"]
+    assert len(dup) == 1
+    assert "`per_device_train_batch_size` is written more than once" in dup[0]["message"]
+    assert "so the run uses 4" in dup[0]["message"] and dup[0]["evidence"][0]["line"] == 4

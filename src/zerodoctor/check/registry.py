@@ -101,6 +101,9 @@ def _build() -> dict[str, CheckInfo]:
         "ZD004", "check.memory-tight", "memory inside the safety margin", "plan", "first_optimizer_step"
     )
     out["ZD002"] = CheckInfo("ZD002", "check.not-checked", "what could not be checked", "setup", "launch")
+    out["ZD005"] = CheckInfo(
+        "ZD005", "setup.duplicate-key", "a key written twice in a YAML or JSON file", "setup", "launch"
+    )
     return out
 
 

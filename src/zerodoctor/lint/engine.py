@@ -3,11 +3,12 @@ reported as such (an internal-error finding), never silently skipped and never t
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Iterable
 
 from zerodoctor.errors import UsageError
-from zerodoctor.findings import Finding, Fix, Severity, sort_findings
+from zerodoctor.findings import Evidence, Finding, Fix, Severity, sort_findings
 from zerodoctor.lint.rule import Rule
 from zerodoctor.lint.rules import RULES
 from zerodoctor.setup.model import TrainingSetup, unusable_reference
@@ -71,11 +72,41 @@ def invalid_value_findings(run: RunDescription) -> list[Finding]:
     return out
 
 
+MAX_FINDINGS_PER_RULE = 50
+"""Findings one rule reports in full; past this a file is broken in bulk (100,000 unknown keys once printed
+43 MB), and one summary line says how many more there are."""
+MAX_COUNTED = 10_000
+"""Findings counted past the cap before the rule is stopped (counting costs the rule's time per finding)."""
+
+
+def _capped(rule: Rule, produced: Iterable[Finding]) -> list[Finding]:
+    shown: list[Finding] = []
+    more, worst = 0, Severity.INFO
+    for finding in produced:
+        if len(shown) < MAX_FINDINGS_PER_RULE:
+            shown.append(finding)
+            continue
+        more += 1
+        worst = max(worst, finding.severity)
+        if more >= MAX_COUNTED:
+            break
+    if more:
+        count = f"{more:,}" if more < MAX_COUNTED else f"{MAX_COUNTED:,} or more"
+        shown.append(
+            rule.finding(
+                f"{count} further {rule.code} finding(s) are not shown (only the first {MAX_FINDINGS_PER_RULE} "
+                "of one rule are); fix those and run lint again to see the rest.",
+                severity=worst,
+            )
+        )
+    return shown
+
+
 def lint_run(run: RunDescription, rules: list[Rule] | None = None) -> list[Finding]:
     findings: list[Finding] = []
     for rule in rules if rules is not None else select_rules():
         try:
-            findings.extend(rule.check(run))
+            findings.extend(_capped(rule, rule.check(run)))
         except Exception as exc:  # a rule bug must be visible, not fatal to the other rules
             raise RuleCrash(f"rule {rule.code} crashed: {exc!r}\n{traceback.format_exc()}") from exc
     return sort_findings(findings)
@@ -106,4 +137,30 @@ def setup_notes(setup: TrainingSetup) -> list[Finding]:
                 source="lint",
             )
         )
+    for doc in setup.documents:
+        if doc.kind == "deepspeed":
+            continue  # DS001 reports those, with how DeepSpeed and the frameworks read the file
+        nested = [p for p, _ in doc.duplicates]
+        for path, pos in doc.duplicates:
+            if any(path[: len(d)] == d and path != d for d in nested):
+                continue  # inside a block that is itself repeated: the block is reported
+            used = json.dumps(doc.get(path), default=str)
+            used = used if len(used) <= 80 else used[:77] + "..."
+            reader = "yaml.safe_load" if doc.path.suffix in (".yaml", ".yml") else "json.load"
+            notes.append(
+                Finding(
+                    id="ZD005",
+                    name="setup.duplicate-key",
+                    severity=Severity.WARNING,
+                    title="A key is written twice",
+                    message=(
+                        f"`{'.'.join(path)}` is written more than once in {doc.display} (again at line {pos.line}); "
+                        f"the framework reads the file with {reader}, which keeps the last one, so the run uses "
+                        f"{used}. Remove the other so the file says what the run does."
+                    ),
+                    evidence=(Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path)),),
+                    fixes=(Fix(f"Keep only the `{path[-1]}` you mean ({used} is the one used now)."),),
+                    source="lint",
+                )
+            )
     return notes
