@@ -112,6 +112,15 @@ def lint_run(run: RunDescription, rules: list[Rule] | None = None) -> list[Findi
     return sort_findings(findings)
 
 
+def _setup_finding(
+    code: str, name: str, title: str, message: str, *, evidence: Evidence, fix: str | None = None
+) -> Finding:
+    """A warning about the files themselves (not a lint rule's): what zerodoctor could not follow or read."""
+    fixes = (Fix(fix),) if fix else ()
+    return Finding(id=code, name=name, severity=Severity.WARNING, title=title, message=message,
+                   fixes=fixes, evidence=(evidence,), source="lint")
+
+
 def setup_notes(setup: TrainingSetup) -> list[Finding]:
     """What zerodoctor could not follow (a DeepSpeed JSON that a config names but that is not on disk)."""
     notes = []
@@ -123,18 +132,13 @@ def setup_notes(setup: TrainingSetup) -> list[Finding]:
             else f"which is not next to {doc.display}, in its parent folders or in the current folder"
         )
         notes.append(
-            Finding(
-                id="ZD001",
-                name="setup.missing-reference",
-                severity=Severity.WARNING,
-                title="A file the config names was not found",
-                message=(
-                    f"{key} names {target!r}, {where}, so the DeepSpeed config it points at was not "
-                    "checked. Pass the "
-                    "DeepSpeed JSON as another argument to lint it with these settings."
-                ),
-                evidence=(doc.evidence(tuple(key.split("."))),),
-                source="lint",
+            _setup_finding(
+                "ZD001",
+                "setup.missing-reference",
+                "A file the config names was not found",
+                f"{key} names {target!r}, {where}, so the DeepSpeed config it points at was not checked. Pass "
+                "the DeepSpeed JSON as another argument to lint it with these settings.",
+                evidence=doc.evidence(tuple(key.split("."))),
             )
         )
     for doc in setup.documents:
@@ -148,19 +152,15 @@ def setup_notes(setup: TrainingSetup) -> list[Finding]:
             used = used if len(used) <= 80 else used[:77] + "..."
             reader = "yaml.safe_load" if doc.path.suffix in (".yaml", ".yml") else "json.load"
             notes.append(
-                Finding(
-                    id="ZD005",
-                    name="setup.duplicate-key",
-                    severity=Severity.WARNING,
-                    title="A key is written twice",
-                    message=(
-                        f"`{'.'.join(path)}` is written more than once in {doc.display} (again at line {pos.line}); "
-                        f"the framework reads the file with {reader}, which keeps the last one, so the run uses "
-                        f"{used}. Remove the other so the file says what the run does."
-                    ),
-                    evidence=(Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path)),),
-                    fixes=(Fix(f"Keep only the `{path[-1]}` you mean ({used} is the one used now)."),),
-                    source="lint",
+                _setup_finding(
+                    "ZD005",
+                    "setup.duplicate-key",
+                    "A key is written twice",
+                    f"`{'.'.join(path)}` is written more than once in {doc.display} (again at line {pos.line}); "
+                    f"the framework reads the file with {reader}, which keeps the last one, so the run uses "
+                    f"{used}. Remove the other so the file says what the run does.",
+                    evidence=Evidence(file=doc.display, line=pos.line, column=pos.column, key=".".join(path)),
+                    fix=f"Keep only the `{path[-1]}` you mean ({used} is the one used now).",
                 )
             )
     return notes
