@@ -20,6 +20,7 @@ from zerodoctor.errors import PlanError, SetupError
 from zerodoctor.findings import Evidence, Finding, Fix, Severity
 from zerodoctor.setup.discover import discover
 from zerodoctor.setup.load import setup_from_documents
+from zerodoctor.setup.model import unusable_reference
 from zerodoctor.setup.run import Known, Origin, RunDescription, RunFlags, describe_run
 
 if TYPE_CHECKING:
@@ -128,8 +129,10 @@ def run_check(options: CheckOptions) -> CheckReport:
     if setup.missing_references:
         doc, key, target = setup.missing_references[0]
         pos = doc.position(key)
+        unusable = unusable_reference(doc.path, target)
         raise SetupError(
-            f"{doc.display}:{pos.line if pos else 1}: {key} names {target}, which does not exist",
+            f"{doc.display}:{pos.line if pos else 1}: {key} names {target}, "
+            + (f"but {unusable}" if unusable else "which does not exist"),
             hint="put the DeepSpeed config next to the training config, or pass it as another file",
         )
     run = describe_run(setup, flags, env=env, cluster_file=found.cluster, strict=True)

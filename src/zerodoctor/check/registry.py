@@ -101,6 +101,9 @@ def _build() -> dict[str, CheckInfo]:
         "ZD004", "check.memory-tight", "memory inside the safety margin", "plan", "first_optimizer_step"
     )
     out["ZD002"] = CheckInfo("ZD002", "check.not-checked", "what could not be checked", "setup", "launch")
+    out["ZD005"] = CheckInfo(
+        "ZD005", "setup.duplicate-key", "a key written twice in a YAML or JSON file", "setup", "launch"
+    )
     return out
 
 
@@ -132,4 +135,4 @@ def resolve_check_ids(values: Iterable[str] | None, flag: str) -> frozenset[str]
                     hint="`zerodoctor check --list-checks` lists them (ids like DS002, ENV001, PLAN001)",
                 )
             out |= hits
-    return frozenset(out)
+    return frozenset(out) if out else None  # only empty values (`--only "$IDS"` with IDS unset): no filter

@@ -100,6 +100,15 @@ def run(args: argparse.Namespace) -> int:
     from zerodoctor.errors import UsageError
 
     if args.list_checks:
+        if args.format == "json":
+            import json
+
+            rows = [
+                {"id": i.id, "judge": i.judge, "phase": i.phase, "name": i.name, "title": i.title}
+                for i in all_checks().values()
+            ]
+            sys.stdout.write(json.dumps({"checks": rows}, indent=2) + "\n")
+            return EXIT_CLEAN
         for info in all_checks().values():
             sys.stdout.write(f"{info.id:<8} {info.judge:<5} {info.phase:<21} {info.name}: {info.title}\n")
         return EXIT_CLEAN

@@ -11,6 +11,13 @@ from zerodoctor.errors import KnowledgeBaseError
 from zerodoctor.report.kb import entry_summary, entry_text, rule_dict
 from zerodoctor.report.render import JSON_SCHEMA_VERSION
 
+KB_EPILOG = """exit codes:
+  0  the list or the entry was shown
+  2  usage error (an id or rule that does not exist, a bad option)
+  3  internal error (a bug in zerodoctor: please report it with the traceback)
+"""
+"""kb judges nothing, so it has no --fail-on; the shared epilog's exit codes 0/1 speak of it."""
+
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -19,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:  # type: i
         description="Without ID: list knowledge-base entries and lint rules. With an entry id "
         "(ds-z3-offload-clipgrad-device-mismatch) or a rule code/name (DS002, "
         "deepspeed.batch-size-mismatch): show it in full.",
-        epilog=epilog,
+        epilog=KB_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("id", nargs="?", help="entry id or rule code")

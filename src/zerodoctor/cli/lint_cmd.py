@@ -75,6 +75,16 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.in_place or args.unsafe_fixes) and not args.fix:
         raise UsageError("--in-place and --unsafe-fixes only make sense with --fix")
+    if args.fix and any(str(f) == "-" for f in args.files):
+        raise UsageError(
+            "--fix cannot write the fixed copy of standard input (-)",
+            hint="save the config to a file and run `zerodoctor lint FILE --fix`",
+        )
+    if args.world_size and args.nodes and args.gpus_per_node and args.world_size != args.nodes * args.gpus_per_node:
+        raise UsageError(
+            f"world size {args.world_size} (--world-size) is not {args.nodes} node(s) x {args.gpus_per_node} GPUs",
+            hint="pass --nodes and --gpus-per-node that multiply to the world size, or only --world-size",
+        )
     env = load_env_option(args.env)
     setup = load_setup(
         args.files,

@@ -29,6 +29,7 @@ from typing import Any
 from zerodoctor.errors import PlanError
 from zerodoctor.models.spec import (
     CONV,
+    COUNT_LIMITS,
     EMBEDDING,
     EXPERTS,
     LINEAR,
@@ -40,11 +41,8 @@ from zerodoctor.models.spec import (
     VISION,
     ModuleShape,
     _Shape,
+    count_limit_error,
 )
-
-MAX_LAYERS = 1024
-"""More decoder layers than any published model has (405B: 126): a larger value is a broken config, and
-building it would only cost time."""
 
 _LAYER = re.compile(r"^(?P<stack>.*?\b(?:layers|layer|h|blocks|block))\.(?P<i>\d+)\.")
 """A module inside a repeated layer stack: `model.layers.3.`, `transformer.h.3.`, `encoder.block.3.`."""
@@ -195,13 +193,6 @@ def defaulted_sizes(config: Mapping[str, Any]) -> list[str]:
     return [row[0] for row in SIZE_KEYS if not any(k in scope for scope in scopes for k in row)]
 
 
-_COUNT_LIMITS = (
-    (("num_hidden_layers", "num_layers", "n_layer", "num_decoder_layers", "depth"), MAX_LAYERS),
-    (("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 4096),
-)
-"""Counts that multiply modules (transformers builds one module per layer, some models one per expert, and
-config classes build per-layer lists): checked before anything is built, so a broken value is an error, not a
-build that runs for minutes."""
 
 
 def _check_counts(config: Mapping[str, Any], source: Path) -> None:
@@ -209,15 +200,13 @@ def _check_counts(config: Mapping[str, Any], source: Path) -> None:
         scope = config if scope_key is None else config.get(scope_key)
         if not isinstance(scope, Mapping):
             continue
-        for names, limit in _COUNT_LIMITS:
+        for names, _limit in COUNT_LIMITS:
             for name in names:
                 value = scope.get(name)
-                if isinstance(value, int) and not isinstance(value, bool) and value > limit:
-                    where = f"{scope_key}.{name}" if scope_key else name
-                    raise PlanError(
-                        f"{source}: {where} = {value} is more than any published model has (limit {limit})",
-                        hint="pass the model's config.json as published with its weights",
-                    )
+                if isinstance(value, int) and not isinstance(value, bool):
+                    too_many = count_limit_error(source, f"{scope_key}.{name}" if scope_key else name, value)
+                    if too_many is not None:
+                        raise too_many
 
 
 def _build(hf_config: Any) -> Any:

@@ -59,9 +59,35 @@ SIZES_ABOVE_ZERO = frozenset(
         "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
         "intermediate_size", "head_dim", "n_head", "n_embd", "n_layer", "num_layers", "ffn_hidden_size",
         "multi_query_group_num", "moe_intermediate_size", "num_experts", "n_routed_experts",
+        "moe_layer_freq",
     }
 )  # fmt: skip
 """config.json sizes a model cannot have as 0 (they are divided by, or multiply every layer)."""
+
+MAX_LAYERS = 1024
+"""More decoder layers than any published model has (405B: 126): a larger value is a broken config, and
+building it would only cost time."""
+
+COUNT_LIMITS: tuple[tuple[tuple[str, ...], int], ...] = (
+    (("num_hidden_layers", "num_layers", "n_layer", "num_decoder_layers", "depth"), MAX_LAYERS),
+    (("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 4096),
+)
+"""Counts that multiply modules (transformers builds one module per layer, some models one per expert, and
+config classes build per-layer lists; the analytic counters here walk the layers): checked when the value is
+read, before any per-layer work, so a broken value is an error, not a loop that runs for minutes. The
+analytic builders (`_Cfg.int_`) and the meta-device build (`meta_build`) share this one table."""
+
+
+def count_limit_error(source: Path, where: str, value: int) -> PlanError | None:
+    """The error for a layer or expert count (`where`, dotted) above `COUNT_LIMITS`, or None if within."""
+    name = where.rsplit(".", 1)[-1]
+    for names, limit in COUNT_LIMITS:
+        if name in names and value > limit:
+            return PlanError(
+                f"{source}: {where} = {value} is more than any published model has (limit {limit})",
+                hint="pass the model's config.json as published with its weights",
+            )
+    return None
 """PEFT's shorthand: every `nn.Linear` except the output layer (`lm_head`)."""
 
 # Component names used in `ModuleShape.component`.
@@ -985,6 +1011,9 @@ class _Cfg:
                 raise self._missing(key, "an integer")
         if value < 0 or (value == 0 and key in SIZES_ABOVE_ZERO):
             raise self._missing(key, "a whole number above 0" if key in SIZES_ABOVE_ZERO else "0 or more")
+        too_many = count_limit_error(self.source, self._where(key), value)
+        if too_many is not None:
+            raise too_many
         return value
 
     def opt_int(self, key: str) -> int | None:

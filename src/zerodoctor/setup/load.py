@@ -41,6 +41,24 @@ def resolve_model_quietly(model_ref: str | None) -> tuple[object | None, str | N
         return None, str(exc)
 
 
+def _distinct(paths: Sequence[str | Path]) -> list[str | Path]:
+    """The files in the order given, each once (`lint ds.json ds.json` is one config, not two); standard input
+    (`-`) can be read only once, so naming it twice is an error."""
+    if sum(1 for p in paths if str(p) == "-") > 1:
+        raise SetupError("- (standard input) can be given only once", hint="name each config once")
+    seen: set[str] = set()
+    out: list[str | Path] = []
+    for p in paths:
+        try:
+            key = str(Path(p).resolve()) if str(p) != "-" else "-"
+        except (OSError, RuntimeError, ValueError):  # a symbolic link loop, a NUL byte: read_document says why
+            key = str(p)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
 def load_setup(
     paths: Sequence[str | Path],
     *,
@@ -54,7 +72,7 @@ def load_setup(
     dataset_samples: int | None = None,
 ) -> TrainingSetup:
     return setup_from_documents(
-        [read_document(p, kind) for p in paths],
+        [read_document(p, kind) for p in _distinct(paths)],
         env=env,
         framework=framework,
         world_size=world_size,
@@ -105,9 +123,10 @@ def setup_from_documents(
             continue
         docs.append(read_document(found, "deepspeed"))
         seen.add(found.resolve())
-    if len([d for d in docs if d.kind == "deepspeed"]) > 1:
-        names = ", ".join(d.display for d in docs if d.kind == "deepspeed")
-        raise SetupError(f"two DeepSpeed configs: {names}", hint="pass only the one the run uses")
+    ds_docs = [d.display for d in docs if d.kind == "deepspeed"]
+    if len(ds_docs) > 1:
+        names = ", ".join(ds_docs[:3]) + (f" and {len(ds_docs) - 3} more" if len(ds_docs) > 3 else "")
+        raise SetupError(f"{len(ds_docs)} DeepSpeed configs: {names}", hint="pass only the one the run uses")
     setup = build_setup(
         docs,
         env=env,

@@ -7,10 +7,13 @@ launch are known; with an accelerate YAML, the DeepSpeed config accelerate build
 
 from __future__ import annotations
 
+import errno
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zerodoctor.errors import InputError
 from zerodoctor.facts import truthy
 from zerodoctor.findings import Evidence
 from zerodoctor.setup.deepspeed_config import (
@@ -247,6 +250,23 @@ class TrainingSetup:
         return bool(flag)
 
 
+def _check_accelerate_section(doc: ConfigDocument) -> None:
+    """accelerate reads `deepspeed_config:` as a mapping of plugin settings (accelerate config's
+    DeepSpeedPlugin fields); any other value (a list, a string, a number, true) is refused here, by key and line."""
+    section = doc.get("deepspeed_config")
+    if section is None or isinstance(section, dict):
+        return
+    pos = doc.position(("deepspeed_config",))
+    raise InputError(
+        doc.display,
+        f"deepspeed_config: expected a mapping of DeepSpeed plugin settings, got {type(section).__name__} "
+        f"{section!r:.60}",
+        line=pos.line if pos else None,
+        hint="write `deepspeed_config:` followed by indented keys such as `zero_stage: 3`, "
+        "or `deepspeed_config_file: ds.json`",
+    )
+
+
 def _has_auto(node: Any) -> bool:
     if isinstance(node, dict):
         return any(_has_auto(v) for v in node.values())
@@ -284,6 +304,8 @@ def build_setup(
     s.accelerate_doc = first("accelerate")
     s.xtuner_doc = first("xtuner")
     s.ds_doc = first("deepspeed")
+    if s.accelerate_doc is not None:
+        _check_accelerate_section(s.accelerate_doc)
 
     # Framework: said explicitly, or implied by the files.
     if framework:
@@ -525,20 +547,43 @@ def _find_device_map(s: TrainingSetup) -> None:
                     return
 
 
+def _reference_candidates(base: Path, ref: str, search_dirs: list[Path] | None = None) -> list[Path]:
+    p = Path(ref)
+    if p.is_absolute():
+        return [p]
+    candidates = [d / p for d in [base.parent, *base.parent.parents][:4]]
+    candidates += [Path.cwd() / p, *((d / p) for d in (search_dirs or []))]
+    # A bare file name next to the naming file (people move the JSON beside the YAML).
+    return [*candidates, base.parent / p.name]
+
+
 def resolve_reference(base: Path, ref: str, search_dirs: list[Path] | None = None) -> Path | None:
     """Find a file a config names (e.g. `deepspeed: examples/deepspeed/ds_z3_config.json`): relative to the
     naming file's folder and its parents (LLaMA-Factory paths are relative to its repo root), then the CWD."""
-    p = Path(ref)
-    if p.is_absolute():
-        return p if _is_file(p) else None
-    candidates = [d / p for d in [base.parent, *base.parent.parents][:4]]
-    candidates += [Path.cwd() / p, *((d / p) for d in (search_dirs or []))]
-    for c in candidates:
-        if _is_file(c):
-            return c
-    # A bare file name next to the naming file (people move the JSON beside the YAML).
-    sibling = base.parent / p.name
-    return sibling if _is_file(sibling) else None
+    return next((c for c in _reference_candidates(base, ref, search_dirs) if _is_file(c)), None)
+
+
+def unusable_reference(base: Path, ref: str) -> str | None:
+    """Why a name a config gives is there but not a file to read (a directory, a FIFO, a device, a symbolic
+    link loop or a dangling link), as "PATH is ..."; None when nothing of that name exists."""
+    for c in _reference_candidates(base, ref):
+        try:
+            mode = c.stat().st_mode
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{c} is a symbolic link loop"
+            if c.is_symlink():
+                return f"{c} is a symbolic link to nothing"
+            continue
+        except ValueError:
+            continue
+        if stat.S_ISDIR(mode):
+            return f"{c} is a directory"
+        if stat.S_ISFIFO(mode):
+            return f"{c} is a named pipe (FIFO), not a file"
+        if not stat.S_ISREG(mode):
+            return f"{c} is a device or special file, not a regular file"
+    return None
 
 
 def _is_file(path: Path) -> bool:

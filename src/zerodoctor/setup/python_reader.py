@@ -43,6 +43,9 @@ _BINOPS: dict[type[ast.operator], Any] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
+_NUMERIC_BUILTINS: dict[str, Any] = {"int": int, "float": float, "abs": abs, "round": round, "min": min, "max": max}
+"""Builtins a config applies to numbers (`max_length = int(32768 / sequence_parallel_size)`): evaluated when every
+argument is a number, so no call can take time or memory beyond its arguments' size."""
 MAX_POW_BITS = 128
 """`a ** b` is computed only when the result has at most this many bits (beyond MAX_MAGNITUDE anyway): this is
 what keeps `10**10**10` from running for hours."""
@@ -109,6 +112,11 @@ class _Evaluator:
             targets, value = stmt.targets, stmt.value
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             targets, value = [stmt.target], stmt.value
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            # `accumulative_counts *= sequence_parallel_size` (XTuner's own templates): the same evaluation
+            # and limits as `name = name * value`; the key's position moves to this line, where its value is set.
+            current = ast.copy_location(ast.Name(id=stmt.target.id, ctx=ast.Load()), stmt.target)
+            targets, value = [stmt.target], ast.copy_location(ast.BinOp(current, stmt.op, stmt.value), stmt)
         if value is None:
             return
         for target in targets:
@@ -186,6 +194,21 @@ class _Evaluator:
                 self.positions[kp] = Position(kw.lineno, kw.col_offset + 1)
                 out[kw.arg] = self.expr(kw.value, kp)
             return out
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _NUMERIC_BUILTINS
+            and node.func.id not in self.env  # a config that rebinds `int` means its own
+            and not node.keywords
+            and node.args
+        ):
+            args = [self.expr(a, path) for a in node.args]
+            if all(isinstance(a, int | float) and not isinstance(a, bool) for a in args):
+                try:
+                    return self.checked(node, path, _NUMERIC_BUILTINS[node.func.id](*args))
+                except (TypeError, ValueError, OverflowError):  # int(nan), round(1, 2, 3): keep it symbolic
+                    pass
+            return self._symbol(node, path)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             left, right = self.expr(node.left, path), self.expr(node.right, path)
             if (

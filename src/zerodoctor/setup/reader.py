@@ -128,7 +128,8 @@ def read_document(path: str | Path, kind: str | None = None) -> ConfigDocument:
         raise InputError(
             str(p),
             "cannot tell what kind of config this is",
-            hint=f"supported kinds are {supported}; name it with --kind KIND if it is one of them",
+            hint=f"supported kinds are {supported}; if it is one of them, `zerodoctor lint --kind KIND` and "
+            "`selftest --kind KIND` read it as that kind (plan and check detect the kind from the file's keys)",
         )
     if kind not in KINDS:
         raise InputError(str(p), f"unknown kind {kind!r}", hint=f"use one of: {', '.join(KINDS)}")

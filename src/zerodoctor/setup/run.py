@@ -37,6 +37,7 @@ from zerodoctor.setup.hf_args import (
     hf_fsdp_options,
 )
 from zerodoctor.setup.model import FILLS_AUTO, MODEL_REF_KEYS, TrainingSetup, normalize_dtype
+from zerodoctor.setup.python_reader import Symbol
 from zerodoctor.versions import parse_version
 
 if TYPE_CHECKING:
@@ -488,6 +489,11 @@ def lora_targets(value: Any) -> str | tuple[str, ...]:
     return names
 
 
+def _unless(given: object, flag: str) -> str | None:
+    """`flag`, to name in a note about a value the files leave unevaluated, unless the flag was given."""
+    return flag if given is None else None
+
+
 def _first(*candidates: Known[Any] | None) -> Known[Any] | None:
     return next((c for c in candidates if c is not None and c.value is not None), None)
 
@@ -495,8 +501,9 @@ def _first(*candidates: Known[Any] | None) -> Known[Any] | None:
 class _Reader:
     """Reads the values the framework files give, each as a Known with its file position."""
 
-    def __init__(self, setup: TrainingSetup | None) -> None:
+    def __init__(self, setup: TrainingSetup | None, notes: list[str] | None = None) -> None:
         self.s = setup
+        self.notes = notes if notes is not None else []
 
     def arg(self, *names: str) -> Known[Any] | None:
         """First of `names` given in the HF / LLaMA-Factory arguments file (not a default)."""
@@ -510,14 +517,31 @@ class _Reader:
                 )
         return None
 
-    def xt(self, *paths: tuple[str, ...] | str) -> Known[Any] | None:
+    def xt(self, *paths: tuple[str, ...] | str, flag: str | None = None) -> Known[Any] | None:
+        """The first of `paths` the XTuner config sets to a plain value; when it sets one to an expression
+        that stays symbolic, and `flag` (the command-line flag that gives the value instead) is named, a note
+        says so."""
         s = self.s
         if s is None or s.xtuner_doc is None:
             return None
+        symbolic: tuple[str, ...] | str | None = None
         for path in paths:
             value = s.xtuner_doc.get(path)
             if value is not None and isinstance(value, int | float | str | bool):
                 return Known(value, Origin.of_evidence(s.xtuner_doc.evidence(path)))
+            if isinstance(value, Symbol) and symbolic is None:
+                symbolic = path
+        if symbolic is not None and flag is not None:
+            # The config is read with ast and never run: an expression it cannot evaluate (a call it does not
+            # know, a division by zero) must not silently become a default.
+            ev = s.xtuner_doc.evidence(symbolic, text="")
+            where = f"{ev.file}:{ev.line}" if ev.line else ev.file
+            note = (
+                f"{where}: {ev.key} = {s.xtuner_doc.get(symbolic)} could not be evaluated (the config is read, "
+                f"never run), so the default is assumed; pass {flag} to give the value"
+            )
+            if note not in self.notes:
+                self.notes.append(note)
         return None
 
     def ds(self, key: str, *, concrete: bool = False) -> Known[Any] | None:
@@ -572,10 +596,10 @@ def describe_run(
         gpus_per_node=flags.gpus_per_node if flags.gpus_per_node is not None else setup.gpus_per_node,
         samples=flags.samples if flags.samples is not None else setup.dataset_samples,
     )
-    rd = _Reader(setup if setup.documents else None)
+    notes: list[str] = []
+    rd = _Reader(setup if setup.documents else None, notes)
     cf = dict(cluster_file.values) if cluster_file is not None else {}
     env_facts = env.facts() if env is not None else {}
-    notes: list[str] = []
     check = _Validate(strict, notes)
 
     def fl(name: str, value: Any) -> Known[Any] | None:
@@ -700,21 +724,25 @@ def describe_run(
 
     micro_k = _first(
         fl("micro_batch", flags.micro_batch),
-        rd.xt(("train_dataloader", "batch_size"), "batch_size"),
+        rd.xt(("train_dataloader", "batch_size"), "batch_size", flag=_unless(flags.micro_batch, "--micro-batch")),
         rd.arg("per_device_train_batch_size", "micro_batch_size"),  # HF / LLaMA-Factory, axolotl
         rd.ds("train_micro_batch_size_per_gpu", concrete=True),
     ) or (_ax_default(axolotl.MICRO_BATCH) if ax else _micro_default(setup))
     micro = check.count(micro_k, "micro batch")
     accum_k = _first(
         fl("grad_accum", flags.grad_accum),
-        rd.xt(("optim_wrapper", "accumulative_counts"), "accumulative_counts"),
+        rd.xt(
+            ("optim_wrapper", "accumulative_counts"),
+            "accumulative_counts",
+            flag=_unless(flags.grad_accum, "--grad-accum"),
+        ),
         rd.arg("gradient_accumulation_steps"),
         rd.ds("gradient_accumulation_steps", concrete=True),
     ) or Known(1, _default("1 (HF and DeepSpeed default)"))
     accum = check.count(accum_k, "gradient accumulation steps")
     seq_k = _first(
         fl("seq_len", flags.seq_len),
-        rd.xt("max_length"),
+        rd.xt("max_length", flag=_unless(flags.seq_len, "--seq-len")),
         rd.arg("cutoff_len", "max_length", "max_seq_length", "model_max_length", "sequence_len"),
         _ax_default(axolotl.SEQUENCE_LEN) if ax else None,
     ) or Known(
@@ -741,7 +769,7 @@ def describe_run(
     attn = check.one_of(attn_k, ATTN_IMPLS, "attention implementation", "sdpa")
     sp_k = _first(
         fl("sequence_parallel", flags.sequence_parallel),
-        rd.xt("sequence_parallel_size"),
+        rd.xt("sequence_parallel_size", flag=_unless(flags.sequence_parallel, "--sequence-parallel")),
         rd.arg("sequence_parallel_size"),
     ) or Known(1, _default("no sequence parallelism"))
     sp = check.count(sp_k, "sequence parallel size")

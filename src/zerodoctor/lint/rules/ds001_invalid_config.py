@@ -144,6 +144,86 @@ RAW_BOOL_KEYS = {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}
 PYDANTIC_BLOCKS = ("zero_optimization", "fp16", "bf16")
 DEVICES = ("none", "cpu", "nvme")
 
+# Top-level blocks DeepSpeed 0.19.8 reads as mappings (runtime/config.py DeepSpeedConfig._initialize_params and
+# the block parsers it calls), with how each is read: a pydantic/config class built with `**block` (TypeError
+# "X() argument after ** must be a mapping, not T") or a dict method called on it (AttributeError "'T' object has
+# no attribute 'get'"). The second item says whether null is accepted (read as "not given"). Measured by building
+# DeepSpeedConfig with each block set to true, "x", 5, null and [1].
+MAPPING_BLOCKS: dict[str, tuple[str, bool]] = {
+    "zero_optimization": ("deepspeed.runtime.zero.config.DeepSpeedZeroConfig", False),
+    "bf16": ("deepspeed.runtime.precision_config.DeepSpeedBF16Config", True),
+    "bfloat16": ("deepspeed.runtime.precision_config.DeepSpeedBF16Config", False),
+    "fp16": ("deepspeed.runtime.precision_config.DeepSpeedFP16Config", False),
+    "comms_logger": ("deepspeed.comm.config.CommsLoggerConfig", False),
+    "compile": ("deepspeed.compile.config.CompileConfig", False),
+    "hybrid_engine": ("deepspeed.runtime.config.HybridEngineConfig", False),
+    "tensor_parallel": ("deepspeed.runtime.tensor_parallel.config.TPTrainingConfig", False),
+    "weight_quantization": ("deepspeed.inference.config.WeightQuantConfig", False),
+    "optimizer": (".keys", False),
+    "scheduler": (".keys", False),
+    "pipeline": (".items", False),
+    "activation_checkpointing": (".get", False),
+    "aio": (".get", True),
+    "autotuning": (".get", False),
+    "checkpoint": (".get", False),
+    "data_efficiency": (".get", False),
+    "data_types": (".get", False),
+    "flops_profiler": (".get", False),
+    "torch_autocast": (".get", False),
+    "tensorboard": ("DeepSpeedMonitorConfig", False),
+    "wandb": ("DeepSpeedMonitorConfig", False),
+    "csv_monitor": ("DeepSpeedMonitorConfig", False),
+}
+# DeepSpeed 0.19.8 runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS: a block for a removed feature raises
+# DeepSpeedConfigError with this text (whatever its value) before anything else is read.
+_REMOVED = "See https://github.com/deepspeedai/DeepSpeed/issues/8489."
+REMOVED_TOP_KEYS: dict[str, str] = {
+    "nebula": "Nebula checkpointing has been removed. A leftover 'nebula' block would be ignored and checkpoints "
+    f"would silently fall back to local torch.save. {_REMOVED}",
+    "compression_training": "The DeepSpeed compression library has been removed. A leftover "
+    f"'compression_training' block would be ignored and the model would train unquantized. {_REMOVED}",
+    "amp": "NVIDIA Apex AMP integration has been removed. Use DeepSpeed 'fp16', 'bf16', or 'torch_autocast' "
+    f"instead. {_REMOVED}",
+    "quantize_training": f"Mixture-of-Quantization (MoQ) / 'quantize_training' has been removed. {_REMOVED}",
+    "sparse_gradients": "Sparse compression of dense torch.nn.Embedding gradients has been removed. A leftover "
+    f"'sparse_gradients' flag would be ignored and those gradients would be reduced dense. {_REMOVED}",
+    "eigenvalue": "Eigenvalue-based Mixture-of-Quantization (MoQ) has been removed; the standalone 'eigenvalue' "
+    f"configuration block is no longer supported. {_REMOVED}",
+    "sparse_attention": "DeepSpeed Sparse Attention has been removed; the 'sparse_attention' configuration block "
+    f"is no longer supported. {_REMOVED}",
+    "elasticity": "Elastic training has been removed; the 'elasticity' configuration block is no longer supported. "
+    "Set train_batch_size / train_micro_batch_size_per_gpu / gradient_accumulation_steps directly.",
+    "graph_harvesting": "Graph harvesting has been removed; the 'graph_harvesting' configuration option is no "
+    f"longer supported. {_REMOVED}",
+    "curriculum_learning": "Legacy top-level 'curriculum_learning' has been removed. Use "
+    f"'data_efficiency.data_sampling.curriculum_learning' instead. {_REMOVED}",
+    "progressive_layer_drop": "Progressive Layer Dropping has been removed; the 'progressive_layer_drop' "
+    f"configuration block is no longer supported. {_REMOVED}",
+}
+# Bounds of DeepSpeed 0.19.8's pydantic int/float fields (runtime/zero/config.py, runtime/zero/offload_config.py:
+# `Field(..., gt=0)` / `ge=0` / `le=1.0`), by canonical key: (lower, lower is allowed, upper or None).
+FIELD_BOUNDS: dict[str, tuple[float, bool, float | None]] = {
+    "zero_optimization.reduce_bucket_size": (0, False, None),
+    "zero_optimization.allgather_bucket_size": (0, True, None),
+    "zero_optimization.sub_group_size": (0, True, None),
+    "zero_optimization.stage3_prefetch_bucket_size": (0, True, None),
+    "zero_optimization.stage3_param_persistence_threshold": (0, True, None),
+    "zero_optimization.stage3_model_persistence_threshold": (0, True, None),
+    "zero_optimization.stage3_max_live_parameters": (0, True, None),
+    "zero_optimization.stage3_max_reuse_distance": (0, True, None),
+    "zero_optimization.zero_hpz_partition_size": (0, True, None),
+    "zero_optimization.offload_param.buffer_count": (0, True, None),
+    "zero_optimization.offload_param.buffer_size": (0, True, None),
+    "zero_optimization.offload_param.max_in_cpu": (0, True, None),
+    "zero_optimization.offload_optimizer.buffer_count": (0, True, None),
+    "zero_optimization.offload_optimizer.ratio": (0, True, 1.0),
+    "zero_optimization.offload_optimizer.cpuadam_cores_perc": (0, True, 1.0),
+}
+# Read raw (get_scalar_param) and lower-cased: runtime/config.py get_communication_data_type.
+COMM_DTYPE_KEYS = ("communication_data_type", "seq_parallel_communication_data_type")
+COMM_DTYPES = ("fp16", "bf16", "fp32")
+ALLREDUCE_OPS = ("mean", "sum")  # runtime/constants.py GRADIENT_ALLREDUCE_OP_SUPPORTED
+
 REFS = ("deepspeedai/DeepSpeed#1270", "huggingface/accelerate#2814")
 # Launchers that parse the DeepSpeed JSON with plain json.load before DeepSpeed sees it (a duplicate key: the
 # last value wins, nothing raises): transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig ->
@@ -247,6 +327,131 @@ def _canonical_key(dotted: str) -> str:
     return ".".join(parts)
 
 
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _block_findings(doc: Any, data: dict[str, Any]) -> Iterator[Finding]:
+    """Top-level values DeepSpeed's constructor refuses by their type, with the error it raises."""
+    for key, message in REMOVED_TOP_KEYS.items():
+        if key in data:
+            yield RULE.finding(
+                f"`{key}`: DeepSpeed 0.19.8 refuses the config (DeepSpeedConfigError): '{message}'",
+                evidence=[doc.evidence((key,))],
+                fixes=[Fix(f"Remove `{key}`.")],
+            )
+    for key, (reader, null_ok) in MAPPING_BLOCKS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if isinstance(value, dict) or value is None and null_ok:
+            continue
+        if key == "zero_optimization" and isinstance(value, bool):
+            continue  # the legacy spelling (read_zero_config_deprecated); reported below
+        if reader.startswith("."):
+            error = f"AttributeError: '{_type_name(value)}' object has no attribute '{reader[1:]}'"
+        elif reader == "DeepSpeedMonitorConfig":
+            error = f"ValidationError for DeepSpeedMonitorConfig: {key}: Input should be a valid dictionary"
+        else:
+            error = f"TypeError: {reader}() argument after ** must be a mapping, not {_type_name(value)}"
+        shown = "null" if value is None else json.dumps(value, default=str)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        example = (
+            '{"enabled": true}'
+            if key in ("bf16", "bfloat16", "fp16")
+            else '{"type": "AdamW", "params": {"lr": 2e-5}}'
+            if key == "optimizer"
+            else "{...}"
+        )
+        yield RULE.finding(
+            f"`{key}` must be an object, got {shown}; DeepSpeed's config parser stops with '{error}'.",
+            evidence=[doc.evidence((key,))],
+            fixes=[Fix(f"Write `{key}` as an object such as {example}, or remove it.")],
+        )
+    for key in ("optimizer", "scheduler"):
+        block = data.get(key)
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if key == "optimizer" and kind is not None and not isinstance(kind, str):
+            # runtime/config.py: `self.optimizer_name.lower()`
+            yield RULE.finding(
+                f"`optimizer.type` must be a name such as \"AdamW\", got {kind!r}; DeepSpeed's config parser "
+                f"stops with \"AttributeError: '{_type_name(kind)}' object has no attribute 'lower'\".",
+                evidence=[doc.evidence((key, "type"))],
+            )
+        params = block.get("params")
+        if key == "optimizer" and kind is not None and params is not None and not isinstance(params, dict):
+            # runtime/config.py get_optimizer_gradient_clipping: `optimizer_params.keys()`
+            yield RULE.finding(
+                f"`optimizer.params` must be an object, got {params!r:.60}; DeepSpeed's config parser stops with "
+                f"\"AttributeError: '{_type_name(params)}' object has no attribute 'keys'\".",
+                evidence=[doc.evidence((key, "params"))],
+            )
+
+
+def _scalar_finding(doc: Any, dotted: str, canon: str, path: tuple[str, ...], value: Any) -> Finding | None:
+    """A scalar DeepSpeed refuses (or trips over at the first step), by the reader it goes through."""
+    if canon in FIELD_BOUNDS and isinstance(value, int | float) and not isinstance(value, bool):
+        low, low_ok, high = FIELD_BOUNDS[canon]
+        if value < low or value == low and not low_ok:
+            bound = "greater than or equal to 0" if low_ok else "greater than 0"
+        elif high is not None and value > high:
+            bound = f"less than or equal to {high}"
+        else:
+            return None
+        return RULE.finding(
+            f"`{dotted}` is {value!r}; DeepSpeed's pydantic model rejects it: 'Input should be {bound}'.",
+            evidence=[doc.evidence(path)],
+        )
+    if canon in COMM_DTYPE_KEYS and value is not None:
+        if not isinstance(value, str):
+            error = f"AttributeError: '{_type_name(value)}' object has no attribute 'lower'"
+        elif value.lower() not in COMM_DTYPES:
+            error = (
+                "ValueError: Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. "
+                f"Got: {value.lower()}"
+            )
+        else:
+            return None
+        return RULE.finding(
+            f'`{dotted}` is {value!r}; DeepSpeed\'s config parser stops with "{error}". Use "fp16", "bf16" or '
+            '"fp32", or remove the key.',
+            evidence=[doc.evidence(path)],
+        )
+    if canon == "gradient_allreduce_op" and not (isinstance(value, str) and value.lower() in ALLREDUCE_OPS):
+        return RULE.finding(
+            f"`{dotted}` is {value!r}; DeepSpeed's config parser stops with 'ValueError: Invalid "
+            f"gradient_allreduce_op. Supported operations: {list(ALLREDUCE_OPS)}. Got: {value!r}'.",
+            evidence=[doc.evidence(path)],
+        )
+    if canon == "gradient_clipping" and value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float)
+    ):
+        # Read raw (get_gradient_clipping); runtime/engine.py compares `self.gradient_clipping() > 0.0` at the
+        # first optimizer step, where a string or an object raises TypeError.
+        return RULE.finding(
+            f"`{dotted}` must be a number, got {_shown(value)}; DeepSpeed keeps it as written and the engine's "
+            "`gradient_clipping() > 0.0` fails at the first optimizer step." + _exact_float(value),
+            evidence=[doc.evidence(path)],
+        )
+    if canon.endswith(".nvme_path") and canon.count(".") == 2 and value is not None and not isinstance(value, str):
+        return RULE.finding(
+            f"`{dotted}` must be a path string, got {value!r}; DeepSpeed's pydantic model rejects it: 'Input is "
+            "not a valid path'.",
+            evidence=[doc.evidence(path)],
+        )
+    return None
+
+
+def _exact_float(value: Any) -> str:
+    try:
+        number = float(value) if isinstance(value, str) else None
+    except ValueError:
+        return ""
+    return f" Write it without quotes: {number!r}." if number is not None else ""
+
+
 def check(run: RunDescription) -> Iterator[Finding]:
     setup = run.files
     doc = setup.ds_doc
@@ -292,11 +497,13 @@ def check(run: RunDescription) -> Iterator[Finding]:
                         "settings on and changes how it trains"
                     },
                 )
+    yield from _block_findings(doc, data)
     zero = data.get("zero_optimization")
-    if zero is not None and not isinstance(zero, dict):
+    if isinstance(zero, bool):
         yield RULE.finding(
             "`zero_optimization` must be an object.", evidence=[doc.evidence(("zero_optimization",))]
         )
+    if not isinstance(zero, dict):
         zero = None
     for block, allowed, label in (
         (zero, ZERO_KEYS, "zero_optimization"),
@@ -343,6 +550,8 @@ def check(run: RunDescription) -> Iterator[Finding]:
     for dotted, value in _walk(data):
         canon = _canonical_key(dotted)
         path = tuple(dotted.split("."))
+        if len(path) == 1 and dotted in MAPPING_BLOCKS and not isinstance(value, dict):
+            continue  # a block written as a scalar ("bf16": "auto"): reported by _block_findings
         if is_auto(value):
             # "auto" in a key nobody fills. (Without any framework that fills "auto", DS004 reports them all.)
             if fillable is None and canon not in HF_FILLABLE_AUTO or fillable and canon not in fillable:
@@ -370,6 +579,8 @@ def check(run: RunDescription) -> Iterator[Finding]:
                 evidence=[doc.evidence(path)],
                 fixes=[Fix(f"Write `{dotted}` as a JSON boolean (true / false).")],
             )
+        elif (scalar := _scalar_finding(doc, dotted, canon, path, value)) is not None:
+            yield scalar
         elif canon in RAW_BOOL_KEYS and not isinstance(value, bool):
             truth = "true" if value else "false"
             yield RULE.finding(
@@ -382,7 +593,14 @@ def check(run: RunDescription) -> Iterator[Finding]:
             )
     if isinstance(zero, dict):
         stage = zero.get("stage", 0)
-        if (
+        if isinstance(stage, bool):
+            yield RULE.finding(
+                f"`zero_optimization.stage` is {json.dumps(stage)}; DeepSpeed's pydantic model reads a boolean as the "
+                f"number {int(stage)}, so this runs ZeRO stage {int(stage)} (plan and check refuse it). Write the "
+                "stage you mean: 0, 1, 2 or 3.",
+                evidence=[doc.evidence(("zero_optimization", "stage"))],
+            )
+        elif (
             not is_auto(stage)
             and isinstance(stage, int | float)
             and not isinstance(stage, bool)

@@ -48,12 +48,20 @@ def check(run: RunDescription) -> Iterator[Finding]:
         patch={"train_batch_size": fix_value},
     )
     ev = setup.ds_evidence("train_batch_size")
-    if mbs is not None and mbs <= 0:
-        yield RULE.finding(
-            f"train_micro_batch_size_per_gpu is {mbs}; DeepSpeed asserts 'Micro batch size per gpu: {mbs} has to be greater than 0' (> 0).",
-            evidence=[setup.ds_evidence("train_micro_batch_size_per_gpu")],
-        )
-        return
+    # DeepSpeed's own first three assertions (runtime/config.py::_batch_assertion, in its order): a value that
+    # is not positive is refused before any arithmetic, so no GPU count is derived from it.
+    for key, value, label in (
+        ("train_batch_size", tbs, "Train batch size"),
+        ("train_micro_batch_size_per_gpu", mbs, "Micro batch size per gpu"),
+        ("gradient_accumulation_steps", gas, "Gradient accumulation steps"),
+    ):
+        if value is not None and value <= 0:
+            yield RULE.finding(
+                f"{key} is {value}; DeepSpeed stops at launch with '{label}: {value} has to be greater than 0'. "
+                f"Set {key} to a whole number of 1 or more.",
+                evidence=[setup.ds_evidence(key)],
+            )
+            return
     if tbs is None or is_auto(setup.ds_written_value("train_batch_size")) and setup.uses_hf_integration:
         return  # nothing hard-coded, or the framework computes it
     if mbs is None or gas is None:
