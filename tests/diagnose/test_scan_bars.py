@@ -217,3 +217,24 @@ class _Always:
 
     def any_in(self, data: bytes, start: int, end: int) -> bool:
         return True
+
+
+def _map_bar(i: int) -> str:
+    return f"Map:  {i // 10:2d}%|#         | {i}/1000 [00:01<00:02, 1234.56 examples/s]"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "eol"), [("", "\n"), ("host-a: ", "\n"), ("", "\r\n")], ids=["plain", "host", "crlf"]
+)
+def test_a_failure_glued_behind_a_bar_and_wrapped_is_read_mid_stretch(tmp_path: Path, prefix: str, eol: str) -> None:
+    """Review R8: `...examples/s]Segmentation fa` + `ult (core dumped)` on the next line, with bars before and after:
+    neither half is a hit alone, so the line must be read (and joined with its wrapped rest) though it is not the
+    stretch's last bar."""
+    lines = [prefix + _map_bar(i) for i in range(150)]
+    lines += [prefix + _map_bar(150) + "Segmentation fa", "ult (core dumped)"]  # (a terminal's wrap: no prefix)
+    lines += [prefix + _map_bar(i) for i in range(151, 300)]
+    log = tmp_path / "wrapped.log"
+    log.write_bytes(eol.join(lines).encode() + eol.encode())
+    top = diagnose([str(log)]).findings[0]
+    assert top.data["failure_class"]["id"] == "class:crash", top
+    assert top.data["first_failure"]["line"] == 151, top.data["first_failure"]

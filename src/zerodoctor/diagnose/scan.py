@@ -335,8 +335,13 @@ def engine(kind: str | None = None) -> _Engine:
 # the answers are those of reading every bar.
 BAR_MARKER_KEYS = frozenset({"x:phase-data", "x:phase-load"})
 # what names a rank (reader._PREFIXES `[rank3]:`, `[default0]:`, `[1,3]<stdout>:`; reader._RANK_IN_TEXT `[Rank 3]`,
-# `rank=3`) and a time classes._stamp reads
-_RANK_OR_TIME = ("ank|default|<std", r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+# `rank=3`), a time classes._stamp reads, and text glued behind a bar's closing bracket (`it/s]Segmentation fa` whose
+# rest a terminal wrapped onto the next line: neither half is a hit alone, the line must be read and joined; review R8)
+_RANK_OR_TIME = (
+    "ank|default|<std",
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d",
+    r"/(?:s|it)(?:,[^\]\r\n]*)?\][^\r\n]",
+)
 _BACK_WINDOW = 1024  # (the first window scanned back from a hit: a dozen bars; each next one 8 times wider)
 
 
@@ -422,6 +427,8 @@ def _bar_key(chunk: bytes, start: int, stop: int) -> _BarKey | None:
     in its text; else None (the line is read on its own)."""
     if stop - start > _BAR_LINE_MAX:
         return None
+    if stop > start and chunk[stop - 1] == 13:  # (a CRLF line: its `\r` is the line end, not a carriage return)
+        stop -= 1
     m = _PLAIN_BAR.fullmatch(chunk, start, stop)
     # (`[rank3]`, `[Rank 3]`, `rank=3` in the text name a rank: reader._RANK_IN_TEXT)
     if (
