@@ -235,3 +235,23 @@ def test_float16_with_bf16_false(tmp_path: Path) -> None:
     """9b. `bf16: false` + `float16: true`: resolve_dtype loads fp16, not fp32."""
     run = _run(tmp_path, QLORA.replace("bf16: auto", "bf16: false") + "float16: true\n")
     assert run.precision.value == "fp16" and "float16" in run.precision.origin.describe()
+
+
+def test_offload_candidate_plans_deepspeed_cpu_adam(tmp_path: Path) -> None:
+    """2, the recommendation: an offload strategy the planner tries for a run with an 8-bit optimizer and no
+    DeepSpeed config (R7's fft-8b example) plans accelerate's DeepSpeedCPUAdam states too; no offload keeps 8-bit."""
+    from zerodoctor.plan.inputs import ZeroSettings
+    from zerodoctor.plan.model_states import OPTIMIZER_STATES
+    from zerodoctor.plan.phases import plan_strategy
+
+    args = tmp_path / "axolotl.yaml"
+    args.write_text(FFT.format(optimizer="adamw_bnb_8bit").replace("deepspeed: zero2.json\n", ""))
+    inputs = load_inputs(PlanOptions(files=(str(args),), gpus_per_node=8, gpu_memory_gib=80, host_ram_gib=310))
+    assert inputs.training.optimizer == "adamw_8bit" and inputs.training.offload_swaps_optimizer
+
+    def states(zero: ZeroSettings) -> int:
+        return sum(c.bytes for c in plan_strategy(inputs, zero).components if c.name == OPTIMIZER_STATES)
+
+    trainable = inputs.model.params.total
+    assert states(ZeroSettings(stage=2, offload_optimizer="cpu")) == pytest.approx(8 * trainable / 8, rel=0.01)
+    assert states(ZeroSettings(stage=2)) < 3 * trainable / 8

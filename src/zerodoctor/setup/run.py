@@ -137,6 +137,9 @@ class FrameworkTraits:
     fills_auto: bool | None
     zero_init: bool | None
     client_optimizer: bool | None
+    swaps_offloaded_optimizer: bool = False
+    """Under optimizer offload DeepSpeed steps DeepSpeedCPUAdam (fp32 Adam states), whatever optimizer the run
+    names: accelerate swaps the client optimizer (`accelerate_swaps_offloaded_optimizer`)."""
 
 
 @dataclass(frozen=True)
@@ -598,6 +601,7 @@ def describe_run(
         fills_auto=(fw_name in FILLS_AUTO) if fw_name else None,
         zero_init=_zero_init_trait(setup, fw_name),
         client_optimizer=setup.client_optimizer(),
+        swaps_offloaded_optimizer=accelerate_swaps_offloaded_optimizer(fw_name, setup.ds_written),
     )
 
     # an axolotl YAML, read as HF arguments: where a key is absent, axolotl's defaults (setup/axolotl.py)
@@ -1647,23 +1651,28 @@ def _zero(
     )
 
 
+def accelerate_swaps_offloaded_optimizer(framework: str | None, ds: Mapping[str, Any] | None) -> bool:
+    """HF Trainer, LLaMA-Factory and axolotl prepare DeepSpeed through accelerate, which replaces the client
+    optimizer (8-bit, paged, SGD...) with DeepSpeedCPUAdam, fp32 Adam states, when offload_optimizer is cpu / nvme
+    and the config has no `optimizer` block (accelerate 0.26-1.15 accelerator.py prepare_deepspeed:
+    `map_pytorch_optim_to_deepspeed` unless `zero_force_ds_cpu_optimizer: false`; utils/deepspeed.py: "DeepSpeedCPUAdam
+    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound."""
+    if framework not in ("hf", "llamafactory", "accelerate"):
+        return False
+    return ds is None or (
+        not isinstance(ds.get("optimizer"), dict) and ds.get("zero_force_ds_cpu_optimizer") is not False
+    )
+
+
 def _offloaded_client_optimizer(
     optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, s: TrainingSetup
 ) -> Known[str]:
-    """The optimizer that steps under optimizer offload. HF Trainer, LLaMA-Factory and axolotl prepare DeepSpeed
-    through accelerate, which replaces the client optimizer (8-bit, paged, SGD...) with DeepSpeedCPUAdam, fp32 Adam
-    states, when offload_optimizer is cpu / nvme and the config has no `optimizer` block (accelerate 0.26-1.15
-    accelerator.py prepare_deepspeed: `map_pytorch_optim_to_deepspeed` unless `zero_force_ds_cpu_optimizer: false`;
-    utils/deepspeed.py: "DeepSpeedCPUAdam is the default"). Adagrad / Lion map to their CPU twins (fewer states),
-    so AdamW is the upper bound."""
+    """The optimizer that steps under the run's own optimizer offload (`accelerate_swaps_offloaded_optimizer`)."""
     if (
         zero is None
         or zero.offload_optimizer.value not in ("cpu", "nvme")
-        or traits.name not in ("hf", "llamafactory", "accelerate")
+        or not traits.swaps_offloaded_optimizer
         or optimizer.value == "adamw"
-        or s.ds_written is None
-        or isinstance(s.ds_written.get("optimizer"), dict)
-        or s.ds_written.get("zero_force_ds_cpu_optimizer") is False
     ):
         return optimizer
     why = (
