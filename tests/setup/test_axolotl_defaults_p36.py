@@ -89,7 +89,8 @@ def test_axolotl_qlora_example(tmp_path: Path) -> None:
 
 
 def test_axolotl_written_values_win_and_precision_follows_resolve_dtype(tmp_path: Path) -> None:
-    text = BARE + "micro_batch_size: 4\neval_batch_size: 2\nval_set_size: 0.1\nsequence_len: 2048\nbf16: false\n"
+    text = BARE + "micro_batch_size: 4\neval_batch_size: 2\nval_set_size: 0.1\nevals_per_epoch: 2\nsequence_len: 2048\n"
+    text += "bf16: false\n"
     inputs = _inputs(tmp_path, text + "gradient_checkpointing: true\nflash_attention: true\n")
     t = inputs.training
     assert (t.micro_batch, t.eval_micro_batch, t.seq_len, t.gradient_checkpointing, t.attn) == (4, 2, 2048, True, "flash")

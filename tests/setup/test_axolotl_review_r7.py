@@ -255,3 +255,33 @@ def test_offload_candidate_plans_deepspeed_cpu_adam(tmp_path: Path) -> None:
     trainable = inputs.model.params.total
     assert states(ZeroSettings(stage=2, offload_optimizer="cpu")) == pytest.approx(8 * trainable / 8, rel=0.01)
     assert states(ZeroSettings(stage=2)) < 3 * trainable / 8
+
+
+@pytest.mark.parametrize(
+    ("schedule", "evaluates"),
+    [("", False), ("evals_per_epoch: 4\n", True), ("eval_steps: 50\n", True), ("eval_strategy: epoch\n", True)],
+)
+def test_eval_set_without_a_schedule_is_not_evaluated(tmp_path: Path, schedule: str, evaluates: bool) -> None:
+    """9a. An eval set with no eval_steps / evals_per_epoch / eval_strategy (R7's ev2): HF's eval_strategy "no"."""
+    text = QLORA.replace("val_set_size: 0\n", "val_set_size: 0.05\neval_batch_size: 16\n") + schedule
+    run = _run(tmp_path, text)
+    assert (run.eval_micro_batch is not None) is evaluates
+    if evaluates:
+        assert run.eval_micro_batch is not None and run.eval_micro_batch.value == 16
+
+
+def test_no_kbit_label_on_unquantised_lora(tmp_path: Path) -> None:
+    """9d. Plain LoRA (R7's p11) is not k-bit prepared: no "after prepare_model_for_kbit_training" label."""
+    text = QLORA.replace("adapter: qlora", "adapter: lora").replace("load_in_4bit: true", "load_in_4bit: false")
+    assert _run(tmp_path, text).kbit_preparation is None
+    assert _run(tmp_path, QLORA).kbit_preparation is not None
+
+
+@pytest.mark.parametrize("name", ["ademamix", "ademamix_8bit", "paged_ademamix_32bit"])
+def test_ademamix_keeps_three_states(tmp_path: Path, name: str) -> None:
+    """10a. `optimizer: ademamix` (bitsandbytes AdEMAMix: m1, m2 and nu) is not AdamW's two states."""
+    from zerodoctor.plan.model_states import optimizer_state_bytes_per_param
+
+    run = _run(tmp_path, QLORA.replace("paged_adamw_32bit", name))
+    assert run.optimizer.value == "ademamix" and "optimizer" in run.optimizer.origin.describe()
+    assert optimizer_state_bytes_per_param("ademamix") == 12.0

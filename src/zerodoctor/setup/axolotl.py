@@ -123,10 +123,12 @@ EVAL_BATCH = (
     "axolotl eval_batch_size default: micro_batch_size (utils/config normalize_config)"
 )
 EVALUATES = (
-    # core/builders/base.py:514-517 _configure_save_and_eval_strategy: `if not self.eval_dataset and
-    # cfg.val_set_size == 0: eval_strategy = "no"`; val_set_size defaults to 0.0 (utils/schemas/config.py:1084-1085);
-    # an eval set is evaluated at eval_steps / evals_per_epoch, or each epoch ("Leave empty to eval at each epoch")
-    "axolotl evaluates an eval set (val_set_size > 0 or test_datasets; core/builders/base.py)"
+    # core/builders/base.py:514-523 _configure_save_and_eval_strategy: `if not self.eval_dataset and
+    # cfg.val_set_size == 0: eval_strategy = "no"`, else "steps" with eval_steps (which normalize_config,
+    # utils/config/__init__.py:250-253, derives from evals_per_epoch) or the written eval_strategy; nothing written:
+    # TrainingArguments' eval_strategy "no". val_set_size defaults to 0.0 (utils/schemas/config.py:1084-1085)
+    "axolotl evaluates an eval set (val_set_size > 0 or test_datasets) at eval_steps / evals_per_epoch / "
+    "eval_strategy (core/builders/base.py)"
 )
 
 

@@ -48,7 +48,7 @@ GIB = 2**30
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
 # = plan.model_states.OPTIMIZERS (setup does not import the planner)
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit")
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
@@ -879,7 +879,7 @@ def describe_run(
         pure_bf16=rd.arg("pure_bf16"),
         upcast_layernorm=rd.arg("upcast_layernorm"),
         lora_dropout=_lora_dropout(rd) or (_ax_default(axolotl.LORA_DROPOUT) if ax else None),
-        kbit_preparation=_ax_default(axolotl.KBIT_PREPARATION) if ax and method.value in ("lora", "qlora") else None,
+        kbit_preparation=_ax_default(axolotl.KBIT_PREPARATION) if ax and method.value == "qlora" else None,
         eval_micro_batch=_axolotl_eval_micro_batch(rd, micro) if ax else _eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
@@ -995,11 +995,13 @@ def _axolotl_target_linear(rd: _Reader) -> Known[Any] | None:
 
 def _axolotl_eval_micro_batch(rd: _Reader, micro: Known[int]) -> Known[int] | None:
     """An axolotl run's evaluation batch when it evaluates (`setup.axolotl.EVALUATES`): `eval_batch_size`, else the
-    micro batch (`setup.axolotl.EVAL_BATCH`). None: no eval set, or `eval_strategy: no`."""
+    micro batch (`setup.axolotl.EVAL_BATCH`). None: no eval set, no schedule (HF's eval_strategy "no"), or
+    `eval_strategy: no`."""
     val = rd.arg("val_set_size")
     has_set = (val is not None and (as_number(val.value) or 0) > 0) or rd.arg("test_datasets") is not None
     strategy = rd.arg("eval_strategy")
-    if not has_set or (strategy is not None and str(strategy.value).lower() == "no"):
+    scheduled = rd.arg("eval_steps", "evals_per_epoch") is not None or strategy is not None
+    if not has_set or not scheduled or (strategy is not None and str(strategy.value).lower() == "no"):
         return None
     size = rd.arg("eval_batch_size")
     if size is not None and (as_number(size.value) or 0) >= 1:
@@ -1402,6 +1404,8 @@ def optimizer_kind(optim: str) -> str | None:
     low = optim.strip().lower()
     if "sgd" in low:
         return "sgd"
+    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit / paged alike
+        return "ademamix"
     if low.startswith("paged") and "adam" in low:
         return "paged_adamw_8bit" if "8bit" in low else "paged_adamw_32bit"
     if "8bit" in low:
