@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zerodoctor.env.model import Environment, PackageInfo
 from zerodoctor.plan.inputs import PlanOptions, load_inputs
 from zerodoctor.setup.axolotl import is_axolotl
 
@@ -44,10 +45,13 @@ output_dir: ./outputs/out
 
 
 def _inputs(tmp_path: Path, text: str):
+    """Planned with axolotl 0.13.0 installed (`--env`): the defaults hold from v0.5.0 (test_axolotl_review_r7.py has
+    the unknown and older releases)."""
     args = tmp_path / "axolotl.yaml"
     args.write_text(text)
     opts = PlanOptions(files=(str(args),), gpus_per_node=1, gpu_memory_gib=24, host_ram_gib=64)
-    return load_inputs(opts)
+    env = Environment(python="3.11", platform="linux", packages={"axolotl": PackageInfo("axolotl", "0.13.0")})
+    return load_inputs(opts, env=env)
 
 
 def test_axolotl_defaults_replace_hf_ones_with_their_source(tmp_path: Path) -> None:
@@ -85,7 +89,8 @@ def test_axolotl_qlora_example(tmp_path: Path) -> None:
 
 
 def test_axolotl_written_values_win_and_precision_follows_resolve_dtype(tmp_path: Path) -> None:
-    text = BARE + "micro_batch_size: 4\neval_batch_size: 2\nval_set_size: 0.1\nsequence_len: 2048\nbf16: false\n"
+    text = BARE + "micro_batch_size: 4\neval_batch_size: 2\nval_set_size: 0.1\nevals_per_epoch: 2\nsequence_len: 2048\n"
+    text += "bf16: false\n"
     inputs = _inputs(tmp_path, text + "gradient_checkpointing: true\nflash_attention: true\n")
     t = inputs.training
     assert (t.micro_batch, t.eval_micro_batch, t.seq_len, t.gradient_checkpointing, t.attn) == (4, 2, 2048, True, "flash")

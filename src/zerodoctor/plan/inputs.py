@@ -81,6 +81,9 @@ class Training:
     double_quant: bool = True
     precision: str = "bf16"
     optimizer: str = "adamw"
+    offload_swaps_optimizer: bool = False
+    """The framework hands DeepSpeed DeepSpeedCPUAdam (fp32 Adam states) in place of `optimizer` under optimizer
+    offload (accelerate, `setup.run.accelerate_swaps_offloaded_optimizer`): an offload strategy plans AdamW."""
     micro_batch: int = 1
     grad_accum: int = 1
     seq_len: int = DEFAULT_SEQ_LEN
@@ -402,6 +405,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         quant_storage_by_framework=run.quant_storage_by_framework,
         precision=run.precision.value,
         optimizer=run.optimizer.value,
+        offload_swaps_optimizer=run.framework.swaps_offloaded_optimizer,
         micro_batch=run.micro_batch.value,
         grad_accum=run.grad_accum.value,
         seq_len=run.seq_len.value,

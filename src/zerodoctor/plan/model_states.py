@@ -67,7 +67,7 @@ HOST = "host"
 NVME = "nvme"
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit")
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
 PAGED_OPTIMIZERS = ("paged_adamw_32bit", "paged_adamw_8bit")
 """bitsandbytes paged optimizers (HF Trainer `optim="paged_adamw_32bit"` / `"paged_adamw_8bit"`): their states are
 CUDA unified memory (bitsandbytes functional.get_paged -> cudaMallocManaged), which the driver evicts to host RAM
@@ -261,6 +261,10 @@ def optimizer_state_bytes_per_param(optimizer: str, state_dtype_bytes: int = FP3
         return float(state_dtype_bytes)
     if optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         return ADAM_8BIT_STATE_BYTES
+    if optimizer == "ademamix":
+        # bitsandbytes AdEMAMix (transformers optim "ademamix*"): fast and slow EMA stacked in state1 plus nu in state2,
+        # fp32 in its 32-bit mode (bitsandbytes/optim/ademamix.py); the 8-bit and paged variants are planned the same
+        return 3.0 * FP32_BYTES
     if optimizer == "paged_adamw_32bit":
         # bitsandbytes Optimizer2State with optim_bits=32: two fp32 states whatever the parameter's dtype
         # (bitsandbytes/optim/optimizer.py init_state: torch.zeros_like(p, dtype=torch.float32)).

@@ -597,6 +597,8 @@ def plan_strategy(
         from zerodoctor.plan.fsdp import plan_fsdp
 
         return plan_fsdp(inputs, zero, t, label=label, margin=margin)
+    if zero.offload_optimizer != "none" and t.offload_swaps_optimizer and t.optimizer != "adamw":
+        t = replace(t, optimizer="adamw")  # accelerate's DeepSpeedCPUAdam steps (Training.offload_swaps_optimizer)
     c = inputs.cluster
     spec = inputs.model
     p = spec.params

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor.facts import truthy
+
 AXOLOTL_KEYS = frozenset(
     {"base_model", "micro_batch_size", "sequence_len", "sample_packing", "pad_to_sequence_len", "lora_target_linear"}
 )
@@ -27,9 +29,21 @@ AXOLOTL_KEYS = frozenset(
 one of them marks an arguments YAML as axolotl's."""
 
 
+NOT_AXOLOTL_KEYS = frozenset({"model_name_or_path", "per_device_train_batch_size"})
+"""HF / TRL argument names axolotl's schema does not have (it names the model `base_model` and the batch
+`micro_batch_size`): one of them written makes a stray axolotl key (a `base_model` left in a TRL YAML) not count."""
+
+
 def is_axolotl(args: Mapping[str, Any] | None) -> bool:
-    """Whether an HF-kind arguments file is an axolotl YAML (one of `AXOLOTL_KEYS` written)."""
-    return args is not None and bool(AXOLOTL_KEYS & set(args))
+    """Whether an HF-kind arguments file is an axolotl YAML: one of `AXOLOTL_KEYS` written and none of
+    `NOT_AXOLOTL_KEYS`."""
+    return args is not None and bool(AXOLOTL_KEYS & set(args)) and not NOT_AXOLOTL_KEYS & set(args)
+
+
+DEFAULTS_SINCE = "0.5.0"
+"""The first release that applies the schema's defaults: #1415 (601b77bc9, 2024-03-26) made `validate_config` dump
+with exclude_none, where exclude_unset had dropped every unwritten key (micro_batch_size, sequence_len, bf16 stayed
+None). The defaults below hold from this release."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +58,13 @@ MICRO_BATCH = AxolotlDefault(
     1,
     # utils/schemas/training.py:77-78 HyperparametersConfig: `micro_batch_size: int | None = Field(default=1, ...)`
     # (utils/config/models/input/v0_4_1 the same since the pydantic schema, #1239, 2024-02-26)
-    "axolotl micro_batch_size default 1 (utils/schemas/training.py HyperparametersConfig)",
+    "axolotl micro_batch_size default 1 (utils/schemas/training.py HyperparametersConfig; applied from v0.5.0, #1415)",
 )
 SEQUENCE_LEN = AxolotlDefault(
     512,
-    # utils/schemas/config.py:665-666: `sequence_len: int = Field(default=512, ...)` (1024 before #1415, 2024-03-26)
-    "axolotl sequence_len default 512 (utils/schemas/config.py; 1024 before v0.5.0)",
+    # utils/schemas/config.py:665-666: `sequence_len: int = Field(default=512, ...)`; the v0_4_1 schema's 1024 was
+    # never applied (DEFAULTS_SINCE)
+    "axolotl sequence_len default 512 (utils/schemas/config.py; applied from v0.5.0, #1415)",
 )
 GRADIENT_CHECKPOINTING = AxolotlDefault(
     False,
@@ -85,6 +100,13 @@ QUANT_STORAGE = AxolotlDefault(
     # since #1428 (2024-03-21); uint8 (no storage key) before
     "axolotl qlora: BitsAndBytesConfig(nf4, double quant, bnb_4bit_quant_storage=torch.bfloat16) (loaders/model.py)",
 )
+LORA_4BIT_UNQUANTIZED = AxolotlDefault(
+    "0.13.0",
+    # loaders/model.py:712 `elif self.cfg.adapter == "qlora" and self.cfg.load_in_4bit:` builds the only 4-bit
+    # BitsAndBytesConfig; #3205 (aa1240acd, first in v0.13.0) dropped the legacy `model_kwargs["load_in_4bit"]`, which
+    # had quantized `adapter: lora` too (transformers' BitsAndBytesConfig defaults: uint8 storage)
+    "axolotl >= 0.13.0 quantizes only for adapter qlora (loaders/model.py, #3205): the weights load unquantized",
+)
 KBIT_PREPARATION = AxolotlDefault(
     "none",
     # loaders/model.py:422-478 _configure_embedding_dtypes: for adapter lora/qlora (`needs_fa2_dtype = True`) it calls
@@ -101,8 +123,43 @@ EVAL_BATCH = (
     "axolotl eval_batch_size default: micro_batch_size (utils/config normalize_config)"
 )
 EVALUATES = (
-    # core/builders/base.py:514-517 _configure_save_and_eval_strategy: `if not self.eval_dataset and
-    # cfg.val_set_size == 0: eval_strategy = "no"`; val_set_size defaults to 0.0 (utils/schemas/config.py:1084-1085);
-    # an eval set is evaluated at eval_steps / evals_per_epoch, or each epoch ("Leave empty to eval at each epoch")
-    "axolotl evaluates an eval set (val_set_size > 0 or test_datasets; core/builders/base.py)"
+    # core/builders/base.py:514-523 _configure_save_and_eval_strategy: `if not self.eval_dataset and
+    # cfg.val_set_size == 0: eval_strategy = "no"`, else "steps" with eval_steps (which normalize_config,
+    # utils/config/__init__.py:250-253, derives from evals_per_epoch) or the written eval_strategy; nothing written:
+    # TrainingArguments' eval_strategy "no". val_set_size defaults to 0.0 (utils/schemas/config.py:1084-1085)
+    "axolotl evaluates an eval set (val_set_size > 0 or test_datasets) at eval_steps / evals_per_epoch / "
+    "eval_strategy (core/builders/base.py)"
 )
+
+
+def training_arguments(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The HF TrainingArguments an axolotl YAML becomes, where axolotl's names or defaults differ from HF's, for
+    the checks that compare them with the DeepSpeed config (HF001, DS002): core/builders/base.py:668 passes
+    `micro_batch_size` (default 1) as `per_device_train_batch_size`; :270-280 `_configure_precision_settings` passes
+    the `bf16` that resolve_dtype made of "auto" (its default, utils/config/__init__.py:156-170: true on a GPU with
+    bf16, assumed here) and `fp16 = fp16 and not bf16`. Other keys stay as written."""
+    out = dict(args)
+    if "per_device_train_batch_size" not in args:
+        out["per_device_train_batch_size"] = args.get("micro_batch_size", MICRO_BATCH.value)
+    bf16, fp16 = args.get("bf16", PRECISION_WRITTEN_DEFAULT), args.get("fp16")
+    if isinstance(bf16, str) and bf16.strip().lower() == "auto":
+        out["bf16"] = not bool(truthy(fp16))
+    if truthy(out.get("bf16")):
+        out["fp16"] = False
+    return out
+
+
+PRECISION_WRITTEN_DEFAULT = "auto"
+"""`bf16`'s schema default (utils/schemas/config.py:559-560), applied from v0.5.0 (#1415; `validate_config` dumped
+with exclude_unset before, so an unwritten bf16 stayed None: fp32)."""
+
+
+def quantization(args: Mapping[str, Any], quant: Mapping[str, Any]) -> dict[str, Any]:
+    """The 4-bit settings an axolotl YAML loads with: for `adapter: qlora` + `load_in_4bit` its loader builds the
+    BitsAndBytesConfig itself, bf16 storage whatever the YAML says (`QUANT_STORAGE`), so the checks see the storage
+    set by the framework (QL001 does not ask for a key axolotl never reads). Other settings stay as read."""
+    out = dict(quant)
+    if out.get("load_in_4bit") and str(args.get("adapter", "")).strip().lower() == "qlora":
+        out["bnb_4bit_quant_storage"] = QUANT_STORAGE.value
+        out["quant_storage_set_by_framework"] = True
+    return out

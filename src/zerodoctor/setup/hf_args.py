@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor.facts import is_auto
+from zerodoctor.setup import axolotl
+from zerodoctor.setup.reader import LLAMAFACTORY_KEYS
 
 # TrainingArguments defaults (transformers 5.23.0; tests/setup/test_hf_args.py checks them against the
 # installed transformers). The type drives the coercion HfArgumentParser does on YAML/CLI strings.
@@ -80,7 +82,10 @@ def coerce(value: Any, typ: type) -> Any:
 
 
 def effective_args(given: dict[str, Any]) -> dict[str, Any]:
-    """The arguments with defaults applied and strings coerced, as the Trainer would have them."""
+    """The arguments with defaults applied and strings coerced, as the Trainer would have them (for an axolotl
+    YAML, the TrainingArguments its builder makes of it: `setup.axolotl.training_arguments`)."""
+    if axolotl.is_axolotl(given) and not LLAMAFACTORY_KEYS & set(given):
+        given = axolotl.training_arguments(given)
     out = {k: d for k, (_t, d) in HF_DEFAULTS.items()}
     for k, v in given.items():
         typ = HF_DEFAULTS[k][0] if k in HF_DEFAULTS else HF_TYPES.get(k)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerodoctor.errors import SetupError, ZeroDoctorError
+from zerodoctor.setup import axolotl
 from zerodoctor.setup.document import ConfigDocument
 from zerodoctor.setup.model import TrainingSetup, build_setup, resolve_reference
 from zerodoctor.setup.reader import read_document
@@ -137,6 +138,8 @@ def setup_from_documents(
     )
     setup.missing_references = missing
     setup.dataset_samples = dataset_samples
+    if setup.args_doc is not None and setup.args_doc.kind == "hf" and axolotl.is_axolotl(setup.args_doc.data):
+        setup.quant = axolotl.quantization(setup.args_doc.data, setup.quant)
     if model:
         setup.model_ref = model
     elif model_docs and not setup.model_ref:

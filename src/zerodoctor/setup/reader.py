@@ -23,8 +23,9 @@ DEEPSPEED_KEYS = DEEPSPEED_TOP_KEYS - {
     "dataloader_drop_last",
 }
 # DeepSpeed keys that count only with a mapping value (DeepSpeed's `{"type": ..., "params": ...}` blocks): axolotl's
-# YAML has `optimizer: adamw_torch_fused` and `lr_scheduler`-style strings under the same names.
-DEEPSPEED_BLOCK_KEYS = {"optimizer", "scheduler"}
+# YAML has `optimizer: adamw_torch_fused` and `lr_scheduler`-style strings under the same names, and `fp8: true` (its
+# FP8 mixed-precision switch, utils/schemas/config.py) where DeepSpeed's `fp8` is a block.
+DEEPSPEED_BLOCK_KEYS = {"optimizer", "scheduler", "fp8"}
 # Keys only the accelerate config file has.
 ACCELERATE_KEYS = {
     "compute_environment",

@@ -49,7 +49,7 @@ GIB = 2**30
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
 # = plan.model_states.OPTIMIZERS (setup does not import the planner)
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit")
+OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
@@ -138,6 +138,9 @@ class FrameworkTraits:
     fills_auto: bool | None
     zero_init: bool | None
     client_optimizer: bool | None
+    swaps_offloaded_optimizer: bool = False
+    """Under optimizer offload DeepSpeed steps DeepSpeedCPUAdam (fp32 Adam states), whatever optimizer the run
+    names: accelerate swaps the client optimizer (`accelerate_swaps_offloaded_optimizer`)."""
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,12 @@ class _Reader:
                 )
         return None
 
+    def written(self, name: str) -> Known[Any] | None:
+        """An argument as the file writes it (`arg` gives the value the Trainer gets: for an axolotl YAML its
+        builder's, `bf16: auto` resolved)."""
+        k = self.arg(name)
+        return Known(self.s.args_doc.data[name], k.origin) if k is not None and self.s and self.s.args_doc else None
+
     def xt(self, *paths: tuple[str, ...] | str, flag: str | None = None) -> Known[Any] | None:
         """The first of `paths` the XTuner config sets to a plain value; when it sets one to an expression
         that stays symbolic, and `flag` (the command-line flag that gives the value instead) is named, a note
@@ -616,6 +625,7 @@ def describe_run(
         fills_auto=(fw_name in FILLS_AUTO) if fw_name else None,
         zero_init=_zero_init_trait(setup, fw_name),
         client_optimizer=setup.client_optimizer(),
+        swaps_offloaded_optimizer=accelerate_swaps_offloaded_optimizer(fw_name, setup.ds_written),
     )
 
     # an axolotl YAML, read as HF arguments: where a key is absent, axolotl's defaults (setup/axolotl.py)
@@ -675,6 +685,7 @@ def describe_run(
     refused = _llamafactory_refusals(setup, rd, env, check)
     method_k = _first(
         fl("method", flags.method),
+        _axolotl_lora_4bit(rd, env, notes) if ax and setup.method == "qlora" else None,
         Known(setup.method, _method_origin(setup))
         if setup.method and "finetuning_type" not in refused
         else None,
@@ -702,9 +713,10 @@ def describe_run(
     )
     storage_k = _first(
         fl("quant_storage", flags.quant_storage),
+        # axolotl reads no storage key: its loader sets bf16 itself (also in setup.quant, `setup.load`)
+        _ax_default(axolotl.QUANT_STORAGE) if ax and method.value == "qlora" and _axolotl_adapter(rd) == "qlora" else None,
         Known(quant.get("bnb_4bit_quant_storage"), quant_origin),
         Known(maybe_dtype, Origin("framework", "torch_dtype (as TRL's get_quantization_config sets it)")),
-        _ax_default(axolotl.QUANT_STORAGE) if ax and setup.method == "qlora" else None,
     ) or Known("uint8", _default("bitsandbytes: uint8"))
     storage = check.one_of(
         Known(_storage_dtype(storage_k.value), storage_k.origin), QUANT_STORAGES, "quant storage", "uint8"
@@ -712,7 +724,7 @@ def describe_run(
     by_framework = bool(quant.get("quant_storage_set_by_framework")) and flags.quant_storage is None
 
     precision_k = _first(
-        fl("precision", flags.precision), _axolotl_precision(rd) if ax else None, _precision(setup, rd)
+        fl("precision", flags.precision), _axolotl_precision(rd, env, notes) if ax else None, _precision(setup, rd)
     ) or Known("bf16", _default("bf16"))
     precision = check.one_of(precision_k, PRECISIONS, "precision", "bf16")
     optimizer_k = _first(
@@ -803,14 +815,17 @@ def describe_run(
     save_only = Known(bool(truthy(save_only_k.value)), save_only_k.origin)
 
     # ---- what else trains, and preference training ------------------------------------------------------
-    mods_k = rd.arg("modules_to_save", "additional_target")
+    # axolotl: `lora_modules_to_save` (loaders/adapter.py _build_peft_lora_config: modules_to_save=cfg.lora_modules_to_save)
+    mods_k = rd.arg("modules_to_save", "additional_target", "lora_modules_to_save")
     no_modules: tuple[str, ...] = ()
     modules = Known(_names(mods_k.value), mods_k.origin) if mods_k else Known(no_modules, _default("none"))
     layers_k = rd.arg("freeze_trainable_layers") or Known(2, Origin("framework", "LLaMA-Factory default 2"))
     layers = check.count(
         Known(abs(as_number(layers_k.value) or 2), layers_k.origin), "freeze_trainable_layers", 2
     )
-    reference, paired = _preference(rd, method.value)
+    reference, paired = (_axolotl_preference(rd, method.value, notes) if ax else None) or _preference(
+        rd, method.value
+    )
     qm_k = rd.arg("quantization_method")
     quant_method = (
         check.one_of(qm_k, ("bnb", "bitsandbytes", "gptq", "awq"), "quantization_method", "bnb")
@@ -839,6 +854,8 @@ def describe_run(
 
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
+    if flags.optimizer is None:
+        optimizer = _offloaded_client_optimizer(optimizer, zero, traits, setup)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
     fsdp, fsdp_origin = _fsdp(setup, rd) if zero is None else (None, None)
@@ -890,7 +907,7 @@ def describe_run(
         pure_bf16=rd.arg("pure_bf16"),
         upcast_layernorm=rd.arg("upcast_layernorm"),
         lora_dropout=_lora_dropout(rd) or (_ax_default(axolotl.LORA_DROPOUT) if ax else None),
-        kbit_preparation=_ax_default(axolotl.KBIT_PREPARATION) if ax and method.value in ("lora", "qlora") else None,
+        kbit_preparation=_ax_default(axolotl.KBIT_PREPARATION) if ax and method.value == "qlora" else None,
         eval_micro_batch=_axolotl_eval_micro_batch(rd, micro) if ax else _eval_micro_batch(rd, traits.name),
         eval_keeps_logits=_eval_keeps_logits(rd),
         liger_kernel=_first(fl("liger_kernel", flags.liger_kernel), _liger_kernel(rd)),
@@ -904,21 +921,72 @@ def _ax_default(d: axolotl.AxolotlDefault) -> Known[Any]:
     return Known(d.value, Origin("framework", d.source))
 
 
-def _axolotl_precision(rd: _Reader) -> Known[str] | None:
-    """An axolotl YAML's precision where its `bf16` decides it (`setup.axolotl.PRECISION`): unwritten or "auto" is
-    bf16 (on a GPU with bf16) unless `fp16` is true; `bf16: false` without `fp16` (or `bfloat16`) trains fp32
-    (resolve_dtype: `torch_dtype = torch.float32`). None: `_precision` reads a true `bf16` / `fp16`."""
-    bf16, fp16 = rd.arg("bf16"), rd.arg("fp16")
+def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -> Known[str] | None:
+    """An axolotl YAML's precision where its `bf16` decides it (`setup.axolotl.PRECISION`): "auto" is bf16 (on a GPU
+    with bf16) unless `fp16` is true, and so is an unwritten bf16 from v0.5.0 (`setup.axolotl.DEFAULTS_SINCE`; fp32
+    before, and where the version is not known: the larger plan, with a note); `bf16: false` trains in fp16 with
+    `float16` / `load_in_8bit`, else fp32 (resolve_dtype's `torch_dtype`). None: `_precision` reads a true `bf16` /
+    `fp16`."""
+    bf16, fp16 = rd.written("bf16"), rd.written("fp16")
     if fp16 is not None and truthy(fp16.value):
         return None
     if bf16 is None:
-        return _ax_default(axolotl.PRECISION)
+        installed = env.version_of("axolotl") if env is not None else None
+        version = parse_version(installed)
+        since = axolotl.DEFAULTS_SINCE
+        if version is not None and version >= Version(since):
+            return _ax_default(axolotl.PRECISION)
+        why = f"bf16 unwritten: before axolotl {since} (#1415) it stays None, fp32 (utils/config resolve_dtype)"
+        if version is None:
+            notes.append(
+                f"bf16 is not written: axolotl >= {since} takes `bf16: auto` (bf16) and earlier releases train fp32; "
+                "the version is not known here, so fp32 is planned (the larger); write `bf16: auto` or pass --env "
+                "from the training environment"
+            )
+        return Known("fp32", Origin("framework", why if version is None else f"axolotl {installed}: {why}"))
     if str(bf16.value).strip().lower() == "auto":
         return Known("bf16", replace(bf16.origin, detail=f"bf16: auto ({axolotl.PRECISION.source})"))
     if truthy(bf16.value) is False and rd.arg("bfloat16") is None:
+        half = next((k for k in (rd.arg("float16"), rd.arg("load_in_8bit")) if k is not None and truthy(k.value)), None)
+        if half is not None:
+            why = f"{half.origin.key} with bf16 false: axolotl loads fp16 weights (utils/config resolve_dtype)"
+            return Known("fp16", replace(half.origin, detail=why))
         why = "bf16 false and no fp16: axolotl trains fp32 (utils/config resolve_dtype)"
         return Known("fp32", replace(bf16.origin, detail=why))
     return None
+
+
+def _axolotl_adapter(rd: _Reader) -> str | None:
+    """axolotl's `adapter` key, lower case (lora / qlora); None where unwritten."""
+    k = rd.arg("adapter")
+    return str(k.value).strip().lower() if k is not None and k.value else None
+
+
+def _axolotl_lora_4bit(rd: _Reader, env: Environment | None, notes: list[str]) -> Known[str] | None:
+    """`adapter: lora` + `load_in_4bit: true`: axolotl quantizes only for `adapter: qlora` from v0.13.0
+    (`setup.axolotl.LORA_4BIT_UNQUANTIZED`), so the weights load in the torch dtype: planned as LoRA there and where
+    the version is not known (the larger plan, with a note); before, the legacy `load_in_4bit` kwarg quantized with
+    uint8 storage (None: the 4-bit setup stands). None also for any other adapter."""
+    if _axolotl_adapter(rd) != "lora":
+        return None
+    k = rd.arg("load_in_4bit")
+    origin = k.origin if k is not None else Origin("file", "load_in_4bit")
+    installed = env.version_of("axolotl") if env is not None else None
+    version = parse_version(installed)
+    since = axolotl.LORA_4BIT_UNQUANTIZED.value
+    if version is not None and version < Version(since):
+        return None
+    if version is None:
+        notes.append(
+            f"adapter: lora with load_in_4bit ({origin.describe()}): axolotl >= {since} loads the weights unquantized "
+            f"(only `adapter: qlora` quantizes) and earlier releases load them 4-bit; the version is not known here, so "
+            f"the {since} behaviour is planned (16-bit weights, the larger); write `adapter: qlora` for 4-bit weights "
+            "or pass --env from the training environment"
+        )
+    why = f"adapter: lora + load_in_4bit ({axolotl.LORA_4BIT_UNQUANTIZED.source})"
+    if version is not None:
+        why = f"axolotl {installed}: {why}"
+    return Known("lora", replace(origin, detail=why))
 
 
 def _axolotl_optimizer(rd: _Reader) -> Known[str] | None:
@@ -955,11 +1023,13 @@ def _axolotl_target_linear(rd: _Reader) -> Known[Any] | None:
 
 def _axolotl_eval_micro_batch(rd: _Reader, micro: Known[int]) -> Known[int] | None:
     """An axolotl run's evaluation batch when it evaluates (`setup.axolotl.EVALUATES`): `eval_batch_size`, else the
-    micro batch (`setup.axolotl.EVAL_BATCH`). None: no eval set, or `eval_strategy: no`."""
+    micro batch (`setup.axolotl.EVAL_BATCH`). None: no eval set, no schedule (HF's eval_strategy "no"), or
+    `eval_strategy: no`."""
     val = rd.arg("val_set_size")
     has_set = (val is not None and (as_number(val.value) or 0) > 0) or rd.arg("test_datasets") is not None
     strategy = rd.arg("eval_strategy")
-    if not has_set or (strategy is not None and str(strategy.value).lower() == "no"):
+    scheduled = rd.arg("eval_steps", "evals_per_epoch") is not None or strategy is not None
+    if not has_set or not scheduled or (strategy is not None and str(strategy.value).lower() == "no"):
         return None
     size = rd.arg("eval_batch_size")
     if size is not None and (as_number(size.value) or 0) >= 1:
@@ -1283,6 +1353,42 @@ def _preference(rd: _Reader, method: str) -> tuple[Known[bool], Known[bool]]:
     return reference, Known(kind == "dpo", stage.origin)
 
 
+AXOLOTL_PAIRED_RL = ("dpo", "ipo", "simpo", "orpo")
+"""axolotl `rl:` values whose TRL trainer (DPOTrainer with loss ipo, CPOTrainer for simpo, ORPOTrainer) concatenates
+chosen and rejected in one forward; `kto` (KTOTrainer) does not."""
+
+
+def _axolotl_preference(
+    rd: _Reader, method: str, notes: list[str]
+) -> tuple[Known[bool], Known[bool]] | None:
+    """(reference model, paired inputs) of an axolotl YAML's `rl:` (utils/schemas/enums.py RLType). train.py
+    setup_reference_model loads the model a second time as the reference for every `rl` but orpo when there is no
+    adapter, or with `rl_adapter_ref_model: true` (an adapter otherwise uses the base with the adapter off).
+    None where `rl` is unwritten (then not preference training)."""
+    rl = rd.arg("rl")
+    if rl is None or not rl.value:
+        return None
+    kind = str(rl.value).strip().lower()
+    if kind not in (*AXOLOTL_PAIRED_RL, "kto"):
+        notes.append(
+            f"rl: {rl.value} ({rl.origin.describe()}): online RL (generation, a reference and reward models) is not "
+            "modelled; planned as supervised training, which is smaller"
+        )
+        return None
+    ref_adapter = rd.arg("rl_adapter_ref_model")
+    if kind == "orpo":
+        reference = Known(False, replace(rl.origin, detail="rl: orpo (axolotl train.py: no reference model)"))
+    elif method in ("full", "freeze"):
+        why = f"rl: {kind} without an adapter: axolotl loads a reference model (train.py setup_reference_model)"
+        reference = Known(True, replace(rl.origin, detail=why))
+    elif ref_adapter is not None and truthy(ref_adapter.value):
+        reference = Known(True, ref_adapter.origin)
+    else:
+        why = f"rl: {kind} with an adapter: the base with the adapter off is the reference (train.py)"
+        reference = Known(False, replace(rl.origin, detail=why))
+    return reference, Known(kind in AXOLOTL_PAIRED_RL, rl.origin)
+
+
 def _storage_dtype(value: Any) -> str:
     """setup's dtype spelling, plus "none" for "no quant storage" (bitsandbytes then packs into uint8)."""
     if str(value).strip().lower() == "none":
@@ -1326,6 +1432,8 @@ def optimizer_kind(optim: str) -> str | None:
     low = optim.strip().lower()
     if "sgd" in low:
         return "sgd"
+    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit / paged alike
+        return "ademamix"
     if low.startswith("paged") and "adam" in low:
         return "paged_adamw_8bit" if "8bit" in low else "paged_adamw_32bit"
     if "8bit" in low:
@@ -1389,6 +1497,11 @@ def _attn(s: TrainingSetup, rd: _Reader) -> Known[str] | None:
     k = rd.arg("use_flash_attn", "flash_attention")  # axolotl: `flash_attention: true`
     if k is not None and truthy(k.value):
         return Known("flash", k.origin)
+    # axolotl's legacy flag, after flash_attention (utils/schemas/enums.py LEGACY_ATTN_FLAG_TO_IMPL "eager_attention":
+    # "eager"; v0.5.0 utils/models.py: `elif cfg.eager_attention: model_kwargs["attn_implementation"] = "eager"`)
+    k = rd.arg("eager_attention")
+    if k is not None and truthy(k.value):
+        return Known("eager", k.origin)
     sp = rd.xt("sequence_parallel_size")
     if sp is not None and sp.value not in (1, None):
         return Known("flash", Origin("framework", "XTuner sequence parallelism dispatches flash attention"))
@@ -1568,6 +1681,38 @@ def _zero(
         ),
         optimizer_from_config=_deepspeed_builds_fused_adam(s.ds_written),
     )
+
+
+def accelerate_swaps_offloaded_optimizer(framework: str | None, ds: Mapping[str, Any] | None) -> bool:
+    """HF Trainer, LLaMA-Factory and axolotl prepare DeepSpeed through accelerate, which replaces the client
+    optimizer (8-bit, paged, SGD...) with DeepSpeedCPUAdam, fp32 Adam states, when offload_optimizer is cpu / nvme
+    and the config has no `optimizer` block (accelerate 0.26-1.15 accelerator.py prepare_deepspeed:
+    `map_pytorch_optim_to_deepspeed` unless `zero_force_ds_cpu_optimizer: false`; utils/deepspeed.py: "DeepSpeedCPUAdam
+    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound."""
+    if framework not in ("hf", "llamafactory", "accelerate"):
+        return False
+    return ds is None or (
+        not isinstance(ds.get("optimizer"), dict) and ds.get("zero_force_ds_cpu_optimizer") is not False
+    )
+
+
+def _offloaded_client_optimizer(
+    optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, s: TrainingSetup
+) -> Known[str]:
+    """The optimizer that steps under the run's own optimizer offload (`accelerate_swaps_offloaded_optimizer`)."""
+    if (
+        zero is None
+        or zero.offload_optimizer.value not in ("cpu", "nvme")
+        or not traits.swaps_offloaded_optimizer
+        or optimizer.value == "adamw"
+    ):
+        return optimizer
+    why = (
+        f"{optimizer.origin.describe()} names {optimizer.value}, but with offload_optimizer "
+        f"{zero.offload_optimizer.value} accelerate hands DeepSpeed DeepSpeedCPUAdam in its place, fp32 Adam states "
+        "(accelerate accelerator.py prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed)"
+    )
+    return Known("adamw", Origin("framework", why))
 
 
 def _deepspeed_builds_fused_adam(ds: dict[str, Any] | None) -> bool:
