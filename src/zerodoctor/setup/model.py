@@ -572,9 +572,9 @@ def unusable_reference(base: Path, ref: str) -> str | None:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 return f"{c} is a symbolic link loop"
-            if c.is_symlink():
+            if exc.errno == errno.ENOENT and _is_symlink(c):
                 return f"{c} is a symbolic link to nothing"
-            continue
+            continue  # (nothing of that name, or a name the file system refuses: too long)
         except ValueError:
             continue
         if stat.S_ISDIR(mode):
@@ -584,6 +584,14 @@ def unusable_reference(base: Path, ref: str) -> str | None:
         if not stat.S_ISREG(mode):
             return f"{c} is a device or special file, not a regular file"
     return None
+
+
+def _is_symlink(path: Path) -> bool:
+    """`Path.is_symlink`, where a name the file system refuses is simply not a link."""
+    try:
+        return path.is_symlink()
+    except (OSError, ValueError):
+        return False
 
 
 def _is_file(path: Path) -> bool:
