@@ -111,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if args.fix:
         from zerodoctor.lint.fixer import plan_fixes, write_fixes
 
-        changes, skipped = plan_fixes(setup, findings, unsafe=args.unsafe_fixes)
+        # (from every finding, not the shown ones: a rule shows at most 50, a file is fixed in one pass)
+        every = setup_notes(setup) + lint_setup(setup, select_rules(args.select, args.ignore), cap=False)
+        changes, skipped = plan_fixes(setup, every, unsafe=args.unsafe_fixes)
         written = write_fixes(setup, changes, in_place=args.in_place)
         extra["fixes"] = {
             "changes": [c.describe() for c in changes],

@@ -44,10 +44,10 @@ def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | No
     return out
 
 
-def lint_setup(setup: TrainingSetup, rules: list[Rule] | None = None) -> list[Finding]:
+def lint_setup(setup: TrainingSetup, rules: list[Rule] | None = None, *, cap: bool = True) -> list[Finding]:
     """Describe the run leniently (a wrong value is reported, not an error) and lint it."""
     run = describe_run(setup, strict=False)
-    return sort_findings(invalid_value_findings(run) + lint_run(run, rules))
+    return sort_findings(invalid_value_findings(run) + lint_run(run, rules, cap=cap))
 
 
 def invalid_value_findings(run: RunDescription) -> list[Finding]:
@@ -102,11 +102,13 @@ def _capped(rule: Rule, produced: Iterable[Finding]) -> list[Finding]:
     return shown
 
 
-def lint_run(run: RunDescription, rules: list[Rule] | None = None) -> list[Finding]:
+def lint_run(run: RunDescription, rules: list[Rule] | None = None, *, cap: bool = True) -> list[Finding]:
+    """Every selected rule's findings; with `cap`, at most MAX_FINDINGS_PER_RULE of one rule are shown (`--fix` plans
+    its changes from the whole list: a file is fixed in one pass, review R9)."""
     findings: list[Finding] = []
     for rule in rules if rules is not None else select_rules():
         try:
-            findings.extend(_capped(rule, rule.check(run)))
+            findings.extend(_capped(rule, rule.check(run)) if cap else rule.check(run))
         except Exception as exc:  # a rule bug must be visible, not fatal to the other rules
             raise RuleCrash(f"rule {rule.code} crashed: {exc!r}\n{traceback.format_exc()}") from exc
     return sort_findings(findings)

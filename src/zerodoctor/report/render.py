@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -49,8 +50,15 @@ def to_json(doc: dict[str, Any]) -> str:
     """JSON text that encodes to valid UTF-8: non-ASCII text stays readable, but a lone surrogate (how Python
     carries the undecodable bytes of a file name or an environment value) is written as its \\uXXXX escape,
     which JSON readers accept, instead of the raw bytes that make the whole document invalid UTF-8."""
-    text = json.dumps(doc, indent=2, default=str, ensure_ascii=False) + "\n"
+    # (a terminal that cannot encode all of Unicode, PYTHONIOENCODING=ascii / cp1252, would write `\xe9` for what it
+    # cannot encode -- not a JSON escape: there every non-ASCII character is written as JSON's own \uXXXX; review R9)
+    text = json.dumps(doc, indent=2, default=str, ensure_ascii=not _stdout_is_utf8()) + "\n"
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _stdout_is_utf8() -> bool:
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    return encoding in ("utf8", "utf8sig")
 
 
 def shown_finding(f: Finding) -> Finding:
