@@ -46,3 +46,10 @@ def test_lint_fix_fixes_every_finding_of_a_rule_past_the_shown_cap(run_cli, tmp_
     assert len(fixed) > MAX_FINDINGS_PER_RULE, f"{len(fixed)} fixed: {out[-2000:]}"
     written = (tmp_path / "hf.fixed.yaml").read_text()
     assert "zz:" not in written, written
+
+
+def test_optimizer_params_auto_is_one_error(run_cli, tmp_path: Path) -> None:
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": "auto"}}))
+    code, out, _ = run_cli("lint", str(cfg))
+    assert code == 1 and out.count("error DS001") == 1, out

@@ -552,6 +552,8 @@ def check(run: RunDescription) -> Iterator[Finding]:
         path = tuple(dotted.split("."))
         if len(path) == 1 and dotted in MAPPING_BLOCKS and not isinstance(value, dict):
             continue  # a block written as a scalar ("bf16": "auto"): reported by _block_findings
+        if path == ("optimizer", "params") and not isinstance(value, dict):
+            continue  # (`"params": "auto"` and other non-objects: reported once, by _block_findings; review R9)
         if is_auto(value):
             # "auto" in a key nobody fills. (Without any framework that fills "auto", DS004 reports them all.)
             if fillable is None and canon not in HF_FILLABLE_AUTO or fillable and canon not in fillable:
