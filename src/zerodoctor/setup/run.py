@@ -854,8 +854,7 @@ def describe_run(
 
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
-    if flags.optimizer is None:
-        optimizer = _offloaded_client_optimizer(optimizer, zero, traits, setup)
+    _note_offloaded_client_optimizer(optimizer, zero, traits, notes)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
     fsdp, fsdp_origin = _fsdp(setup, rd) if zero is None else (None, None)
@@ -1688,31 +1687,35 @@ def accelerate_swaps_offloaded_optimizer(framework: str | None, ds: Mapping[str,
     optimizer (8-bit, paged, SGD...) with DeepSpeedCPUAdam, fp32 Adam states, when offload_optimizer is cpu / nvme
     and the config has no `optimizer` block (accelerate 0.26-1.15 accelerator.py prepare_deepspeed:
     `map_pytorch_optim_to_deepspeed` unless `zero_force_ds_cpu_optimizer: false`; utils/deepspeed.py: "DeepSpeedCPUAdam
-    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound."""
-    if framework not in ("hf", "llamafactory", "accelerate"):
+    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound. An unknown
+    launcher (None) is read as HF Trainer, as elsewhere; a raw DeepSpeed script with a client optimizer under offload
+    raises unless `zero_force_ds_cpu_optimizer: false` (engine.py `_configure_optimizer`), so it swaps too."""
+    if framework not in (None, "hf", "llamafactory", "accelerate"):
         return False
     return ds is None or (
         not isinstance(ds.get("optimizer"), dict) and ds.get("zero_force_ds_cpu_optimizer") is not False
     )
 
 
-def _offloaded_client_optimizer(
-    optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, s: TrainingSetup
-) -> Known[str]:
-    """The optimizer that steps under the run's own optimizer offload (`accelerate_swaps_offloaded_optimizer`)."""
+def _note_offloaded_client_optimizer(
+    optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, notes: list[str]
+) -> None:
+    """Say why the run's offload strategy plans AdamW (`accelerate_swaps_offloaded_optimizer`). The run keeps its own
+    optimizer: the planner swaps per candidate (plan/phases.py, `Training.offload_swaps_optimizer`), so strategies
+    without optimizer offload plan the client optimizer that really steps there (review R10, 1)."""
     if (
         zero is None
         or zero.offload_optimizer.value not in ("cpu", "nvme")
         or not traits.swaps_offloaded_optimizer
         or optimizer.value == "adamw"
     ):
-        return optimizer
-    why = (
-        f"{optimizer.origin.describe()} names {optimizer.value}, but with offload_optimizer "
+        return
+    notes.append(
+        f"optimizer {optimizer.value} ({optimizer.origin.describe()}): with offload_optimizer "
         f"{zero.offload_optimizer.value} accelerate hands DeepSpeed DeepSpeedCPUAdam in its place, fp32 Adam states "
-        "(accelerate accelerator.py prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed)"
+        "(accelerate accelerator.py prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed): "
+        f"strategies with optimizer offload plan AdamW, those without plan {optimizer.value}"
     )
-    return Known("adamw", Origin("framework", why))
 
 
 def _deepspeed_builds_fused_adam(ds: dict[str, Any] | None) -> bool:
