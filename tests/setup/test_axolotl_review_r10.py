@@ -32,6 +32,22 @@ gradient_checkpointing: true
 flash_attention: true
 deepspeed: zero2.json
 """
+# examples/llama-3/qlora.yml without its `bf16: auto` (R10's ax_bfloat16 / ax_float16only)
+QLORA = """base_model: NousResearch/Meta-Llama-3-8B
+load_in_8bit: false
+load_in_4bit: true
+datasets:
+  - path: aaditya/alpaca_subset_1
+    type: alpaca
+output_dir: ./outputs/qlora-out
+adapter: qlora
+sequence_len: 4096
+lora_r: 32
+lora_target_linear: true
+micro_batch_size: 2
+optimizer: paged_adamw_32bit
+gradient_checkpointing: true
+"""
 ZERO2_OFFLOAD = {
     "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
     "bf16": {"enabled": "auto"},
@@ -86,3 +102,19 @@ def test_unknown_launcher_swaps_like_hf(tmp_path: Path) -> None:
     assert inputs.training.offload_swaps_optimizer
     trainable = inputs.model.params.total
     assert _states(inputs, ZeroSettings(stage=2, offload_optimizer="cpu")) == pytest.approx(trainable, rel=0.01)
+
+
+@pytest.mark.parametrize("axolotl", [None, "0.4.0", "0.8.0"])
+@pytest.mark.parametrize(("key", "precision"), [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_unwritten_bf16_reads_bfloat16_and_float16(tmp_path: Path, axolotl: str | None, key: str, precision: str) -> None:
+    """4. bf16 unwritten: resolve_dtype gives bf16 weights for `bfloat16`, fp16 for `float16` in every release (from
+    v0.5.0 the unwritten bf16 is "auto", which wins over float16); not the unknown version's fp32 fallback."""
+    run = _inputs(tmp_path, QLORA + f"{key}: true\n", axolotl=axolotl).run
+    assert run is not None
+    want = "bf16" if axolotl == "0.8.0" else precision
+    assert run.precision.value == want
+    if axolotl != "0.8.0":
+        assert key in run.precision.origin.describe()
+        assert not any("bf16 is not written" in n for n in run.notes)
+    # nothing written: the version decides (fp32 where it is not known, with its note)
+    assert _inputs(tmp_path, QLORA, axolotl=None).run.precision.value == "fp32"  # type: ignore[union-attr]

@@ -930,11 +930,20 @@ def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -
     if fp16 is not None and truthy(fp16.value):
         return None
     if bf16 is None:
+        # resolve_dtype: `bf16 or bfloat16` -> bf16 weights, else `load_in_8bit or fp16 or float16` -> fp16, in
+        # every release: these keys decide before the version does (review R10, 4)
+        bfloat16 = rd.arg("bfloat16")
+        if bfloat16 is not None and truthy(bfloat16.value):
+            why = "bfloat16 with bf16 unwritten: axolotl loads bf16 weights (utils/config resolve_dtype)"
+            return Known("bf16", replace(bfloat16.origin, detail=why))
         installed = env.version_of("axolotl") if env is not None else None
         version = parse_version(installed)
         since = axolotl.DEFAULTS_SINCE
         if version is not None and version >= Version(since):
             return _ax_default(axolotl.PRECISION)
+        half = _axolotl_half(rd, "bf16 unwritten")
+        if half is not None:
+            return half
         why = f"bf16 unwritten: before axolotl {since} (#1415) it stays None, fp32 (utils/config resolve_dtype)"
         if version is None:
             notes.append(
@@ -946,13 +955,21 @@ def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -
     if str(bf16.value).strip().lower() == "auto":
         return Known("bf16", replace(bf16.origin, detail=f"bf16: auto ({axolotl.PRECISION.source})"))
     if truthy(bf16.value) is False and rd.arg("bfloat16") is None:
-        half = next((k for k in (rd.arg("float16"), rd.arg("load_in_8bit")) if k is not None and truthy(k.value)), None)
+        half = _axolotl_half(rd, "bf16 false")
         if half is not None:
-            why = f"{half.origin.key} with bf16 false: axolotl loads fp16 weights (utils/config resolve_dtype)"
-            return Known("fp16", replace(half.origin, detail=why))
+            return half
         why = "bf16 false and no fp16: axolotl trains fp32 (utils/config resolve_dtype)"
         return Known("fp32", replace(bf16.origin, detail=why))
     return None
+
+
+def _axolotl_half(rd: _Reader, bf16_state: str) -> Known[str] | None:
+    """fp16 where an axolotl YAML's `float16` or `load_in_8bit` is true and bf16 does not decide (resolve_dtype)."""
+    half = next((k for k in (rd.arg("float16"), rd.arg("load_in_8bit")) if k is not None and truthy(k.value)), None)
+    if half is None:
+        return None
+    why = f"{half.origin.key} with {bf16_state}: axolotl loads fp16 weights (utils/config resolve_dtype)"
+    return Known("fp16", replace(half.origin, detail=why))
 
 
 def _axolotl_adapter(rd: _Reader) -> str | None:
