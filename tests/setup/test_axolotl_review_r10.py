@@ -118,3 +118,15 @@ def test_unwritten_bf16_reads_bfloat16_and_float16(tmp_path: Path, axolotl: str 
         assert not any("bf16 is not written" in n for n in run.notes)
     # nothing written: the version decides (fp32 where it is not known, with its note)
     assert _inputs(tmp_path, QLORA, axolotl=None).run.precision.value == "fp32"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("axolotl", ["0.13.0.dev0", "0.13.0rc1", "0.13.0.dev"])
+def test_pre_release_of_0_13_is_an_unknown_version(tmp_path: Path, axolotl: str) -> None:
+    """6. `adapter: lora` + load_in_4bit on a 0.13.0 pre-release (main carried "0.13.0.dev" before #3205 landed):
+    not the 4-bit plan of the releases before, but the unknown version's unquantized LoRA plan with its note."""
+    run = _inputs(tmp_path, QLORA.replace("adapter: qlora", "adapter: lora"), axolotl=axolotl).run
+    assert run is not None and run.method.value == "lora"
+    assert any("pre-release" in n and axolotl in n for n in run.notes)
+    # releases decide: 0.12.2 quantizes, 0.13.0 does not
+    old = _inputs(tmp_path, QLORA.replace("adapter: qlora", "adapter: lora"), axolotl="0.12.2").run
+    assert old is not None and old.method.value == "qlora"

@@ -990,12 +990,16 @@ def _axolotl_lora_4bit(rd: _Reader, env: Environment | None, notes: list[str]) -
     installed = env.version_of("axolotl") if env is not None else None
     version = parse_version(installed)
     since = axolotl.LORA_4BIT_UNQUANTIZED.value
+    unknown = "the version is not known here"
+    if version is not None and version.is_prerelease and version.base_version == since:
+        # main carried "0.13.0.dev" before #3205 landed (review R10, 6): a dev build may quantize or not
+        version, unknown = None, f"axolotl {installed} is a pre-release of {since}, with or without #3205"
     if version is not None and version < Version(since):
         return None
     if version is None:
         notes.append(
             f"adapter: lora with load_in_4bit ({origin.describe()}): axolotl >= {since} loads the weights unquantized "
-            f"(only `adapter: qlora` quantizes) and earlier releases load them 4-bit; the version is not known here, so "
+            f"(only `adapter: qlora` quantizes) and earlier releases load them 4-bit; {unknown}, so "
             f"the {since} behaviour is planned (16-bit weights, the larger); write `adapter: qlora` for 4-bit weights "
             "or pass --env from the training environment"
         )
