@@ -130,3 +130,23 @@ def test_pre_release_of_0_13_is_an_unknown_version(tmp_path: Path, axolotl: str)
     # releases decide: 0.12.2 quantizes, 0.13.0 does not
     old = _inputs(tmp_path, QLORA.replace("adapter: qlora", "adapter: lora"), axolotl="0.12.2").run
     assert old is not None and old.method.value == "qlora"
+
+
+@pytest.mark.parametrize("rl", ["grpo", "gdpo", "ebft"])
+def test_online_rl_has_no_fits_verdict(tmp_path: Path, rl: str) -> None:
+    """8. `rl: grpo` (R10's dpo7_grpo): generation and the reward / reference models are not modelled, so a strategy
+    whose planned peak fits is a lower bound, not "fits"; offline preference training keeps its verdict."""
+    from zerodoctor.plan.candidates import plan
+
+    text = QLORA.replace("adapter: qlora\n", "").replace("load_in_4bit: true", "load_in_4bit: false")
+    inputs = _inputs(tmp_path, text + f"rl: {rl}\nbf16: true\n")
+    assert inputs.training.lower_bound is not None and f"rl: {rl}" in inputs.training.lower_bound
+    z3 = plan_strategy(inputs, ZeroSettings(stage=3))
+    assert z3.fits and z3.status == "lower bound"
+    assert z3.to_dict()["lower_bound"] == inputs.training.lower_bound
+    result = plan(inputs)
+    assert result.recommended is not None and result.recommended.status == "lower bound"
+    assert any("only a lower bound" in f.message for f in result.findings)
+    offline = _inputs(tmp_path, text + "rl: dpo\nbf16: true\n")
+    assert offline.training.lower_bound is None
+    assert plan_strategy(offline, ZeroSettings(stage=3)).status == "fits"

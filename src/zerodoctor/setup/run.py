@@ -247,6 +247,9 @@ class RunDescription:
     zero: ZeroDescription | None
     cluster: ClusterDescription
     notes: tuple[str, ...] = ()
+    lower_bound: str | None = None
+    """Why the plan is only a lower bound (axolotl's online RL: generation and its models are not modelled): then no
+    strategy gets a "fits" verdict (`plan.phases.StrategyPlan.status`)."""
     invalid: tuple[tuple[Origin, str], ...] = ()
     """Values that were wrong and replaced by their default (lenient descriptions only): where, and why."""
     strategy: Known[str] | None = None
@@ -898,6 +901,7 @@ def describe_run(
         expandable_segments=expandable,
         zero=zero,
         cluster=cluster,
+        lower_bound=_axolotl_online_rl(rd) if ax else None,
         notes=tuple(notes),
         invalid=tuple(check.invalid),
         strategy=strategy,
@@ -1378,6 +1382,18 @@ AXOLOTL_PAIRED_RL = ("dpo", "ipo", "simpo", "orpo")
 chosen and rejected in one forward; `kto` (KTOTrainer) does not."""
 
 
+def _axolotl_online_rl(rd: _Reader) -> str | None:
+    """Why an axolotl YAML's `rl:` (grpo, gdpo, ebft...) makes the plan a lower bound; None for offline preference
+    training (`AXOLOTL_PAIRED_RL`, kto) and supervised runs (review R10, 8)."""
+    rl = rd.arg("rl")
+    if rl is None or not rl.value or str(rl.value).strip().lower() in (*AXOLOTL_PAIRED_RL, "kto"):
+        return None
+    return (
+        f"rl: {rl.value} ({rl.origin.describe()}): online RL (generation, a reference and reward models) is not "
+        "modelled"
+    )
+
+
 def _axolotl_preference(
     rd: _Reader, method: str, notes: list[str]
 ) -> tuple[Known[bool], Known[bool]] | None:
@@ -1390,10 +1406,7 @@ def _axolotl_preference(
         return None
     kind = str(rl.value).strip().lower()
     if kind not in (*AXOLOTL_PAIRED_RL, "kto"):
-        notes.append(
-            f"rl: {rl.value} ({rl.origin.describe()}): online RL (generation, a reference and reward models) is not "
-            "modelled; planned as supervised training, which is smaller"
-        )
+        notes.append(f"{_axolotl_online_rl(rd)}; planned as supervised training, which is smaller")
         return None
     ref_adapter = rd.arg("rl_adapter_ref_model")
     if kind == "orpo":
