@@ -150,3 +150,23 @@ def test_online_rl_has_no_fits_verdict(tmp_path: Path, rl: str) -> None:
     offline = _inputs(tmp_path, text + "rl: dpo\nbf16: true\n")
     assert offline.training.lower_bound is None
     assert plan_strategy(offline, ZeroSettings(stage=3)).status == "fits"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "per_param", "paged"),
+    [
+        ("ademamix", "ademamix", 12.0, False),
+        ("ademamix_8bit", "ademamix_8bit", 3.0 + 12 / 256, False),
+        ("paged_ademamix_32bit", "paged_ademamix_32bit", 12.0, True),
+        ("paged_ademamix_8bit", "paged_ademamix_8bit", 3.0 + 12 / 256, True),
+    ],
+)
+def test_ademamix_8bit_states_are_uint8(tmp_path: Path, name: str, kind: str, per_param: float, paged: bool) -> None:
+    """3. bitsandbytes AdEMAMix with optim_bits 8 keeps its three states in uint8 plus fp32 absmax per 256-element
+    block (ademamix.py init_state), not 12 B; the paged variants are cudaMallocManaged like paged AdamW."""
+    from zerodoctor.plan.model_states import PAGED_OPTIMIZERS, optimizer_state_bytes_per_param
+
+    inputs = _inputs(tmp_path, FFT.replace("paged_adamw_8bit", name).replace("deepspeed: zero2.json\n", ""))
+    assert inputs.training.optimizer == kind
+    assert optimizer_state_bytes_per_param(kind) == pytest.approx(per_param)
+    assert (kind in PAGED_OPTIMIZERS) is paged

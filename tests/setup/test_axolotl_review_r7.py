@@ -286,5 +286,5 @@ def test_ademamix_keeps_three_states(tmp_path: Path, name: str) -> None:
     from zerodoctor.plan.model_states import optimizer_state_bytes_per_param
 
     run = _run(tmp_path, QLORA.replace("paged_adamw_32bit", name))
-    assert run.optimizer.value == "ademamix" and "optimizer" in run.optimizer.origin.describe()
-    assert optimizer_state_bytes_per_param("ademamix") == 12.0
+    assert "ademamix" in run.optimizer.value and "optimizer" in run.optimizer.origin.describe()
+    assert optimizer_state_bytes_per_param("ademamix") == 12.0  # 8-bit and paged: test_axolotl_review_r10.py

@@ -49,7 +49,17 @@ GIB = 2**30
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
 # = plan.model_states.OPTIMIZERS (setup does not import the planner)
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
+OPTIMIZERS = (
+    "adamw",
+    "adamw_8bit",
+    "sgd",
+    "paged_adamw_32bit",
+    "paged_adamw_8bit",
+    "ademamix",
+    "ademamix_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+)
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
@@ -1465,8 +1475,11 @@ def optimizer_kind(optim: str) -> str | None:
     low = optim.strip().lower()
     if "sgd" in low:
         return "sgd"
-    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit / paged alike
-        return "ademamix"
+    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit: uint8
+        bits = "8bit" if "8bit" in low else "32bit"
+        if low.startswith("paged"):  # cudaMallocManaged like paged AdamW (`plan.model_states.PAGED_OPTIMIZERS`)
+            return f"paged_ademamix_{bits}"
+        return "ademamix_8bit" if bits == "8bit" else "ademamix"
     if low.startswith("paged") and "adam" in low:
         return "paged_adamw_8bit" if "8bit" in low else "paged_adamw_32bit"
     if "8bit" in low:
