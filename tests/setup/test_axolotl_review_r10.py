@@ -170,3 +170,18 @@ def test_ademamix_8bit_states_are_uint8(tmp_path: Path, name: str, kind: str, pe
     assert inputs.training.optimizer == kind
     assert optimizer_state_bytes_per_param(kind) == pytest.approx(per_param)
     assert (kind in PAGED_OPTIMIZERS) is paged
+
+
+@pytest.mark.parametrize(
+    ("stage", "ds_fp16", "precision"), [(3, "auto", "fp32"), (3, None, "fp32"), (3, True, "fp16"), (2, "auto", "fp16")]
+)
+def test_float16_under_zero3_init_is_fp32(tmp_path: Path, stage: int, ds_fp16: object, precision: str) -> None:
+    """7. `bf16: false` + `float16: true` (R10's prec2): axolotl's TrainingArguments say bf16 / fp16 false, so under
+    ZeRO-3 a DeepSpeed config that does not enable fp16 itself makes zero.Init cast the parameters to fp32."""
+    ds: dict = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto"}
+    if ds_fp16 is not None:
+        ds["fp16"] = {"enabled": ds_fp16}
+    text = QLORA.replace("adapter: qlora\n", "").replace("load_in_4bit: true", "load_in_4bit: false")
+    run = _inputs(tmp_path, text + "bf16: false\nfloat16: true\ndeepspeed: zero2.json\n", ds=ds).run
+    assert run is not None and run.precision.value == precision
+    assert any("zero.Init" in n and "float16" in n for n in run.notes) is (precision == "fp32")

@@ -868,6 +868,8 @@ def describe_run(
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
     _note_offloaded_client_optimizer(optimizer, zero, traits, notes)
+    if ax and zero is not None:
+        precision = _axolotl_zero3_half(precision, zero, rd, setup, notes)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
     fsdp, fsdp_origin = _fsdp(setup, rd) if zero is None else (None, None)
@@ -984,6 +986,30 @@ def _axolotl_half(rd: _Reader, bf16_state: str) -> Known[str] | None:
         return None
     why = f"{half.origin.key} with {bf16_state}: axolotl loads fp16 weights (utils/config resolve_dtype)"
     return Known("fp16", replace(half.origin, detail=why))
+
+
+def _axolotl_zero3_half(
+    precision: Known[str], zero: ZeroDescription, rd: _Reader, s: TrainingSetup, notes: list[str]
+) -> Known[str]:
+    """fp16 weights from `float16` / `load_in_8bit` (`_axolotl_half`) under ZeRO-3's zero.Init: axolotl passes
+    TrainingArguments bf16 and fp16 false, so a DeepSpeed config that does not enable fp16 or bf16 itself leaves both
+    disabled and zero.Init casts the parameters to fp32 (deepspeed/runtime/zero/partition_parameters.py `_set_dtype`):
+    the larger fp32 plan, with a note (review R10, 7)."""
+    fp16 = rd.written("fp16")
+    if precision.value != "fp16" or (fp16 is not None and truthy(fp16.value)):
+        return precision
+    if zero.stage.value != 3 or not zero.zero3_init.value:
+        return precision
+    ds = s.ds_written or {}
+    if any(isinstance(ds.get(k), dict) and ds[k].get("enabled") is True for k in ("fp16", "bf16")):
+        return precision
+    why = (
+        f"{precision.origin.describe()} loads fp16 weights, but axolotl hands TrainingArguments bf16 / fp16 false, "
+        "so the DeepSpeed config enables neither and zero.Init makes the ZeRO-3 parameters fp32 "
+        "(partition_parameters.py _set_dtype)"
+    )
+    notes.append(f"{why}: fp32 is planned (the larger); write `fp16: true` to train in fp16")
+    return Known("fp32", Origin("framework", why))
 
 
 def _axolotl_adapter(rd: _Reader) -> str | None:
