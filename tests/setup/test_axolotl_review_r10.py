@@ -185,3 +185,17 @@ def test_float16_under_zero3_init_is_fp32(tmp_path: Path, stage: int, ds_fp16: o
     run = _inputs(tmp_path, text + "bf16: false\nfloat16: true\ndeepspeed: zero2.json\n", ds=ds).run
     assert run is not None and run.precision.value == precision
     assert any("zero.Init" in n and "float16" in n for n in run.notes) is (precision == "fp32")
+
+
+@pytest.mark.parametrize(("axolotl", "hf_bf16"), [("0.4.0", False), ("0.8.0", True), (None, True)])
+def test_check_reads_the_release_for_unwritten_bf16(tmp_path: Path, axolotl: str | None, hf_bf16: bool) -> None:
+    """5. bf16 unwritten: the TrainingArguments `check` compares are those of the installed release (bf16 stays None
+    before v0.5.0: HF001 against a DeepSpeed bf16 true), and `plan` reads a DeepSpeed `bf16.enabled: true` as bf16
+    whatever the release (fp32 is never the outcome: bf16, or the run stops)."""
+    from zerodoctor.setup.hf_args import effective_args
+
+    assert effective_args({"base_model": "x", "sequence_len": 8}, axolotl_version=axolotl)["bf16"] is hf_bf16
+    ds = {"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": "auto"}
+    run = _inputs(tmp_path, QLORA + "deepspeed: zero2.json\n", ds=ds, axolotl=axolotl).run
+    assert run is not None and run.precision.value == "bf16"
+    assert not any("bf16 is not written" in n for n in run.notes)

@@ -957,6 +957,11 @@ def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -
         since = axolotl.DEFAULTS_SINCE
         if version is not None and version >= Version(since):
             return _ax_default(axolotl.PRECISION)
+        ds_bf16 = rd.ds("bf16.enabled", concrete=True)
+        if ds_bf16 is not None and ds_bf16.value is True:
+            # before v0.5.0 the Trainer's bf16 False against it stops the run (HF001), after it is bf16: never fp32
+            why = "bf16 unwritten, the DeepSpeed config enables bf16: axolotl trains bf16 (or stops, HF001)"
+            return Known("bf16", replace(ds_bf16.origin, detail=why))
         half = _axolotl_half(rd, "bf16 unwritten")
         if half is not None:
             return half
