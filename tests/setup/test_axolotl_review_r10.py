@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from test_axolotl_review_r7 import FFT as FFT_EXAMPLE
+from test_axolotl_review_r7 import QLORA as QLORA_EXAMPLE
 
 from zerodoctor.env.model import Environment, PackageInfo
 from zerodoctor.plan.inputs import PlanInputs, PlanOptions, ZeroSettings, load_inputs
@@ -16,38 +18,10 @@ from zerodoctor.plan.model_states import OPTIMIZER_STATES
 from zerodoctor.plan.phases import plan_strategy
 
 # examples/llama-3/fft-8b.yml with deepspeed_configs/zero2.json plus optimizer offload (R10's ax_fft_z2)
-FFT = """base_model: NousResearch/Meta-Llama-3-8B
-datasets:
-  - path: tatsu-lab/alpaca
-    type: alpaca
-val_set_size: 0.05
-output_dir: ./outputs/out
-sequence_len: 8192
-sample_packing: true
-gradient_accumulation_steps: 8
-optimizer: paged_adamw_8bit
-learning_rate: 2e-5
-bf16: auto
-gradient_checkpointing: true
-flash_attention: true
-deepspeed: zero2.json
-"""
+FFT = FFT_EXAMPLE.format(optimizer="paged_adamw_8bit")
 # examples/llama-3/qlora.yml without its `bf16: auto` (R10's ax_bfloat16 / ax_float16only)
-QLORA = """base_model: NousResearch/Meta-Llama-3-8B
-load_in_8bit: false
-load_in_4bit: true
-datasets:
-  - path: aaditya/alpaca_subset_1
-    type: alpaca
-output_dir: ./outputs/qlora-out
-adapter: qlora
-sequence_len: 4096
-lora_r: 32
-lora_target_linear: true
-micro_batch_size: 2
-optimizer: paged_adamw_32bit
-gradient_checkpointing: true
-"""
+QLORA = QLORA_EXAMPLE.replace("bf16: auto\n", "")
+assert "bf16" not in QLORA
 ZERO2_OFFLOAD = {
     "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
     "bf16": {"enabled": "auto"},

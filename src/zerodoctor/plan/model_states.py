@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zerodoctor.errors import PlanError
+from zerodoctor.setup.run import OPTIMIZERS as run_optimizers
 
 # --------------------------------------------------------------------------------------------------
 # Names
@@ -67,17 +68,7 @@ HOST = "host"
 NVME = "nvme"
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-OPTIMIZERS = (
-    "adamw",
-    "adamw_8bit",
-    "sgd",
-    "paged_adamw_32bit",
-    "paged_adamw_8bit",
-    "ademamix",
-    "ademamix_8bit",
-    "paged_ademamix_32bit",
-    "paged_ademamix_8bit",
-)
+OPTIMIZERS = run_optimizers  # the names setup.run resolves an `optim` to (one list)
 PAGED_OPTIMIZERS = ("paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit")
 """bitsandbytes paged optimizers (HF Trainer `optim="paged_adamw_32bit"` / `"paged_adamw_8bit"`): their states are
 CUDA unified memory (bitsandbytes functional.get_paged -> cudaMallocManaged), which the driver evicts to host RAM

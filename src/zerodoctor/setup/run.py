@@ -48,7 +48,7 @@ GIB = 2**30
 
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
-# = plan.model_states.OPTIMIZERS (setup does not import the planner)
+# the planner's optimizers (plan.model_states.OPTIMIZERS reads this list; setup does not import the planner)
 OPTIMIZERS = (
     "adamw",
     "adamw_8bit",
