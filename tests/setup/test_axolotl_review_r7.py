@@ -128,10 +128,13 @@ def test_client_optimizer_under_offload_is_deepspeed_cpu_adam(tmp_path: Path, op
     """2. With offload_optimizer and no `optimizer` block accelerate hands DeepSpeed DeepSpeedCPUAdam: fp32 states."""
     run = _run(tmp_path, FFT.format(optimizer=optimizer), ZERO2_OFFLOAD)
     assert run.zero is not None and run.zero.offload_optimizer.value == "cpu"
-    assert run.optimizer.value == "adamw"
+    # the run keeps its optimizer; the offload strategy plans AdamW (plan/phases.py, review R10 1) and says why
+    assert run.framework.swaps_offloaded_optimizer
+    notes = [n for n in run.notes if "DeepSpeedCPUAdam" in n]
     if optimizer != "adamw_torch_fused":
-        why = run.optimizer.origin.describe()
-        assert "axolotl.yaml:10:1 (optimizer)" in why and "DeepSpeedCPUAdam" in why
+        assert notes and "axolotl.yaml:10:1 (optimizer)" in notes[0]
+    else:
+        assert not notes
     # no offload: the client optimizer is what steps
     no_offload = {**ZERO2_OFFLOAD, "zero_optimization": {"stage": 2}}
     assert _run(tmp_path, FFT.format(optimizer="adamw_bnb_8bit"), no_offload).optimizer.value == "adamw_8bit"
@@ -283,5 +286,5 @@ def test_ademamix_keeps_three_states(tmp_path: Path, name: str) -> None:
     from zerodoctor.plan.model_states import optimizer_state_bytes_per_param
 
     run = _run(tmp_path, QLORA.replace("paged_adamw_32bit", name))
-    assert run.optimizer.value == "ademamix" and "optimizer" in run.optimizer.origin.describe()
-    assert optimizer_state_bytes_per_param("ademamix") == 12.0
+    assert "ademamix" in run.optimizer.value and "optimizer" in run.optimizer.origin.describe()
+    assert optimizer_state_bytes_per_param("ademamix") == 12.0  # 8-bit and paged: test_axolotl_review_r10.py

@@ -118,7 +118,7 @@ def write_fix_dir(report: CheckReport, directory: Path) -> dict[str, Any]:
     not_fixed = [f"{s.rule}: {s.reason}" for s in skipped]
     result = report.plan
     rec = result.recommended if result is not None else None
-    if result is not None and rec is not None and (result.yours is None or result.yours.status != "fits"):
+    if result is not None and rec is not None and (result.yours is None or not result.yours.fits):
         if rec.zero.fsdp is not None:
             # an FSDP recommendation lives in the accelerate config, which has no DeepSpeed JSON to write
             not_fixed.append(

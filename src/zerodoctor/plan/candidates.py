@@ -107,7 +107,7 @@ def _rank(
 ) -> tuple[int, int, int, int, int, int]:
     method_cost = {"full": 0, "lora": 1, "qlora": 2, "freeze": 0}
     keep = 0 if plan.training.method == user_method else 1 + method_cost[plan.training.method]
-    status = {"fits": 0, "save spike": 1, "tight": 2, "does not fit": 3}[plan.status]
+    status = {"fits": 0, "lower bound": 0, "save spike": 1, "tight": 2, "does not fit": 3}[plan.status]
     return (
         0 if status == 0 else 1,
         keep,
@@ -176,11 +176,12 @@ def _g(nbytes: float) -> str:
 def _why(rec: StrategyPlan, margin: float) -> str:
     gpu, gpu_phase = rec.gpu_peak()
     host, host_phase = rec.host_peak()
+    bound = rec.training.lower_bound
     return (
         f"the cheapest strategy that fits with a {margin:.0%} safety margin: per-GPU peak {_g(gpu)} "
         f"({PHASE_TITLES[gpu_phase]}) of {_g(rec.cluster.gpu_memory_bytes)}, host {_g(host)} per node "
         f"({PHASE_TITLES[host_phase]}) of {_g(rec.cluster.host_ram_bytes)}"
-    )
+    ) + (f"; only a lower bound: {bound}, so the real run needs more" if bound else "")
 
 
 def _nothing_fits_action(advice: Advice | None) -> str:

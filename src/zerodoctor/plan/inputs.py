@@ -152,6 +152,8 @@ class Training:
     liger_kernel_config: tuple[tuple[str, bool], ...] = ()
     """transformers `liger_kernel_config` as stated (`zerodoctor.plan.liger.LIGER_CONFIG_KEYS`: a kernel switched
     on or off against its `apply_liger_kernel_to_<type>` default); () = the defaults."""
+    lower_bound: str | None = None
+    """Why this plan is only a lower bound (`setup.run.RunDescription.lower_bound`): no "fits" verdict then."""
     liger_at_load: bool = False
     """Liger is patched in when the model is loaded, before PEFT wraps it (TRL < 0.16 SFTConfig `use_liger`:
     `AutoLigerKernelForCausalLM`), not by the Trainer on the built model (`liger.TRANSFORMERS_PATCHES_PEFT_FROM`)."""
@@ -406,6 +408,7 @@ def inputs_from_run(run: RunDescription) -> PlanInputs:
         precision=run.precision.value,
         optimizer=run.optimizer.value,
         offload_swaps_optimizer=run.framework.swaps_offloaded_optimizer,
+        lower_bound=run.lower_bound,
         micro_batch=run.micro_batch.value,
         grad_accum=run.grad_accum.value,
         seq_len=run.seq_len.value,

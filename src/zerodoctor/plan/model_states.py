@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zerodoctor.errors import PlanError
+from zerodoctor.setup.run import OPTIMIZERS as run_optimizers
 
 # --------------------------------------------------------------------------------------------------
 # Names
@@ -67,8 +68,8 @@ HOST = "host"
 NVME = "nvme"
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
-PAGED_OPTIMIZERS = ("paged_adamw_32bit", "paged_adamw_8bit")
+OPTIMIZERS = run_optimizers  # the names setup.run resolves an `optim` to (one list)
+PAGED_OPTIMIZERS = ("paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit")
 """bitsandbytes paged optimizers (HF Trainer `optim="paged_adamw_32bit"` / `"paged_adamw_8bit"`): their states are
 CUDA unified memory (bitsandbytes functional.get_paged -> cudaMallocManaged), which the driver evicts to host RAM
 when the GPU runs out of memory and pages back for the update (Dettmers et al. 2023, QLoRA, "Paged Optimizers").
@@ -94,6 +95,9 @@ SGD_MOMENTUM_BYTES = FP32_BYTES
 ADAM_8BIT_STATE_BYTES = 2.0 + 2 * FP32_BYTES / 256
 """bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 256-element block for each
 (bitsandbytes/optim/optimizer.py::Optimizer2State.init_state, blocksize 256)."""
+ADEMAMIX_8BIT_STATE_BYTES = 3.0 + 3 * FP32_BYTES / 256
+"""bitsandbytes 8-bit AdEMAMix: state1 (2, *p) and state2 uint8, absmax1 (2, blocks) and absmax2 (blocks) fp32
+(bitsandbytes/optim/ademamix.py::AdEMAMix.init_state, blocksize 256; review R10, 3)."""
 
 NCCL_START_ALIGNMENT_FACTOR = 2
 """ZeRO-1/2 pads each flat group to a multiple of 2 x N elements so every partition starts 4-byte
@@ -261,10 +265,13 @@ def optimizer_state_bytes_per_param(optimizer: str, state_dtype_bytes: int = FP3
         return float(state_dtype_bytes)
     if optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         return ADAM_8BIT_STATE_BYTES
-    if optimizer == "ademamix":
+    if optimizer in ("ademamix", "paged_ademamix_32bit"):
         # bitsandbytes AdEMAMix (transformers optim "ademamix*"): fast and slow EMA stacked in state1 plus nu in state2,
-        # fp32 in its 32-bit mode (bitsandbytes/optim/ademamix.py); the 8-bit and paged variants are planned the same
+        # fp32 in its 32-bit mode (bitsandbytes/optim/ademamix.py init_state)
         return 3.0 * FP32_BYTES
+    if optimizer in ("ademamix_8bit", "paged_ademamix_8bit"):
+        # optim_bits 8: the three states uint8, absmax1 (2, blocks) + absmax2 (blocks) fp32 per 256 elements
+        return ADEMAMIX_8BIT_STATE_BYTES
     if optimizer == "paged_adamw_32bit":
         # bitsandbytes Optimizer2State with optim_bits=32: two fp32 states whatever the parameter's dtype
         # (bitsandbytes/optim/optimizer.py init_state: torch.zeros_like(p, dtype=torch.float32)).

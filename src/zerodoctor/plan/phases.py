@@ -263,7 +263,8 @@ class StrategyPlan:
     @property
     def status(self) -> str:
         if self.fits:
-            return "fits"
+            # a plan that leaves part of the run out (online RL) is a lower bound: it cannot say "fits"
+            return "lower bound" if self.training.lower_bound else "fits"
         if not self.failing_phases(with_margin=False):
             return "tight"
         if self.fits_except_save:
@@ -284,6 +285,7 @@ class StrategyPlan:
             "method": self.training.method,
             "status": self.status,
             "fits": self.fits,
+            **({"lower_bound": self.training.lower_bound} if self.training.lower_bound else {}),
             "trainable_params": self.trainable_params,
             "frozen_params": self.frozen_params,
             "gpu_peak_bytes": gpu,

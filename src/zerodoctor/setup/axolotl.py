@@ -20,7 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
 from zerodoctor.facts import truthy
+from zerodoctor.versions import parse_version
 
 AXOLOTL_KEYS = frozenset(
     {"base_model", "micro_batch_size", "sequence_len", "sample_packing", "pad_to_sequence_len", "lora_target_linear"}
@@ -132,16 +135,20 @@ EVALUATES = (
 )
 
 
-def training_arguments(args: Mapping[str, Any]) -> dict[str, Any]:
+def training_arguments(args: Mapping[str, Any], version: str | None = None) -> dict[str, Any]:
     """The HF TrainingArguments an axolotl YAML becomes, where axolotl's names or defaults differ from HF's, for
     the checks that compare them with the DeepSpeed config (HF001, DS002): core/builders/base.py:668 passes
     `micro_batch_size` (default 1) as `per_device_train_batch_size`; :270-280 `_configure_precision_settings` passes
     the `bf16` that resolve_dtype made of "auto" (its default, utils/config/__init__.py:156-170: true on a GPU with
-    bf16, assumed here) and `fp16 = fp16 and not bf16`. Other keys stay as written."""
+    bf16, assumed here) and `fp16 = fp16 and not bf16`. Other keys stay as written. An unwritten bf16 is "auto" from v0.5.0
+    and where `version` (the installed axolotl) is not known; before, it stays None (`PRECISION_WRITTEN_DEFAULT`;
+    review R10, 5: `plan` reads the same release)."""
     out = dict(args)
     if "per_device_train_batch_size" not in args:
         out["per_device_train_batch_size"] = args.get("micro_batch_size", MICRO_BATCH.value)
-    bf16, fp16 = args.get("bf16", PRECISION_WRITTEN_DEFAULT), args.get("fp16")
+    parsed = parse_version(version)
+    unwritten = None if parsed is not None and parsed < Version(DEFAULTS_SINCE) else PRECISION_WRITTEN_DEFAULT
+    bf16, fp16 = args.get("bf16", unwritten), args.get("fp16")
     if isinstance(bf16, str) and bf16.strip().lower() == "auto":
         out["bf16"] = not bool(truthy(fp16))
     if truthy(out.get("bf16")):

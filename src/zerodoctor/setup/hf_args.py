@@ -81,11 +81,12 @@ def coerce(value: Any, typ: type) -> Any:
     return value
 
 
-def effective_args(given: dict[str, Any]) -> dict[str, Any]:
+def effective_args(given: dict[str, Any], *, axolotl_version: str | None = None) -> dict[str, Any]:
     """The arguments with defaults applied and strings coerced, as the Trainer would have them (for an axolotl
-    YAML, the TrainingArguments its builder makes of it: `setup.axolotl.training_arguments`)."""
+    YAML, the TrainingArguments its builder makes of it: `setup.axolotl.training_arguments`, by the installed
+    `axolotl_version` where known)."""
     if axolotl.is_axolotl(given) and not LLAMAFACTORY_KEYS & set(given):
-        given = axolotl.training_arguments(given)
+        given = axolotl.training_arguments(given, axolotl_version)
     out = {k: d for k, (_t, d) in HF_DEFAULTS.items()}
     for k, v in given.items():
         typ = HF_DEFAULTS[k][0] if k in HF_DEFAULTS else HF_TYPES.get(k)

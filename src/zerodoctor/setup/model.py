@@ -333,7 +333,7 @@ def build_setup(
     if mixed is not None and s.accelerate_doc is not None:
         s.mixed_precision_evidence = s.accelerate_doc.evidence(("mixed_precision",))
     if s.args_doc is not None:
-        hf_args = effective_args(dict(s.args_doc.data))
+        hf_args = effective_args(dict(s.args_doc.data), axolotl_version=s.package_version("axolotl"))
         for name in ("bf16", "fp16"):
             if hf_args.get(name) is True:
                 mixed = name
@@ -353,7 +353,7 @@ def build_setup(
     # Arguments and "auto" resolution.
     if s.args_doc is not None:
         given = dict(s.args_doc.data)
-        s.args = effective_args(given)
+        s.args = effective_args(given, axolotl_version=s.package_version("axolotl"))
         s.model_ref = next((given[k] for k in MODEL_REF_KEYS if given.get(k)), None)
         _read_quantization_from_args(s, given)
     if s.xtuner_doc is not None:

@@ -48,8 +48,18 @@ GIB = 2**30
 
 METHODS = ("full", "lora", "qlora", "freeze")
 PRECISIONS = ("bf16", "fp16", "fp32")
-# = plan.model_states.OPTIMIZERS (setup does not import the planner)
-OPTIMIZERS = ("adamw", "adamw_8bit", "sgd", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix")
+# the planner's optimizers (plan.model_states.OPTIMIZERS reads this list; setup does not import the planner)
+OPTIMIZERS = (
+    "adamw",
+    "adamw_8bit",
+    "sgd",
+    "paged_adamw_32bit",
+    "paged_adamw_8bit",
+    "ademamix",
+    "ademamix_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+)
 ATTN_IMPLS = ("flash", "sdpa", "eager")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 QUANT_STORAGES = ("bfloat16", "float16", "float32", "uint8")
@@ -247,6 +257,9 @@ class RunDescription:
     zero: ZeroDescription | None
     cluster: ClusterDescription
     notes: tuple[str, ...] = ()
+    lower_bound: str | None = None
+    """Why the plan is only a lower bound (axolotl's online RL: generation and its models are not modelled): then no
+    strategy gets a "fits" verdict (`plan.phases.StrategyPlan.status`)."""
     invalid: tuple[tuple[Origin, str], ...] = ()
     """Values that were wrong and replaced by their default (lenient descriptions only): where, and why."""
     strategy: Known[str] | None = None
@@ -854,8 +867,9 @@ def describe_run(
 
     # ---- ZeRO ----------------------------------------------------------------------------------------
     zero = _zero(setup, rd, model, traits, flags, notes, check)
-    if flags.optimizer is None:
-        optimizer = _offloaded_client_optimizer(optimizer, zero, traits, setup)
+    _note_offloaded_client_optimizer(optimizer, zero, traits, notes)
+    if ax and zero is not None:
+        precision = _axolotl_zero3_half(precision, zero, rd, setup, notes)
     if traits.name is None and setup.ds_written is not None:
         notes.append("launcher unknown: assuming HF Trainer where it matters (pass --framework to change it)")
     fsdp, fsdp_origin = _fsdp(setup, rd) if zero is None else (None, None)
@@ -899,6 +913,7 @@ def describe_run(
         expandable_segments=expandable,
         zero=zero,
         cluster=cluster,
+        lower_bound=_axolotl_online_rl(rd) if ax else None,
         notes=tuple(notes),
         invalid=tuple(check.invalid),
         strategy=strategy,
@@ -931,11 +946,25 @@ def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -
     if fp16 is not None and truthy(fp16.value):
         return None
     if bf16 is None:
+        # resolve_dtype: `bf16 or bfloat16` -> bf16 weights, else `load_in_8bit or fp16 or float16` -> fp16, in
+        # every release: these keys decide before the version does (review R10, 4)
+        bfloat16 = rd.arg("bfloat16")
+        if bfloat16 is not None and truthy(bfloat16.value):
+            why = "bfloat16 with bf16 unwritten: axolotl loads bf16 weights (utils/config resolve_dtype)"
+            return Known("bf16", replace(bfloat16.origin, detail=why))
         installed = env.version_of("axolotl") if env is not None else None
         version = parse_version(installed)
         since = axolotl.DEFAULTS_SINCE
         if version is not None and version >= Version(since):
             return _ax_default(axolotl.PRECISION)
+        ds_bf16 = rd.ds("bf16.enabled", concrete=True)
+        if ds_bf16 is not None and ds_bf16.value is True:
+            # before v0.5.0 the Trainer's bf16 False against it stops the run (HF001), after it is bf16: never fp32
+            why = "bf16 unwritten, the DeepSpeed config enables bf16: axolotl trains bf16 (or stops, HF001)"
+            return Known("bf16", replace(ds_bf16.origin, detail=why))
+        half = _axolotl_half(rd, "bf16 unwritten")
+        if half is not None:
+            return half
         why = f"bf16 unwritten: before axolotl {since} (#1415) it stays None, fp32 (utils/config resolve_dtype)"
         if version is None:
             notes.append(
@@ -947,13 +976,45 @@ def _axolotl_precision(rd: _Reader, env: Environment | None, notes: list[str]) -
     if str(bf16.value).strip().lower() == "auto":
         return Known("bf16", replace(bf16.origin, detail=f"bf16: auto ({axolotl.PRECISION.source})"))
     if truthy(bf16.value) is False and rd.arg("bfloat16") is None:
-        half = next((k for k in (rd.arg("float16"), rd.arg("load_in_8bit")) if k is not None and truthy(k.value)), None)
+        half = _axolotl_half(rd, "bf16 false")
         if half is not None:
-            why = f"{half.origin.key} with bf16 false: axolotl loads fp16 weights (utils/config resolve_dtype)"
-            return Known("fp16", replace(half.origin, detail=why))
+            return half
         why = "bf16 false and no fp16: axolotl trains fp32 (utils/config resolve_dtype)"
         return Known("fp32", replace(bf16.origin, detail=why))
     return None
+
+
+def _axolotl_half(rd: _Reader, bf16_state: str) -> Known[str] | None:
+    """fp16 where an axolotl YAML's `float16` or `load_in_8bit` is true and bf16 does not decide (resolve_dtype)."""
+    half = next((k for k in (rd.arg("float16"), rd.arg("load_in_8bit")) if k is not None and truthy(k.value)), None)
+    if half is None:
+        return None
+    why = f"{half.origin.key} with {bf16_state}: axolotl loads fp16 weights (utils/config resolve_dtype)"
+    return Known("fp16", replace(half.origin, detail=why))
+
+
+def _axolotl_zero3_half(
+    precision: Known[str], zero: ZeroDescription, rd: _Reader, s: TrainingSetup, notes: list[str]
+) -> Known[str]:
+    """fp16 weights from `float16` / `load_in_8bit` (`_axolotl_half`) under ZeRO-3's zero.Init: axolotl passes
+    TrainingArguments bf16 and fp16 false, so a DeepSpeed config that does not enable fp16 or bf16 itself leaves both
+    disabled and zero.Init casts the parameters to fp32 (deepspeed/runtime/zero/partition_parameters.py `_set_dtype`):
+    the larger fp32 plan, with a note (review R10, 7)."""
+    fp16 = rd.written("fp16")
+    if precision.value != "fp16" or (fp16 is not None and truthy(fp16.value)):
+        return precision
+    if zero.stage.value != 3 or not zero.zero3_init.value:
+        return precision
+    ds = s.ds_written or {}
+    if any(isinstance(ds.get(k), dict) and ds[k].get("enabled") is True for k in ("fp16", "bf16")):
+        return precision
+    why = (
+        f"{precision.origin.describe()} loads fp16 weights, but axolotl hands TrainingArguments bf16 / fp16 false, "
+        "so the DeepSpeed config enables neither and zero.Init makes the ZeRO-3 parameters fp32 "
+        "(partition_parameters.py _set_dtype)"
+    )
+    notes.append(f"{why}: fp32 is planned (the larger); write `fp16: true` to train in fp16")
+    return Known("fp32", Origin("framework", why))
 
 
 def _axolotl_adapter(rd: _Reader) -> str | None:
@@ -974,12 +1035,16 @@ def _axolotl_lora_4bit(rd: _Reader, env: Environment | None, notes: list[str]) -
     installed = env.version_of("axolotl") if env is not None else None
     version = parse_version(installed)
     since = axolotl.LORA_4BIT_UNQUANTIZED.value
+    unknown = "the version is not known here"
+    if version is not None and version.is_prerelease and version.base_version == since:
+        # main carried "0.13.0.dev" before #3205 landed (review R10, 6): a dev build may quantize or not
+        version, unknown = None, f"axolotl {installed} is a pre-release of {since}, with or without #3205"
     if version is not None and version < Version(since):
         return None
     if version is None:
         notes.append(
             f"adapter: lora with load_in_4bit ({origin.describe()}): axolotl >= {since} loads the weights unquantized "
-            f"(only `adapter: qlora` quantizes) and earlier releases load them 4-bit; the version is not known here, so "
+            f"(only `adapter: qlora` quantizes) and earlier releases load them 4-bit; {unknown}, so "
             f"the {since} behaviour is planned (16-bit weights, the larger); write `adapter: qlora` for 4-bit weights "
             "or pass --env from the training environment"
         )
@@ -1358,6 +1423,18 @@ AXOLOTL_PAIRED_RL = ("dpo", "ipo", "simpo", "orpo")
 chosen and rejected in one forward; `kto` (KTOTrainer) does not."""
 
 
+def _axolotl_online_rl(rd: _Reader) -> str | None:
+    """Why an axolotl YAML's `rl:` (grpo, gdpo, ebft...) makes the plan a lower bound; None for offline preference
+    training (`AXOLOTL_PAIRED_RL`, kto) and supervised runs (review R10, 8)."""
+    rl = rd.arg("rl")
+    if rl is None or not rl.value or str(rl.value).strip().lower() in (*AXOLOTL_PAIRED_RL, "kto"):
+        return None
+    return (
+        f"rl: {rl.value} ({rl.origin.describe()}): online RL (generation, a reference and reward models) is not "
+        "modelled"
+    )
+
+
 def _axolotl_preference(
     rd: _Reader, method: str, notes: list[str]
 ) -> tuple[Known[bool], Known[bool]] | None:
@@ -1370,10 +1447,7 @@ def _axolotl_preference(
         return None
     kind = str(rl.value).strip().lower()
     if kind not in (*AXOLOTL_PAIRED_RL, "kto"):
-        notes.append(
-            f"rl: {rl.value} ({rl.origin.describe()}): online RL (generation, a reference and reward models) is not "
-            "modelled; planned as supervised training, which is smaller"
-        )
+        notes.append(f"{_axolotl_online_rl(rd)}; planned as supervised training, which is smaller")
         return None
     ref_adapter = rd.arg("rl_adapter_ref_model")
     if kind == "orpo":
@@ -1432,8 +1506,11 @@ def optimizer_kind(optim: str) -> str | None:
     low = optim.strip().lower()
     if "sgd" in low:
         return "sgd"
-    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit / paged alike
-        return "ademamix"
+    if "ademamix" in low:  # three states (`plan.model_states.optimizer_state_bytes_per_param`), 8-bit: uint8
+        bits = "8bit" if "8bit" in low else "32bit"
+        if low.startswith("paged"):  # cudaMallocManaged like paged AdamW (`plan.model_states.PAGED_OPTIMIZERS`)
+            return f"paged_ademamix_{bits}"
+        return "ademamix_8bit" if bits == "8bit" else "ademamix"
     if low.startswith("paged") and "adam" in low:
         return "paged_adamw_8bit" if "8bit" in low else "paged_adamw_32bit"
     if "8bit" in low:
@@ -1688,31 +1765,35 @@ def accelerate_swaps_offloaded_optimizer(framework: str | None, ds: Mapping[str,
     optimizer (8-bit, paged, SGD...) with DeepSpeedCPUAdam, fp32 Adam states, when offload_optimizer is cpu / nvme
     and the config has no `optimizer` block (accelerate 0.26-1.15 accelerator.py prepare_deepspeed:
     `map_pytorch_optim_to_deepspeed` unless `zero_force_ds_cpu_optimizer: false`; utils/deepspeed.py: "DeepSpeedCPUAdam
-    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound."""
-    if framework not in ("hf", "llamafactory", "accelerate"):
+    is the default"). Adagrad / Lion map to their CPU twins (fewer states), so AdamW is the upper bound. An unknown
+    launcher (None) is read as HF Trainer, as elsewhere; a raw DeepSpeed script with a client optimizer under offload
+    raises unless `zero_force_ds_cpu_optimizer: false` (engine.py `_configure_optimizer`), so it swaps too."""
+    if framework not in (None, "hf", "llamafactory", "accelerate"):
         return False
     return ds is None or (
         not isinstance(ds.get("optimizer"), dict) and ds.get("zero_force_ds_cpu_optimizer") is not False
     )
 
 
-def _offloaded_client_optimizer(
-    optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, s: TrainingSetup
-) -> Known[str]:
-    """The optimizer that steps under the run's own optimizer offload (`accelerate_swaps_offloaded_optimizer`)."""
+def _note_offloaded_client_optimizer(
+    optimizer: Known[str], zero: ZeroDescription | None, traits: FrameworkTraits, notes: list[str]
+) -> None:
+    """Say why the run's offload strategy plans AdamW (`accelerate_swaps_offloaded_optimizer`). The run keeps its own
+    optimizer: the planner swaps per candidate (plan/phases.py, `Training.offload_swaps_optimizer`), so strategies
+    without optimizer offload plan the client optimizer that really steps there (review R10, 1)."""
     if (
         zero is None
         or zero.offload_optimizer.value not in ("cpu", "nvme")
         or not traits.swaps_offloaded_optimizer
         or optimizer.value == "adamw"
     ):
-        return optimizer
-    why = (
-        f"{optimizer.origin.describe()} names {optimizer.value}, but with offload_optimizer "
+        return
+    notes.append(
+        f"optimizer {optimizer.value} ({optimizer.origin.describe()}): with offload_optimizer "
         f"{zero.offload_optimizer.value} accelerate hands DeepSpeed DeepSpeedCPUAdam in its place, fp32 Adam states "
-        "(accelerate accelerator.py prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed)"
+        "(accelerate accelerator.py prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed): "
+        f"strategies with optimizer offload plan AdamW, those without plan {optimizer.value}"
     )
-    return Known("adamw", Origin("framework", why))
 
 
 def _deepspeed_builds_fused_adam(ds: dict[str, Any] | None) -> bool:
