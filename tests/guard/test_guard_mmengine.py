@@ -98,7 +98,7 @@ def test_guard_cli_adds_the_hook_to_an_unmodified_mmengine_runner(tmp_path):
         ]
     )
     assert rc == 0
-    assert "ZeroDoctorHook" not in (out / "tiny_config.py").read_text()
+    assert "ZeroDoctorHook" not in (out / "tiny_config_rank0.py").read_text()
     for rank in (0, 1):
         done = json.loads((out / f"done_rank{rank}.json").read_text())
         assert done["hooks"].count("ZeroDoctorHook") == 1

@@ -97,7 +97,9 @@ def write_config(a: argparse.Namespace, out: Path) -> Path:
             "custom_imports = dict(imports=['zerodoctor.guard.mmengine_hook'], allow_failed_imports=False)",
             "custom_hooks = [dict(type='ZeroDoctorHook')]",
         ]
-    path = out / "tiny_config.py"
+    # one file per rank: every rank writes its config, and a rank that rewrites a shared file while another reads it
+    # hands that one an empty config (`KeyError: 'model'` in FlexibleRunner.from_cfg, seen once in CI)
+    path = out / f"tiny_config_rank{os.environ.get('RANK', '0')}.py"
     path.write_text("\n".join(lines) + "\n")
     return path
 
